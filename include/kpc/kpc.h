@@ -1,0 +1,221 @@
+/*
+ * kpc.h - the kpc code-object cache: the whole public C API.
+ *
+ * kpc makes every runtime-compiled GPU kernel compile once per host. An application
+ * asks kpc_program_get() for the code object of a HIP source; kpc answers from
+ *   1. the context's in-memory map (this process, this device or target),
+ *   2. the host-wide index in POSIX shared memory plus the code object on disk,
+ *   3. or, on a miss everywhere, one compile that every other thread and process
+ *      asking for the same source at the same time waits for.
+ *
+ * Conventions
+ *   - Every function that can fail returns a kpc_status; KPC_OK is 0.
+ *   - Handles are opaque; every function is safe to call from several threads.
+ *   - A cache level that fails (unwritable directory, full disk, damaged shared-memory
+ *     index) is logged and skipped: the caller still gets its program. Only a bad
+ *     request fails a call.
+ *
+ * Caveats
+ *   - fork(): a child must not use a kpc_cache opened by its parent; open its own.
+ *     A program or context handle copied across fork() is not valid in the child.
+ *   - Threads: hipRTC (ROCm 5.2) serialises compiles inside one process. kpc builds
+ *     distinct sources from several threads correctly, but only one compiles at a
+ *     time; for parallel builds use several processes (see `kpc compile -j`).
+ *   - Stale segments: a host index left by a crashed process is repaired on the next
+ *     attach; one that fails validation is ignored (disk only) until `kpc-shm-reset`.
+ *   - Release: kpc_program_release() drops the caller's reference; the code object,
+ *     lowered names and kernels stay valid until the last reference is gone, even if
+ *     the context's map has evicted the program.
+ */
+#ifndef KPC_KPC_H
+#define KPC_KPC_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+#if defined(__GNUC__)
+#define KPC_API __attribute__((visibility("default")))
+#else
+#define KPC_API
+#endif
+
+#define KPC_VERSION_MAJOR 1
+#define KPC_VERSION_MINOR 0
+#define KPC_VERSION_PATCH 0
+
+/*
+ * The kernel handle type of the platform, as HIP declares it. Both declarations are
+ * the same type HIP uses, so including <hip/hip_runtime.h> before or after this header
+ * is fine (C11 and C++ allow a repeated identical typedef).
+ */
+#if defined(KPC_PLATFORM_NVIDIA) || defined(__HIP_PLATFORM_NVIDIA__) || defined(__HIP_PLATFORM_NVCC__)
+typedef struct CUfunc_st *hipFunction_t;
+#else
+typedef struct ihipModuleSymbol_t *hipFunction_t;
+#endif
+
+/* Statuses are ABI: new ones are appended, none is ever renumbered. */
+typedef enum kpc_status {
+    KPC_OK = 0,
+    KPC_E_INVALID = 1,   /* bad argument, unknown or malformed target, bad environment value */
+    KPC_E_NOMEM = 2,     /* out of memory */
+    KPC_E_COMPILE = 3,   /* the source did not compile; the log is in kpc_last_log() */
+    KPC_E_NO_DEVICE = 4, /* no such GPU, or no GPU at all */
+    KPC_E_HIP = 5,       /* the HIP (or CUDA) runtime refused: module load, device query */
+    KPC_E_NOT_FOUND = 6, /* no such kernel or name expression */
+    KPC_E_IO = 7,        /* a file-system call failed */
+    KPC_E_SHM = 8,       /* the shared-memory index could not be used */
+    KPC_E_CORRUPT = 9,   /* a cached file or index failed its checks */
+    KPC_E_UNAVAILABLE = 10 /* the compiler or runtime library could not be loaded */
+} kpc_status;
+
+typedef struct kpc_cache kpc_cache;     /* one per process: cache dir + host shm index */
+typedef struct kpc_context kpc_context; /* one per device (or compile target): in-memory maps */
+typedef struct kpc_program kpc_program; /* a built code object, and its module on a device context */
+
+/* kpc_config.flags */
+#define KPC_NO_DISK 0x1u /* no disk tree (and so no host index: it shares objects through disk) */
+#define KPC_NO_SHM 0x2u  /* no host index: processes share the disk tree but may build twice */
+
+typedef struct kpc_config {
+    size_t struct_size;        /* sizeof(kpc_config): fields past it are treated as unset */
+    const char *cache_dir;     /* NULL: KPC_CACHE_DIR, else $XDG_CACHE_HOME/kpc or ~/.cache/kpc */
+    uint64_t disk_max_bytes;   /* 0: KPC_CACHE_MAX_SIZE, else 2G */
+    size_t mem_max_programs;   /* 0: KPC_MEM_MAX_PROGRAMS, else 256 (per context) */
+    size_t shm_entries;        /* 0: KPC_SHM_ENTRIES, else 65536 (for a newly created index) */
+    unsigned flags;            /* KPC_NO_DISK, KPC_NO_SHM; KPC_DISABLE=1 sets both */
+} kpc_config;
+
+typedef struct kpc_stats {
+    /* this process */
+    uint64_t mem_hits;       /* requests answered by a context's in-memory map */
+    uint64_t mem_misses;     /* requests that went past it */
+    uint64_t disk_hits;      /* misses answered by a valid file on disk */
+    uint64_t builds;         /* compiles run by this process that succeeded */
+    uint64_t build_failures; /* compiles run by this process that failed */
+    uint64_t waits;          /* requests that waited for another thread's or process's build */
+    /* this host (from the shared-memory index; 0 where it is off) */
+    uint64_t lookups, hits, host_builds, host_build_failures, host_waits, takeovers, evictions,
+        entries, capacity;
+    uint64_t disk_bytes, disk_files; /* the disk tree (0 where it is off) */
+} kpc_stats;
+
+typedef struct kpc_source {
+    const char *code;           /* HIP C++ source text; required */
+    size_t code_len;            /* 0: strlen(code) */
+    const char *name;           /* file name used in diagnostics; may be NULL */
+    const char *const *options; /* hipRTC options, e.g. "-O3", "-DN=4"; not the target */
+    size_t num_options;
+    const char *const *header_names; /* as hiprtcCreateProgram's includeNames */
+    const char *const *header_sources;
+    size_t num_headers;
+    const char *const *name_expressions; /* as hiprtcAddNameExpression, e.g. "k<float>" */
+    size_t num_name_expressions;
+} kpc_source;
+
+/**
+ * Name a status ("KPC_E_COMPILE"); never NULL, "KPC_E_UNKNOWN" for a value not listed.
+ */
+KPC_API const char *kpc_status_str(kpc_status s);
+
+/**
+ * Open the cache of this process.
+ * @param cfg  NULL or a config whose unset fields (0/NULL) fall back to the environment
+ *             (KPC_CACHE_DIR, KPC_DISABLE, KPC_CACHE_MAX_SIZE, KPC_MEM_MAX_PROGRAMS,
+ *             KPC_SHM_ENTRIES, KPC_LOG) and then the defaults.
+ * @param out  receives the cache.
+ * @return KPC_OK; KPC_E_INVALID for a NULL out, a bad struct_size or a malformed
+ *         environment value (logged with the variable's name); KPC_E_NOMEM.
+ *         A cache directory or index that cannot be used is not an error: it is logged
+ *         and that level is off for this cache.
+ */
+KPC_API kpc_status kpc_cache_open(const kpc_config *cfg, kpc_cache **out);
+
+/** Close the cache. Every context must be destroyed first. NULL is ignored. */
+KPC_API void kpc_cache_close(kpc_cache *cache);
+
+/**
+ * Create a context for HIP device hip_device: programs are compiled for its target
+ * (gcnArchName with feature flags, or sm_XX on the NVIDIA platform) and loaded on it.
+ * @return KPC_OK; KPC_E_INVALID (NULL argument, negative device); KPC_E_NO_DEVICE (no GPU,
+ *         or no such device); KPC_E_UNAVAILABLE (the HIP runtime could not be loaded);
+ *         KPC_E_HIP; KPC_E_NOMEM.
+ */
+KPC_API kpc_status kpc_context_create(kpc_cache *cache, int hip_device, kpc_context **out);
+
+/**
+ * Create a compile-only context for a named target; needs no GPU.
+ * @param target "gfx90a", "gfx90a:xnack-", "gfx90a:sramecc+:xnack-" (AMD) or "sm_90",
+ *               "compute_90" (NVIDIA). Validated against the compiler's own list before
+ *               any compile; features are put in canonical order.
+ * @return KPC_OK; KPC_E_INVALID (NULL, unknown target or feature: the log lists the
+ *         supported targets); KPC_E_UNAVAILABLE (the compiler could not be loaded); KPC_E_NOMEM.
+ */
+KPC_API kpc_status kpc_context_create_for_target(kpc_cache *cache, const char *target,
+                                                 kpc_context **out);
+
+/** The context's normalized target ("gfx90a:sramecc+:xnack-"); NULL for NULL. */
+KPC_API const char *kpc_context_target(const kpc_context *ctx);
+
+/** Destroy a context: drops the map's references; programs still held stay valid. */
+KPC_API void kpc_context_destroy(kpc_context *ctx);
+
+/**
+ * Get the program for this source on this context: from the in-memory map, else the
+ * host index and disk, else built once (once per host, however many threads and
+ * processes ask at once). On a device context the module is loaded.
+ * @param out receives a reference; release it with kpc_program_release().
+ * @return KPC_OK; KPC_E_INVALID (NULL argument, empty source, an option that sets the
+ *         target); KPC_E_COMPILE (*out is NULL, kpc_last_log() holds the compiler's log);
+ *         KPC_E_HIP (the runtime refused a freshly built object); KPC_E_UNAVAILABLE;
+ *         KPC_E_NOMEM.
+ */
+KPC_API kpc_status kpc_program_get(kpc_context *ctx, const kpc_source *src, kpc_program **out);
+
+/** Take another reference to prog (for handing it to another owner). */
+KPC_API kpc_status kpc_program_retain(kpc_program *prog);
+
+/** Drop a reference. NULL is ignored. The last one frees the program and its module. */
+KPC_API void kpc_program_release(kpc_program *prog);
+
+/**
+ * The code object bytes (AMDGPU ELF, cubin or PTX); valid while a reference is held.
+ * @param size receives the size; may be NULL. Returns NULL for NULL prog.
+ */
+KPC_API const void *kpc_program_code(const kpc_program *prog, size_t *size);
+
+/**
+ * The lowered (mangled) name of a name expression given in kpc_source.name_expressions,
+ * valid while a reference is held; NULL if the expression was not given.
+ */
+KPC_API const char *kpc_program_lowered_name(const kpc_program *prog, const char *name_expression);
+
+/**
+ * Get a kernel of a program on a device context; loaded once, then from the kernel map.
+ * @param kernel_name a lowered name or an extern "C" name.
+ * @return KPC_OK; KPC_E_INVALID (NULL argument, compile-only context, a program of another
+ *         context); KPC_E_NOT_FOUND (no such kernel); KPC_E_HIP.
+ */
+KPC_API kpc_status kpc_kernel_get(kpc_context *ctx, kpc_program *prog, const char *kernel_name,
+                                  hipFunction_t *out);
+
+/**
+ * The compiler's log of the last failed kpc_program_get on this thread ("" if none).
+ * Valid until the next kpc call on this thread.
+ */
+KPC_API const char *kpc_last_log(void);
+
+/**
+ * Counters of this process and, from the host index, of this host.
+ * @return KPC_OK; KPC_E_INVALID for NULL arguments.
+ */
+KPC_API kpc_status kpc_stats_get(kpc_cache *cache, kpc_stats *out);
+
+#ifdef __cplusplus
+}
+#endif
+#endif /* KPC_KPC_H */

@@ -1,0 +1,71 @@
+/*
+ * index.h - the host-wide index in POSIX shared memory.
+ *
+ * One segment per cache directory and user. It says, for every key any process on the
+ * host asked for lately, whether its code object is READY on disk, being BUILT (and by
+ * which process), or FAILED to compile; it elects one builder per key and lets the
+ * others sleep until the builder publishes. Layout and protocol: docs/design.md.
+ */
+#ifndef KPC_SHM_INDEX_H
+#define KPC_SHM_INDEX_H
+
+#include "../src/kpc_internal.h"
+
+/* What kpc_index_begin tells the caller to do. */
+enum kpc_index_verdict {
+    KPC_INDEX_READY = 1, /* the object is on disk: read it */
+    KPC_INDEX_BUILD,     /* you are the builder: check the disk, else compile; then publish */
+    KPC_INDEX_FAILED,    /* the build you waited for failed: its log is on disk */
+};
+
+enum kpc_index_flags {
+    KPC_INDEX_STALE = 1,  /* READY is not enough (its file was missing or bad): claim it */
+};
+
+typedef struct kpc_index_counters {
+    uint64_t lookups, hits, builds, build_failures, waits, takeovers, evictions, entries,
+        capacity, attached;
+} kpc_index_counters;
+
+/* Attach to (or create) the segment of cache_root. observer: do not register as an
+ * attached process (the tools). KPC_E_SHM or KPC_E_CORRUPT (logged) when it cannot be
+ * used; the caller goes on without it. */
+kpc_status kpc_index_open(const char *cache_root, size_t entries, bool observer, kpc_index **out);
+/* Attach only if it exists (KPC_E_NOT_FOUND otherwise); for the tools. */
+kpc_status kpc_index_open_existing(const char *cache_root, kpc_index **out);
+void kpc_index_close(kpc_index *ix);
+
+/* Find or claim the slot of key; may sleep while another live process builds it.
+ * *waited is set if it slept. KPC_E_SHM if the index broke (go on without it). */
+kpc_status kpc_index_begin(kpc_index *ix, const kpc_key *key, unsigned flags,
+                           enum kpc_index_verdict *verdict, bool *waited);
+/* The builder's outcome: ok publishes READY, a compile failure FAILED; either wakes
+ * every waiter. */
+void kpc_index_publish(kpc_index *ix, const kpc_key *key, bool ok, uint64_t size);
+/* Count a compile run on this host (the `builds` / `build_failures` counters). */
+void kpc_index_note_compile(kpc_index *ix, bool ok);
+/* The builder gives up without an outcome (it could not store the object): the slot is
+ * freed and a waiter claims it. */
+void kpc_index_abandon(kpc_index *ix, const kpc_key *key);
+/* Drop a key (its file was removed). */
+void kpc_index_forget(kpc_index *ix, const kpc_key *key);
+void kpc_index_counters_get(kpc_index *ix, kpc_index_counters *c);
+/* The disk-usage estimate shared by every process of the host. */
+void kpc_index_usage_words(kpc_index *ix, _Atomic uint64_t **bytes, _Atomic uint64_t **files,
+                           _Atomic uint32_t **known);
+
+/* Segment name of a cache root: "/kpc-<uid>-<16 hex>". */
+void kpc_index_name(const char *cache_root, char *out, size_t cap);
+
+/* Attached processes, for kpc-shm-reset: calls fn for each live one (dead ones are swept). */
+typedef void (*kpc_index_proc_fn)(pid_t pid, void *arg);
+kpc_status kpc_index_live_procs(kpc_index *ix, kpc_index_proc_fn fn, void *arg, size_t *live);
+/* Remove the segment of cache_root (shm_unlink). */
+kpc_status kpc_index_unlink(const char *cache_root);
+
+/* Test hooks: stop (pause()) while holding the table mutex at the next lock, so a test
+ * can SIGKILL the holder there; and a validation check of the whole table. */
+void kpc_index_test_hold_lock(kpc_index *ix);
+bool kpc_index_check(kpc_index *ix);
+
+#endif /* KPC_SHM_INDEX_H */

@@ -1,0 +1,271 @@
+/*
+ * kpc_internal.h - what the modules of libkpc share, and nothing else.
+ *
+ * Module prefixes: kpc__ (log, config, util), kpc_key_, kpc_platform_, kpc_store_,
+ * kpc_index_ (shm/index.h), kpc_map_ (context.c), kpc_prog_ (program.c).
+ * None of these symbols is exported from libkpc.so (hidden visibility); the tools and
+ * tests link the static library to reach them.
+ */
+#ifndef KPC_INTERNAL_H
+#define KPC_INTERNAL_H
+
+#include "kpc/kpc.h"
+
+#include <pthread.h>
+#include <stdarg.h>
+#include <stdatomic.h>
+#include <stdbool.h>
+#include <sys/types.h>
+
+/* ---- log.c ---------------------------------------------------------------------- */
+enum kpc_log_level { KPC_LOG_ERROR = 1, KPC_LOG_WARN, KPC_LOG_INFO, KPC_LOG_DEBUG, KPC_LOG_TRACE };
+extern int kpc__log_level; /* read racily on purpose: a level change is advisory */
+void kpc__log(int level, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+#define KPC_LOG(level, ...)                                                                    \
+    do {                                                                                       \
+        if ((level) <= kpc__log_level)                                                         \
+            kpc__log((level), __VA_ARGS__);                                                    \
+    } while (0)
+/* Parse a KPC_LOG value; -1 when it names no level. */
+int kpc__log_parse(const char *value);
+/* Set this thread's kpc_last_log() text (copied; NULL clears it). */
+void kpc__last_log_set(const char *text);
+
+/* ---- config.c ------------------------------------------------------------------- */
+typedef struct kpc_settings {
+    char cache_dir[4096];
+    uint64_t disk_max_bytes;
+    size_t mem_max_programs;
+    size_t shm_entries;
+    unsigned flags;
+} kpc_settings;
+/* Fill s from cfg, then the environment, then the defaults; KPC_E_INVALID (logged) for
+ * a malformed value. */
+kpc_status kpc__settings_resolve(const kpc_config *cfg, kpc_settings *s);
+/* Parse a size with K/M/G/T suffixes (libbsd expand_number); KPC_E_INVALID if malformed or 0. */
+kpc_status kpc__parse_size(const char *text, uint64_t *out);
+
+/* ---- util.c --------------------------------------------------------------------- */
+uint64_t kpc__now_ns(void);          /* CLOCK_MONOTONIC: host-wide, comparable across processes */
+uint64_t kpc__wall_ns(void);         /* CLOCK_REALTIME */
+/* Start time of a process in clock ticks since boot (field 22 of /proc/PID/stat); 0 if gone. */
+uint64_t kpc__proc_start_time(pid_t pid);
+/* True if pid runs and started at start_time: a reused pid is never taken for the original. */
+bool kpc__proc_alive(pid_t pid, uint64_t start_time);
+/* Read a whole file with pread into a malloc'd buffer (never mmap: a truncated file
+ * would SIGBUS). KPC_E_NOT_FOUND, KPC_E_IO, KPC_E_NOMEM. max bounds the size. */
+kpc_status kpc__read_fd(int fd, size_t max, void **buf, size_t *size);
+/* write() all of it, retrying EINTR and short writes; -1 with errno set on failure. */
+int kpc__write_all(int fd, const void *buf, size_t size);
+/* mkdir -p with mode; 0 or -1 with errno. */
+int kpc__mkdir_p(const char *path, mode_t mode);
+char *kpc__strdup(const char *s); /* NULL-safe */
+void kpc__hex(const uint8_t *bytes, size_t n, char *out /* 2n+1 */);
+
+/*
+ * System-call seam for failure-injection tests: the store calls file-system functions
+ * through kpc__sys, and a test may make the Nth call of one fail with an errno.
+ */
+enum kpc_sys_call { KPC_SYS_OPEN, KPC_SYS_WRITE, KPC_SYS_RENAME, KPC_SYS_MKDIR, KPC_SYS_FSYNC,
+                    KPC_SYS_COUNT };
+/* 0 to proceed; -1 with errno set when a test asked this call to fail. */
+int kpc__sys_fault(enum kpc_sys_call call);
+/* Test hook: make calls of `call` fail with err after `skip` successful ones, `count`
+ * times (count 0 stops). */
+void kpc__sys_fault_set(enum kpc_sys_call call, int err, unsigned skip, unsigned count);
+
+/* ---- key.c ---------------------------------------------------------------------- */
+typedef struct kpc_key {
+    uint8_t bytes[16];
+} kpc_key;
+#define KPC_KEY_HEX 33
+void kpc_key_hex(const kpc_key *key, char out[KPC_KEY_HEX]);
+bool kpc_key_parse(const char *hex, kpc_key *out);
+/* The key of a source for a compiler identity and a normalized target. */
+kpc_status kpc_key_compute(const uint8_t compiler_id[16], const char *platform, const char *target,
+                           const kpc_source *src, kpc_key *out);
+
+/* ---- platform_*.c: the compiler and the device runtime behind one seam ------------ */
+typedef struct kpc_build {
+    void *code;       /* malloc'd code object */
+    size_t code_size;
+    void *names;      /* malloc'd lowered-name table, kpc_prog_names_encode format */
+    size_t names_size;
+    char *log;        /* malloc'd compiler log, NUL-terminated; may be NULL */
+} kpc_build;
+void kpc_build_free(kpc_build *b);
+
+typedef struct kpc_platform {
+    const char *name; /* "amd", "nvidia", "fake" */
+    /* Identity of the compiler: 16 bytes that change whenever the compiler, its libraries
+     * or its hidden options change. cache_dir (may be NULL) remembers it between processes
+     * so that a warm hit needs no compiler load. */
+    kpc_status (*identity)(const char *cache_dir, uint8_t id[16], char *desc, size_t desc_cap);
+    /* Validate and normalize a target; KPC_E_INVALID (logged with the supported list).
+     * Targets once validated for compiler `id` are remembered under cache_dir (may be
+     * NULL), so that a warm process need not load the compiler to check its target. */
+    kpc_status (*target_normalize)(const char *cache_dir, const uint8_t id[16], const char *target,
+                                   char *out, size_t cap);
+    /* Compile; KPC_E_COMPILE with b->log on a compile error. */
+    kpc_status (*compile)(const char *target, const kpc_source *src, kpc_build *b);
+    /* Devices. */
+    kpc_status (*device_target)(int device, char *out, size_t cap);
+    /* Load a code object on a device; KPC_E_CORRUPT when the runtime refuses the image
+     * (a stale or foreign object), KPC_E_HIP for other refusals. */
+    kpc_status (*module_load)(int device, const void *code, size_t size, void **module);
+    void (*module_unload)(int device, void *module);
+    kpc_status (*module_function)(int device, void *module, const char *name, void **fn);
+} kpc_platform;
+
+/* The platform this library was built for, or the one a test installed. */
+const kpc_platform *kpc_platform_get(void);
+/* Test hook: replace the platform (NULL restores the built-in one). */
+void kpc_platform_set(const kpc_platform *p);
+extern const kpc_platform kpc_platform_builtin;
+
+/* Identity helpers shared by the platforms (identity.c). A fingerprint file in the cache
+ * dir remembers (path, dev, inode, size, mtime) of each file the identity was hashed
+ * from, so a later process re-stats them instead of loading the compiler. */
+typedef struct kpc_identity_files {
+    size_t count;
+    char paths[32][512];
+} kpc_identity_files;
+/* Read the remembered identity for `platform`; true if every file still matches. */
+bool kpc_identity_recall(const char *cache_dir, const char *platform, uint8_t id[16]);
+void kpc_identity_remember(const char *cache_dir, const char *platform, const kpc_identity_files *f,
+                           const uint8_t id[16]);
+/* The NT_GNU_BUILD_ID of a loaded object whose path contains `needle`; found through
+ * dl_iterate_phdr. Copies the path into path_out. Returns the id length, 0 if none. */
+size_t kpc_identity_loaded_build_id(const char *needle, uint8_t *id, size_t cap, char *path_out,
+                                    size_t path_cap);
+
+/* Targets validated before for compiler id (platform.c). */
+bool kpc_targets_known(const char *cache_dir, const char *platform, const uint8_t id[16],
+                       const char *target);
+void kpc_targets_remember(const char *cache_dir, const char *platform, const uint8_t id[16],
+                          const char *target);
+
+/* ---- program.c ------------------------------------------------------------------ */
+typedef struct kpc_kernel_slot {
+    char *name;
+    void *fn;
+} kpc_kernel_slot;
+
+struct kpc_program {
+    atomic_uint refs;
+    kpc_key key;
+    void *code;
+    size_t code_size;
+    void *names; /* encoded lowered-name table */
+    size_t names_size;
+    /* device programs only */
+    kpc_context *ctx;       /* not owned; the module's context outlives no program */
+    void *module;
+    int device;
+    pthread_mutex_t kernels_lock; /* guards kernels, num_kernels */
+    kpc_kernel_slot *kernels;
+    size_t num_kernels, cap_kernels;
+};
+/* Takes ownership of b's code and names. */
+kpc_status kpc_prog_new(const kpc_key *key, kpc_build *b, kpc_program **out);
+/* Encode name_expressions + lowered names: [u32 n] then n x ([u32 len][bytes]) x 2. */
+kpc_status kpc_prog_names_encode(const char *const *exprs, const char *const *lowered, size_t n,
+                                 void **out, size_t *size);
+bool kpc_prog_names_valid(const void *names, size_t size);
+
+/* ---- store.c: the disk tree ------------------------------------------------------ */
+#define KPC_STORE_MAGIC "KPCOBJ\x00\x01"
+#define KPC_STORE_VERSION 1u
+enum kpc_record_kind { KPC_RECORD_CODE = 1, KPC_RECORD_LOG = 2 };
+
+typedef struct kpc_record {
+    kpc_key key;
+    uint32_t kind;
+    uint64_t created_ns;
+    char target[64];
+    char source_name[80];
+    uint8_t compiler_id[16];
+    void *payload; /* malloc'd: code then names (CODE), or the log text (LOG) */
+    uint64_t code_size;
+    uint64_t names_size;
+} kpc_record;
+void kpc_record_free(kpc_record *r);
+
+typedef struct kpc_store kpc_store;
+/* Open (create 0700) the tree under dir; refuse one another user owns. */
+kpc_status kpc_store_open(const char *dir, uint64_t max_bytes, kpc_store **out);
+void kpc_store_close(kpc_store *st);
+const char *kpc_store_root(const kpc_store *st); /* realpath of dir */
+/* Host-wide usage estimate, kept in the shm index where there is one. */
+void kpc_store_share_usage(kpc_store *st, _Atomic uint64_t *bytes, _Atomic uint64_t *files,
+                           _Atomic uint32_t *known);
+/* Read and check a record; KPC_E_NOT_FOUND (absent), KPC_E_CORRUPT (failed a check:
+ * removed and logged). A code hit refreshes the file's time, rate-limited. */
+kpc_status kpc_store_read(kpc_store *st, const kpc_key *key, const char *target, uint32_t kind,
+                          kpc_record *out);
+/* Publish atomically (O_EXCL temp file, fsync, rename); then keep the size limit. */
+kpc_status kpc_store_write(kpc_store *st, const kpc_record *rec, const void *code,
+                           const void *names_or_log, size_t second_size);
+kpc_status kpc_store_remove(kpc_store *st, const kpc_key *key, const char *target, uint32_t kind);
+
+/* Walk every record file; the callback gets its path, stat and the record header
+ * (payload not read unless verify is set; then st may be KPC_E_CORRUPT). */
+typedef struct kpc_store_entry {
+    const char *path;
+    uint64_t size;     /* file size */
+    uint64_t mtime_ns; /* last use */
+    kpc_status status; /* KPC_OK, or KPC_E_CORRUPT when the file fails its checks */
+    const kpc_record *rec;
+} kpc_store_entry;
+typedef int (*kpc_store_walk_fn)(const kpc_store_entry *e, void *arg); /* nonzero stops */
+kpc_status kpc_store_walk(kpc_store *st, bool verify, kpc_store_walk_fn fn, void *arg);
+/* Evict least recently used files until the total is at most target_bytes; one pruner
+ * at a time (flock). stale_id (may be NULL) also removes records of another compiler. */
+typedef struct kpc_prune_result {
+    uint64_t files_before, bytes_before, files_removed, bytes_removed, temp_removed;
+} kpc_prune_result;
+kpc_status kpc_store_prune(kpc_store *st, uint64_t target_bytes, const uint8_t *keep_compiler_id,
+                           kpc_prune_result *res);
+kpc_status kpc_store_usage(kpc_store *st, uint64_t *bytes, uint64_t *files);
+kpc_status kpc_store_clear(kpc_store *st, uint64_t *files_removed);
+
+/* ---- cache.c / context.c ---------------------------------------------------------- */
+typedef struct kpc_index kpc_index; /* shm/index.h */
+
+struct kpc_cache {
+    kpc_settings settings;
+    const kpc_platform *platform;
+    kpc_store *store;  /* NULL: disk level off */
+    kpc_index *index;  /* NULL: host index off */
+    /* process counters */
+    _Atomic uint64_t mem_hits, mem_misses, disk_hits, builds, build_failures, waits;
+    atomic_int contexts;
+};
+
+typedef struct kpc_map kpc_map;
+struct kpc_context {
+    kpc_cache *cache;
+    char target[64];
+    uint8_t compiler_id[16];
+    int device; /* -1: compile-only */
+    kpc_map *map;
+};
+
+/* The per-context map (context.c). acquire: KPC_OK with *prog (a hit, or a wait that
+ * ended in success), KPC_E_NOT_FOUND when the caller must build (then it must call
+ * kpc_map_publish with *entry), or the failure a waited-for build ended in. */
+typedef struct kpc_map_entry kpc_map_entry;
+kpc_status kpc_map_new(size_t max_programs, kpc_map **out);
+void kpc_map_free(kpc_map *m);
+kpc_status kpc_map_acquire(kpc_map *m, const kpc_key *key, kpc_program **prog,
+                           kpc_map_entry **entry, bool *waited);
+/* Publish the builder's outcome; prog (with one reference given to the map) on KPC_OK. */
+void kpc_map_publish(kpc_map *m, kpc_map_entry *entry, kpc_status st, kpc_program *prog,
+                     const char *log);
+size_t kpc_map_count(kpc_map *m);
+
+/* Resolve a miss through the host index, the disk and the compiler (resolve.c). */
+kpc_status kpc__resolve(kpc_context *ctx, const kpc_key *key, const kpc_source *src,
+                        kpc_program **out, char **log);
+
+#endif /* KPC_INTERNAL_H */
