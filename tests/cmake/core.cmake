@@ -1,0 +1,1 @@
+kpc_check_test(test_core LABELS "core")

@@ -1,0 +1,276 @@
+/*
+ * support.c - shared test helpers (see support.h).
+ */
+#define _GNU_SOURCE
+#include "support.h"
+
+#include <errno.h>
+#include <ftw.h>
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/mman.h>
+#include <sys/wait.h>
+#include <time.h>
+#include <unistd.h>
+#include <xxhash.h>
+
+static int rm_one(const char *path, const struct stat *sb, int flag, struct FTW *ftw)
+{
+    (void)sb, (void)flag, (void)ftw;
+    chmod(path, 0700);
+    remove(path);
+    return 0;
+}
+
+void ts_rm_rf(const char *path)
+{
+    nftw(path, rm_one, 16, FTW_DEPTH | FTW_PHYS);
+}
+
+char *ts_tmpdir(void)
+{
+    char tmpl[] = "/tmp/kpc-test-XXXXXX";
+    char *d = mkdtemp(tmpl);
+    ck_assert_ptr_nonnull(d);
+    char *out = malloc(strlen(d) + 7);
+    sprintf(out, "%s/cache", d);
+    return out;
+}
+
+void ts_cleanup(char *dir)
+{
+    char root[4096];
+    if (realpath(dir, root))
+        kpc_index_unlink(root);
+    char *slash = strrchr(dir, '/');
+    *slash = '\0'; /* remove the mkdtemp parent too */
+    ts_rm_rf(dir);
+    free(dir);
+}
+
+kpc_cache *ts_open(const char *dir, unsigned flags, size_t shm_entries)
+{
+    kpc_config cfg = {.struct_size = sizeof cfg, .cache_dir = dir, .flags = flags,
+                      .shm_entries = shm_entries};
+    kpc_cache *c = NULL;
+    kpc_status s = kpc_cache_open(&cfg, &c);
+    ck_assert_msg(s == KPC_OK, "kpc_cache_open: %s", kpc_status_str(s));
+    return c;
+}
+
+const char *ts_target(void)
+{
+#ifdef KPC_PLATFORM_NVIDIA
+    return "sm_90";
+#else
+    return "gfx90a";
+#endif
+}
+
+const char *ts_target2(void)
+{
+#ifdef KPC_PLATFORM_NVIDIA
+    return "sm_80";
+#else
+    return "gfx1030";
+#endif
+}
+
+kpc_context *ts_context(kpc_cache *c)
+{
+    kpc_context *ctx = NULL;
+    kpc_status s = kpc_context_create_for_target(c, ts_target(), &ctx);
+    ck_assert_msg(s == KPC_OK, "kpc_context_create_for_target(%s): %s", ts_target(), kpc_status_str(s));
+    return ctx;
+}
+
+bool ts_is_code_object(const void *code, size_t size)
+{
+    const unsigned char *p = code;
+    if (code == NULL || size < 64 || memcmp(p, "\x7f" "ELF", 4) != 0) {
+#ifdef KPC_PLATFORM_NVIDIA
+        /* compute_XX targets give PTX text */
+        return code != NULL && size > 16 && strstr((const char *)code, ".version") != NULL;
+#else
+        return false;
+#endif
+    }
+    unsigned machine = p[18] | p[19] << 8;
+#ifdef KPC_PLATFORM_NVIDIA
+    return machine == 190; /* EM_CUDA */
+#else
+    return machine == 224; /* EM_AMDGPU */
+#endif
+}
+
+const char *ts_kernel_source(int i)
+{
+    static char bufs[64][256];
+    ck_assert_int_lt(i, 64);
+    snprintf(bufs[i], sizeof bufs[i],
+             "extern \"C\" __global__ void kpc_test_k%d(float *a, int n)\n"
+             "{\n  int i = blockIdx.x * blockDim.x + threadIdx.x;\n"
+             "  if (i < n) a[i] = a[i] * %d.0f + %d.0f;\n}\n", i, i + 2, i);
+    return bufs[i];
+}
+
+char *ts_slow_source(int kernels)
+{
+    size_t cap = 512 + (size_t)kernels * 160;
+    char *s = malloc(cap);
+    size_t n = (size_t)snprintf(s, cap,
+        "template<int N> struct F { __device__ static float f(float x)"
+        " { return F<N-1>::f(x) * 1.0001f + (x + N) * 0.5f; } };\n"
+        "template<> struct F<0> { __device__ static float f(float x) { return x; } };\n");
+    for (int i = 0; i < kernels; i++)
+        n += (size_t)snprintf(s + n, cap - n,
+            "extern \"C\" __global__ void slow%d(float *a) { a[threadIdx.x] = F<400>::f(a[threadIdx.x] + %d); }\n", i, i);
+    return s;
+}
+
+const char *ts_bad_source(void)
+{
+    return "extern \"C\" __global__ void broken(float *a) { a[0] = undeclared_thing; }\n";
+}
+
+kpc_source ts_src(const char *code, const char *name)
+{
+    kpc_source s = {0};
+    s.code = code;
+    s.name = name;
+    return s;
+}
+
+void *ts_get_code(kpc_context *ctx, const kpc_source *src, size_t *size)
+{
+    kpc_program *p = NULL;
+    kpc_status s = kpc_program_get(ctx, src, &p);
+    ck_assert_msg(s == KPC_OK, "kpc_program_get: %s: %s", kpc_status_str(s), kpc_last_log());
+    const void *code = kpc_program_code(p, size);
+    void *copy = malloc(*size);
+    memcpy(copy, code, *size);
+    kpc_program_release(p);
+    return copy;
+}
+
+/* ---- fake platform ---- */
+static _Atomic unsigned *fake_count;
+
+static kpc_status fake_identity(const char *dir, uint8_t id[16], char *desc, size_t cap)
+{
+    (void)dir;
+    memset(id, 0x5a, 16);
+    snprintf(desc, cap, "fake");
+    return KPC_OK;
+}
+
+static kpc_status fake_normalize(const char *dir, const uint8_t id[16], const char *t, char *out, size_t cap)
+{
+    (void)dir, (void)id;
+    if (strncmp(t, "fake", 4) != 0 && strcmp(t, ts_target()) != 0 && strcmp(t, ts_target2()) != 0)
+        return KPC_E_INVALID;
+    snprintf(out, cap, "%s", t);
+    return KPC_OK;
+}
+
+static kpc_status fake_compile(const char *target, const kpc_source *src, kpc_build *b)
+{
+    memset(b, 0, sizeof *b);
+    atomic_fetch_add(fake_count, 1);
+    size_t len = src->code_len ? src->code_len : strlen(src->code);
+    const char *sl = strstr(src->code, "// sleep_ms=");
+    if (sl) {
+        long ms = strtol(sl + 12, NULL, 10);
+        struct timespec ts = {ms / 1000, (ms % 1000) * 1000000L};
+        nanosleep(&ts, NULL);
+    }
+    if (strstr(src->code, "#error")) {
+        b->log = strdup("fake: #error in source\n");
+        return KPC_E_COMPILE;
+    }
+    /* a fake ELF header so the code-object checks work; then a hash of the request */
+    b->code_size = 128;
+    unsigned char *c = calloc(1, b->code_size);
+    memcpy(c, "\x7f" "ELF", 4);
+#ifdef KPC_PLATFORM_NVIDIA
+    c[18] = 190;
+#else
+    c[18] = 224;
+#endif
+    uint64_t h = XXH3_64bits(src->code, len) ^ XXH3_64bits(target, strlen(target));
+    memcpy(c + 64, &h, sizeof h);
+    b->code = c;
+    const char **lowered = calloc(src->num_name_expressions + 1, sizeof *lowered);
+    for (size_t i = 0; i < src->num_name_expressions; i++)
+        lowered[i] = src->name_expressions[i];
+    kpc_prog_names_encode(src->name_expressions, lowered, src->num_name_expressions, &b->names, &b->names_size);
+    free(lowered);
+    return KPC_OK;
+}
+
+static kpc_status fake_device_target(int device, char *out, size_t cap)
+{
+    (void)device, (void)out, (void)cap;
+    return KPC_E_NO_DEVICE;
+}
+
+static const kpc_platform fake_platform = {
+    .name = "fake",
+    .identity = fake_identity,
+    .target_normalize = fake_normalize,
+    .compile = fake_compile,
+    .device_target = fake_device_target,
+};
+
+void ts_fake_install(void)
+{
+    if (fake_count == NULL) {
+        fake_count = mmap(NULL, 4096, PROT_READ | PROT_WRITE, MAP_SHARED | MAP_ANONYMOUS, -1, 0);
+        ck_assert_ptr_ne(fake_count, MAP_FAILED);
+    }
+    atomic_store(fake_count, 0);
+    kpc_platform_set(&fake_platform);
+}
+
+void ts_fake_remove(void)
+{
+    kpc_platform_set(NULL);
+}
+
+unsigned ts_fake_compiles(void)
+{
+    return fake_count ? atomic_load(fake_count) : 0;
+}
+
+int ts_run_children(int n, int (*fn)(int, void *), void *arg)
+{
+    pid_t *pids = calloc((size_t)n, sizeof *pids);
+    for (int i = 0; i < n; i++) {
+        pids[i] = fork();
+        ck_assert_int_ge(pids[i], 0);
+        if (pids[i] == 0)
+            _exit(fn(i, arg));
+    }
+    int ok = 0;
+    for (int i = 0; i < n; i++) {
+        int st;
+        while (waitpid(pids[i], &st, 0) < 0 && errno == EINTR)
+            ;
+        if (WIFEXITED(st) && WEXITSTATUS(st) == 0)
+            ok++;
+    }
+    free(pids);
+    return ok;
+}
+
+int ts_run_suite(Suite *s)
+{
+    SRunner *sr = srunner_create(s);
+    srunner_set_fork_status(sr, CK_FORK);
+    srunner_run_all(sr, CK_NORMAL);
+    int failed = srunner_ntests_failed(sr);
+    srunner_free(sr);
+    return failed == 0 ? 0 : 1;
+}

@@ -1,0 +1,56 @@
+/*
+ * support.h - what every kpc test shares: temporary cache directories (and their shm
+ * segments) that are removed afterwards, real HIP sources, the platform's target and
+ * code-object check, a fake platform for fast concurrency tests, and child processes.
+ */
+#ifndef KPC_TEST_SUPPORT_H
+#define KPC_TEST_SUPPORT_H
+
+#include "../shm/index.h"
+#include "../src/kpc_internal.h"
+
+#include <check.h>
+#include <stdbool.h>
+
+/* A fresh empty cache directory (malloc'd path); ts_cleanup removes it and its segment. */
+char *ts_tmpdir(void);
+void ts_cleanup(char *dir);
+void ts_rm_rf(const char *path);
+
+/* kpc_cache_open on dir with flags and shm_entries (0: default); fails the test on error. */
+kpc_cache *ts_open(const char *dir, unsigned flags, size_t shm_entries);
+kpc_context *ts_context(kpc_cache *c); /* compile-only context for ts_target() */
+
+/* The compile target tests use on this platform ("gfx90a" on amd, "sm_90" on nvidia). */
+const char *ts_target(void);
+/* A second valid target ("gfx1030" / "sm_80"). */
+const char *ts_target2(void);
+/* True if code is a code object of this platform (AMDGPU ELF / CUDA ELF). */
+bool ts_is_code_object(const void *code, size_t size);
+
+/* Real sources. ts_kernel_source(i): distinct small kernel source i (static buffer per i
+ * up to 64). ts_slow_source(k): k kernels of deep template recursion (~0.08 s each on
+ * hipRTC 5.2 here). ts_bad_source(): a source with a syntax error. */
+const char *ts_kernel_source(int i);
+char *ts_slow_source(int kernels);
+const char *ts_bad_source(void);
+kpc_source ts_src(const char *code, const char *name);
+
+/* Get a program, assert KPC_OK, and return a malloc'd copy of its code. */
+void *ts_get_code(kpc_context *ctx, const kpc_source *src, size_t *size);
+
+/* The fake platform: compiles in microseconds (or sleeps "// sleep_ms=N" from the
+ * source), fails for a source containing "#error", and counts its compiles in memory
+ * shared by every process forked after ts_fake_install(). */
+void ts_fake_install(void);
+void ts_fake_remove(void);
+unsigned ts_fake_compiles(void);
+
+/* Fork n children that each run fn(i, arg) and exit with its return value; wait for all.
+ * Returns how many exited 0. */
+int ts_run_children(int n, int (*fn)(int i, void *arg), void *arg);
+
+/* Run a Check suite in fork mode; returns the process exit status. */
+int ts_run_suite(Suite *s);
+
+#endif
