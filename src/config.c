@@ -23,7 +23,8 @@
 kpc_status kpc__parse_size(const char *text, uint64_t *out)
 {
     uint64_t v;
-    if (text == NULL || *text == '\0' || expand_number(text, &v) != 0 || v == 0)
+    /* expand_number wraps a negative value around to a huge one */
+    if (text == NULL || *text == '\0' || strchr(text, '-') || expand_number(text, &v) != 0 || v == 0)
         return KPC_E_INVALID;
     *out = v;
     return KPC_OK;

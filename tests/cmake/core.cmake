@@ -1,1 +1,1 @@
-kpc_check_test(test_core LABELS "core")
+kpc_check_test(test_core LABELS "core;threads")

@@ -1,0 +1,7 @@
+// y = a * x + y
+extern "C" __global__ void saxpy(float a, const float *x, float *y, int n)
+{
+    int i = blockIdx.x * blockDim.x + threadIdx.x;
+    if (i < n)
+        y[i] = a * x[i] + y[i];
+}

@@ -1,0 +1,24 @@
+#!/usr/bin/env bash
+# Install kpc from a build tree into a temporary prefix, then build and run a consumer
+# against it twice: with CMake's find_package(kpc) and with pkg-config.
+# usage: run.sh BUILD_DIR SOURCE_DIR TARGET
+set -euo pipefail
+build=$1 src=$2 target=$3
+tmp=$(mktemp -d)
+trap 'rm -rf "$tmp"' EXIT
+cmake --install "$build" --prefix "$tmp/prefix" >/dev/null
+test -x "$tmp/prefix/bin/kpc" && test -x "$tmp/prefix/bin/kpc-shm-reset"
+ls "$tmp"/prefix/lib*/libkpc.so.1 "$tmp"/prefix/lib*/libkpc.a "$tmp"/prefix/include/kpc/kpc.h >/dev/null
+export KPC_CACHE_DIR=$tmp/cache
+libdir=$(dirname "$(ls "$tmp"/prefix/lib*/libkpc.so.1)")
+
+cmake -S "$src/tests/install" -B "$tmp/cmake-build" -DCMAKE_PREFIX_PATH="$tmp/prefix" >/dev/null
+cmake --build "$tmp/cmake-build" >/dev/null
+LD_LIBRARY_PATH=$libdir "$tmp/cmake-build/consumer" "$target"
+
+export PKG_CONFIG_PATH=$libdir/pkgconfig
+cc -Wall -Werror "$src/tests/install/consumer.c" $(pkg-config --cflags --libs kpc) -o "$tmp/consumer-pc"
+LD_LIBRARY_PATH=$libdir "$tmp/consumer-pc" "$target"
+# the second consumer found the first one's object on disk: the installed tool sees it
+"$tmp/prefix/bin/kpc" ls --cache-dir "$tmp/cache" | grep -q consumer.hip
+echo "install: CMake and pkg-config consumers passed"
