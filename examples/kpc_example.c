@@ -9,6 +9,7 @@
 
 #include <stdio.h>
 #include <stdlib.h>
+#include <string.h>
 #include <time.h>
 
 static double now_us(void)
@@ -56,7 +57,10 @@ int main(int argc, char **argv)
         fprintf(stderr, "kpc: %s\n", kpc_status_str(s));
         return 1;
     }
-    kpc_source src = {.code = code, .name = argv[2]};
+    /* the name is part of the key: use the same one `kpc compile` does, so the object it
+     * cached is found */
+    const char *slash = strrchr(argv[2], '/');
+    kpc_source src = {.code = code, .name = slash ? slash + 1 : argv[2]};
     for (int i = 0; i < 3; i++) {
         kpc_stats before, after;
         kpc_stats_get(cache, &before);
