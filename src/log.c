@@ -8,6 +8,7 @@
 #define _GNU_SOURCE
 #include "kpc_internal.h"
 
+#include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -53,17 +54,28 @@ void kpc__log(int level, const char *fmt, ...)
     (void)r;
 }
 
-static _Thread_local char *last_log;
+/* A pthread key rather than _Thread_local: its destructor frees a thread's last log
+ * when the thread exits. */
+static pthread_key_t last_log_key;
+static pthread_once_t last_log_once = PTHREAD_ONCE_INIT;
+
+static void last_log_key_create(void)
+{
+    pthread_key_create(&last_log_key, free);
+}
 
 void kpc__last_log_set(const char *text)
 {
-    free(last_log);
-    last_log = text ? strdup(text) : NULL;
+    pthread_once(&last_log_once, last_log_key_create);
+    free(pthread_getspecific(last_log_key));
+    pthread_setspecific(last_log_key, text ? strdup(text) : NULL);
 }
 
 const char *kpc_last_log(void)
 {
-    return last_log ? last_log : "";
+    pthread_once(&last_log_once, last_log_key_create);
+    const char *log = pthread_getspecific(last_log_key);
+    return log ? log : "";
 }
 
 const char *kpc_status_str(kpc_status s)
