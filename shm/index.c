@@ -26,6 +26,7 @@
 #include <errno.h>
 #include <fcntl.h>
 #include <limits.h>
+#include <signal.h>
 #include <linux/futex.h>
 #include <stddef.h>
 #include <stdio.h>
@@ -43,6 +44,11 @@
 #define IX_PROCS 256
 #define WAIT_SLICE_NS (200 * 1000000L)
 #define EVICT_SAMPLE 64
+/* A compile failure is the answer for every request that arrives within this long of it
+ * (the key fixes the source, options and compiler, so the compile would fail the same
+ * way); a request after that tries again, which bounds how long a transient failure of
+ * the compiler (out of memory, say) is served. */
+#define FAILED_TTL_NS (30ull * 1000000000ull)
 
 enum slot_state { SLOT_EMPTY = 0, SLOT_BUILDING, SLOT_READY, SLOT_FAILED };
 
@@ -55,7 +61,7 @@ typedef struct ix_slot {
     uint64_t ixs_start;          /* BUILDING: the builder's start time */
     uint64_t ixs_size;           /* READY: code object size */
     uint64_t ixs_last_use;       /* CLOCK_MONOTONIC ns, for eviction */
-    uint64_t ixs_reserved;
+    uint64_t ixs_done_ns;        /* READY/FAILED: CLOCK_MONOTONIC ns of the publication */
 } ix_slot;
 _Static_assert(sizeof(ix_slot) == 64, "a slot is one cache line");
 
@@ -93,8 +99,9 @@ struct kpc_index {
     pid_t pid;
     uint64_t start;
     bool observer;
-    bool broken;     /* ENOTRECOVERABLE: stop using it */
-    bool hold_lock;  /* test hook */
+    atomic_bool broken; /* ENOTRECOVERABLE: stop using it (read by every thread) */
+    bool hold_lock;     /* test hook; set before any thread uses the index */
+    uint64_t wait_slice_ns; /* WAIT_SLICE_NS; a test may lengthen it */
 };
 
 /* ---- layout --------------------------------------------------------------------------- */
@@ -126,9 +133,9 @@ void kpc_index_name(const char *cache_root, char *out, size_t cap)
 }
 
 /* ---- futex ------------------------------------------------------------------------------ */
-static void futex_wait(_Atomic uint32_t *word, uint32_t expected, long ns)
+static void futex_wait(_Atomic uint32_t *word, uint32_t expected, uint64_t ns)
 {
-    struct timespec ts = {0, ns};
+    struct timespec ts = {(time_t)(ns / 1000000000u), (long)(ns % 1000000000u)};
     syscall(SYS_futex, (uint32_t *)word, FUTEX_WAIT, expected, &ts, NULL, 0);
 }
 
@@ -241,6 +248,7 @@ static void delete_at(kpc_index *ix, uint32_t i)
         dst->ixs_start = src->ixs_start;
         dst->ixs_size = src->ixs_size;
         dst->ixs_last_use = src->ixs_last_use;
+        dst->ixs_done_ns = src->ixs_done_ns;
         slot_changed(dst);
         i = j;
     }
@@ -308,9 +316,11 @@ kpc_status kpc_index_begin(kpc_index *ix, const kpc_key *key, unsigned flags,
             }
             ix_slot *s = &h->ixh_slots[free_pos];
             memcpy(s->ixs_key, key->bytes, 16);
-            if (ix->hold_lock) /* test hook: die here, mid-insert, holding the lock */
+            if (ix->hold_lock) { /* test hook: die here, mid-insert, holding the lock */
+                raise(SIGSTOP); /* the parent's waitpid(WUNTRACED) learns we are here */
                 for (;;)
                     pause();
+            }
             claim(ix, s);
             h->ixh_entries++;
             ix_unlock(&h->ixh_lock);
@@ -320,7 +330,9 @@ kpc_status kpc_index_begin(kpc_index *ix, const kpc_key *key, unsigned flags,
         ix_slot *s = &h->ixh_slots[pos];
         switch (s->ixs_state) {
         case SLOT_READY:
-            if (flags & KPC_INDEX_STALE) {
+            /* STALE asks to replace the object the caller found missing or bad; a build
+             * this call waited for is a new object, so it is taken as it is */
+            if ((flags & KPC_INDEX_STALE) && !was_waiting) {
                 claim(ix, s);
                 *verdict = KPC_INDEX_BUILD;
             } else {
@@ -331,10 +343,14 @@ kpc_status kpc_index_begin(kpc_index *ix, const kpc_key *key, unsigned flags,
             ix_unlock(&h->ixh_lock);
             return KPC_OK;
         case SLOT_FAILED:
-            if (was_waiting) {
+            /* the failure is the answer for whoever waited for it or comes soon after; an
+             * old one (or one whose log is gone: STALE) is tried again */
+            if (was_waiting ||
+                (!(flags & KPC_INDEX_STALE) && kpc__now_ns() - s->ixs_done_ns < FAILED_TTL_NS)) {
+                s->ixs_last_use = kpc__now_ns();
                 *verdict = KPC_INDEX_FAILED;
             } else {
-                claim(ix, s); /* an old failure: this request tries again */
+                claim(ix, s);
                 *verdict = KPC_INDEX_BUILD;
             }
             ix_unlock(&h->ixh_lock);
@@ -354,7 +370,7 @@ kpc_status kpc_index_begin(kpc_index *ix, const kpc_key *key, unsigned flags,
             if (!was_waiting)
                 atomic_fetch_add_explicit(&h->ixh_waits, 1, memory_order_relaxed);
             was_waiting = *waited = true;
-            futex_wait(&s->ixs_gen, gen, WAIT_SLICE_NS);
+            futex_wait(&s->ixs_gen, gen, ix->wait_slice_ns);
             atomic_fetch_sub(&s->ixs_sleepers, 1);
         }
     }
@@ -382,7 +398,7 @@ void kpc_index_publish(kpc_index *ix, const kpc_key *key, bool ok, uint64_t size
         s->ixs_state = ok ? SLOT_READY : SLOT_FAILED;
         s->ixs_size = size;
         s->ixs_pid = 0;
-        s->ixs_last_use = kpc__now_ns();
+        s->ixs_last_use = s->ixs_done_ns = kpc__now_ns();
         slot_changed(s);
     }
     ix_unlock(&ix->h->ixh_lock);
@@ -466,8 +482,10 @@ static void register_proc(kpc_index *ix, bool add)
             p->ixp_start = ix->start;
             break;
         }
-        if (!add && p->ixp_pid == (int32_t)ix->pid && p->ixp_start == ix->start)
-            p->ixp_pid = 0;
+        if (!add && p->ixp_pid == (int32_t)ix->pid && p->ixp_start == ix->start) {
+            p->ixp_pid = 0; /* one row: a process with two caches open has two */
+            break;
+        }
     }
     if (add && i == IX_PROCS)
         KPC_LOG(KPC_LOG_INFO, "the attached-process table is full: this process is not listed");
@@ -628,6 +646,7 @@ static kpc_status open_index(const char *cache_root, size_t entries, bool create
     ix->pid = getpid();
     ix->start = kpc__proc_start_time(ix->pid);
     ix->observer = observer;
+    ix->wait_slice_ns = WAIT_SLICE_NS;
     kpc_status s = attach(name, ix);
     for (int tries = 0; s == KPC_E_NOT_FOUND && create && tries < 3; tries++) {
         bool lost;
@@ -678,6 +697,26 @@ kpc_status kpc_index_unlink(const char *cache_root)
 void kpc_index_test_hold_lock(kpc_index *ix)
 {
     ix->hold_lock = true;
+}
+
+void kpc_index_test_wait_slice(kpc_index *ix, uint64_t ns)
+{
+    ix->wait_slice_ns = ns;
+}
+
+size_t kpc_index_test_builders(kpc_index *ix, pid_t *pids, size_t cap)
+{
+    if (ix_lock(ix, &ix->h->ixh_lock) != KPC_OK)
+        return 0;
+    size_t n = 0;
+    for (uint32_t i = 0; i <= ix->mask; i++)
+        if (ix->h->ixh_slots[i].ixs_state == SLOT_BUILDING) {
+            if (n < cap)
+                pids[n] = ix->h->ixh_slots[i].ixs_pid;
+            n++;
+        }
+    ix_unlock(&ix->h->ixh_lock);
+    return n;
 }
 
 bool kpc_index_check(kpc_index *ix)

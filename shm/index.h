@@ -63,9 +63,16 @@ kpc_status kpc_index_live_procs(kpc_index *ix, kpc_index_proc_fn fn, void *arg, 
 /* Remove the segment of cache_root (shm_unlink). */
 kpc_status kpc_index_unlink(const char *cache_root);
 
-/* Test hooks: stop (pause()) while holding the table mutex at the next lock, so a test
- * can SIGKILL the holder there; and a validation check of the whole table. */
+/* Test hooks. hold_lock: the next insert of a new key stops holding the table mutex,
+ * mid-insert (raise(SIGSTOP), then pause() for ever), so a test that sees the stop with
+ * waitpid(WUNTRACED) can SIGKILL the holder there. builders: the pids of the BUILDING
+ * slots (up to cap of them written); returns how many there are. wait_slice: below. check: a validation of
+ * the whole table (every entry findable from its home, the count right). */
 void kpc_index_test_hold_lock(kpc_index *ix);
+size_t kpc_index_test_builders(kpc_index *ix, pid_t *pids, size_t cap);
+/* Lengthen (or shorten) this handle's futex wait slice (200 ms): with a long one, only a
+ * FUTEX_WAKE from the publisher ends a wait promptly. */
+void kpc_index_test_wait_slice(kpc_index *ix, uint64_t ns);
 bool kpc_index_check(kpc_index *ix);
 
 #endif /* KPC_SHM_INDEX_H */

@@ -14,8 +14,13 @@
 #define _GNU_SOURCE
 #include "kpc_internal.h"
 
+#include <errno.h>
+#include <fcntl.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/file.h>
+#include <unistd.h>
 
 enum entry_state { ENTRY_BUILDING, ENTRY_READY, ENTRY_FAILED };
 
@@ -236,6 +241,32 @@ void kpc_map_free(kpc_map *m)
 
 /* ---- contexts ----------------------------------------------------------------------- */
 
+/*
+ * The compiler's identity and the validated targets are remembered in the cache dir, so a
+ * process normally creates a context without loading the compiler. On an empty cache the
+ * first process must load it (~85 ms of CPU for comgr and LLVM here); without this lock,
+ * every process of a storm that starts at once loads it too (tests/bench/bench_storm: 64
+ * processes spent ~5 s of CPU on it on 2 cores). With it, the first computes and
+ * remembers, and the others sleep, then recall. Returns the fd to unlock, or -1 (no
+ * cache dir, or a read-only one: go on unlocked).
+ */
+static int identity_lock(const char *dir)
+{
+    if (dir == NULL)
+        return -1;
+    char path[4200];
+    snprintf(path, sizeof path, "%s/v1/identity.lock", dir);
+    int fd = open(path, O_RDWR | O_CREAT | O_CLOEXEC, 0600);
+    if (fd < 0)
+        return -1;
+    while (flock(fd, LOCK_EX) != 0)
+        if (errno != EINTR) {
+            close(fd);
+            return -1;
+        }
+    return fd;
+}
+
 static kpc_status context_new(kpc_cache *cache, const char *target, int device, kpc_context **out)
 {
     const kpc_platform *pf = cache->platform;
@@ -246,9 +277,12 @@ static kpc_status context_new(kpc_cache *cache, const char *target, int device, 
     ctx->device = device;
     const char *dir = cache->store ? kpc_store_root(cache->store) : NULL;
     char desc[512];
+    int lock = identity_lock(dir);
     kpc_status s = pf->identity(dir, ctx->compiler_id, desc, sizeof desc);
     if (s == KPC_OK)
         s = pf->target_normalize(dir, ctx->compiler_id, target, ctx->target, sizeof ctx->target);
+    if (lock >= 0)
+        close(lock); /* releases the flock */
     if (s == KPC_OK)
         s = kpc_map_new(cache->settings.mem_max_programs, &ctx->map);
     if (s != KPC_OK) {

@@ -226,6 +226,10 @@ typedef struct kpc_prune_result {
 } kpc_prune_result;
 kpc_status kpc_store_prune(kpc_store *st, uint64_t target_bytes, const uint8_t *keep_compiler_id,
                            kpc_prune_result *res);
+/* The same, but it waits while another process prunes instead of leaving the work to it
+ * (kpc_store_prune skips then): for `kpc prune`, whose limit may be lower. */
+kpc_status kpc_store_prune_wait(kpc_store *st, uint64_t target_bytes, const uint8_t *keep_compiler_id,
+                                kpc_prune_result *res);
 kpc_status kpc_store_usage(kpc_store *st, uint64_t *bytes, uint64_t *files);
 kpc_status kpc_store_clear(kpc_store *st, uint64_t *files_removed);
 

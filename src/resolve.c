@@ -4,7 +4,8 @@
  *   host index  READY            -> read the file
  *               BUILD (claimed)  -> a valid file on disk? publish READY; else compile,
  *                                   write the file, publish READY (or FAILED + log file)
- *               FAILED (waited)  -> the builder's log, from its log file
+ *               FAILED           -> the builder's log, from its log file (its log gone:
+ *                                   claim the slot and compile again)
  *   no index    -> the same without the coordination: read the file, else compile
  *   device      -> load the module; an image the runtime refuses is removed from disk
  *                  and the index and built once more (the stale-cache bulwark)
@@ -50,7 +51,7 @@ static void fill_record(kpc_record *rec, const kpc_context *ctx, const kpc_key *
     memcpy(rec->compiler_id, ctx->compiler_id, 16);
 }
 
-/* The log of a build another process ran and failed. */
+/* The log of a build another process ran and failed; NULL when its log file is gone. */
 static char *failed_log(kpc_context *ctx, const kpc_key *key)
 {
     kpc_record rec;
@@ -64,7 +65,7 @@ static char *failed_log(kpc_context *ctx, const kpc_key *key)
         kpc_record_free(&rec);
         return log;
     }
-    return strdup("kpc: the compile failed in another process and its log is not available\n");
+    return NULL;
 }
 
 /* Compile, store and publish. claimed: this process holds the index slot. */
@@ -146,10 +147,15 @@ static kpc_status obtain(kpc_context *ctx, const kpc_key *key, const kpc_source 
                 atomic_fetch_add_explicit(&cache->waits, 1, memory_order_relaxed);
         }
         if (verdict == KPC_INDEX_FAILED) {
-            *log = failed_log(ctx, key);
-            return KPC_E_COMPILE;
+            if ((*log = failed_log(ctx, key)) != NULL)
+                return KPC_E_COMPILE;
+            flags = KPC_INDEX_STALE; /* its log is gone (pruned): compile it again */
+            continue;
         }
-        if (st && !skip_disk) {
+        /* skip_disk: the file on disk was refused; but READY here means this call waited
+         * for another process's fresh build (the index gives READY to a STALE request only
+         * then), and that one is read */
+        if (st && (!skip_disk || verdict == KPC_INDEX_READY)) {
             kpc_record rec;
             kpc_status r = kpc_store_read(st, key, ctx->target, KPC_RECORD_CODE, &rec);
             if (r == KPC_OK) {
@@ -176,8 +182,8 @@ static kpc_status obtain(kpc_context *ctx, const kpc_key *key, const kpc_source 
             claimed = false; /* no disk to read from: build for ourselves */
         return build(ctx, key, src, claimed, out, log);
     }
-    KPC_LOG(KPC_LOG_WARN, "the host index kept answering READY for a file that is not there: "
-            "building without it");
+    KPC_LOG(KPC_LOG_WARN, "the host index kept answering READY (or FAILED) for a file that is not "
+            "there: building without it");
     return build(ctx, key, src, false, out, log);
 }
 

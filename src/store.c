@@ -159,10 +159,17 @@ static kpc_status check_owner(const char *dir)
         return KPC_E_IO;
     }
     uid_t me = geteuid();
-    if (st.st_uid != me || (S_ISLNK(lst.st_mode) && lst.st_uid != me && lst.st_uid != 0)) {
+    if (st.st_uid != me) {
         KPC_LOG(KPC_LOG_ERROR, "cache directory %s%s is owned by uid %u, not by this user (uid %u): "
                 "refused, since that user could plant code objects", dir,
-                S_ISLNK(lst.st_mode) ? " (a symbolic link)" : "", (unsigned)st.st_uid, (unsigned)me);
+                S_ISLNK(lst.st_mode) ? " (a symbolic link to it)" : "", (unsigned)st.st_uid, (unsigned)me);
+        return KPC_E_IO;
+    }
+    if (S_ISLNK(lst.st_mode) && lst.st_uid != me && lst.st_uid != 0) {
+        /* name the link's owner: the directory it points to is ours, the link is not */
+        KPC_LOG(KPC_LOG_ERROR, "cache directory %s is a symbolic link owned by uid %u, not by this "
+                "user (uid %u) or root: refused, since that user could point it elsewhere", dir,
+                (unsigned)lst.st_uid, (unsigned)me);
         return KPC_E_IO;
     }
     if ((st.st_mode & 0077) != 0) {
@@ -225,14 +232,17 @@ void kpc_record_free(kpc_record *r)
 }
 
 /* Remove path only if it is still the file we opened: a fresh file renamed over a bad
- * one in the meantime must survive. */
-static void remove_if_same(const char *path, int fd)
+ * one in the meantime must survive. True if it was removed. */
+static bool remove_if_same(const char *path, int fd)
 {
     struct stat a, b;
     if (fstat(fd, &a) != 0 || lstat(path, &b) != 0 || a.st_dev != b.st_dev || a.st_ino != b.st_ino)
-        return;
-    if (S_ISDIR(b.st_mode) ? rmdir(path) != 0 : unlink(path) != 0)
+        return false;
+    if (S_ISDIR(b.st_mode) ? rmdir(path) != 0 : unlink(path) != 0) {
         KPC_LOG(KPC_LOG_WARN, "could not remove damaged %s: %s", path, strerror(errno));
+        return false;
+    }
+    return true;
 }
 
 /* Read and fully check the record at an open fd. NULL when good, else why not. */
@@ -281,13 +291,21 @@ kpc_status kpc_store_read(kpc_store *st, const kpc_key *key, const char *target,
     memset(out, 0, sizeof *out);
     if (!target_ok(target) || record_path(st, key, target, kind, path, sizeof path, NULL, 0) != 0)
         return KPC_E_INVALID;
-    int fd = open(path, O_RDONLY | O_CLOEXEC | O_NOFOLLOW);
+    /* O_NONBLOCK: a FIFO planted where a record should be must not hang the open (it
+     * is then refused as not a regular file); it changes nothing for a regular file */
+    int fd = open(path, O_RDONLY | O_CLOEXEC | O_NOFOLLOW | O_NONBLOCK);
     if (fd < 0) {
         if (errno == ENOENT || errno == ENOTDIR)
             return KPC_E_NOT_FOUND;
         if (errno == ELOOP) { /* a symlink where a record should be: never followed */
-            KPC_LOG(KPC_LOG_WARN, "%s is a symbolic link: removed", path);
-            unlink(path);
+            struct stat lsb;
+            bool is_link = lstat(path, &lsb) == 0 && S_ISLNK(lsb.st_mode);
+            if (is_link && unlink(path) == 0) {
+                KPC_LOG(KPC_LOG_WARN, "%s is a symbolic link: removed, it will be rebuilt", path);
+                usage_add(st, -(int64_t)lsb.st_size, -1); /* the walk counted it */
+            } else
+                KPC_LOG(KPC_LOG_WARN, "%s is a symbolic link and could not be removed: %s", path,
+                        strerror(errno));
             return KPC_E_CORRUPT;
         }
         KPC_LOG(KPC_LOG_WARN, "open(%s): %s", path, strerror(errno));
@@ -299,9 +317,8 @@ kpc_status kpc_store_read(kpc_store *st, const kpc_key *key, const char *target,
         if (s == KPC_E_CORRUPT) {
             KPC_LOG(KPC_LOG_WARN, "damaged cache file %s (%s): removed, it will be rebuilt", path, why);
             struct stat sb;
-            if (fstat(fd, &sb) == 0 && S_ISREG(sb.st_mode))
+            if (fstat(fd, &sb) == 0 && remove_if_same(path, fd) && S_ISREG(sb.st_mode))
                 usage_add(st, -(int64_t)sb.st_size, -1);
-            remove_if_same(path, fd);
         } else
             KPC_LOG(KPC_LOG_WARN, "%s: %s", path, why);
         close(fd);
@@ -457,7 +474,8 @@ static kpc_status walk(kpc_store *st, enum walk_mode mode, kpc_store_walk_fn fn,
                                        (uint64_t)sb.st_mtim.tv_sec * 1000000000ull + (uint64_t)sb.st_mtim.tv_nsec,
                                        KPC_OK, NULL};
                 if (mode != WALK_STAT) {
-                    int fd = openat(dirfd(fd_dir), e->d_name, O_RDONLY | O_CLOEXEC | O_NOFOLLOW);
+                    int fd = openat(dirfd(fd_dir), e->d_name,
+                                    O_RDONLY | O_CLOEXEC | O_NOFOLLOW | O_NONBLOCK);
                     if (fd < 0) {
                         ent.status = errno == ENOENT ? KPC_E_NOT_FOUND : KPC_E_CORRUPT;
                     } else if (mode == WALK_HEADER) {
@@ -600,8 +618,8 @@ static void remove_stale_tmp(kpc_store *st, kpc_prune_result *res)
     closedir(d);
 }
 
-kpc_status kpc_store_prune(kpc_store *st, uint64_t target_bytes, const uint8_t *keep_compiler_id,
-                           kpc_prune_result *res)
+static kpc_status prune(kpc_store *st, uint64_t target_bytes, const uint8_t *keep_compiler_id,
+                        bool wait, kpc_prune_result *res)
 {
     kpc_prune_result local;
     if (res == NULL)
@@ -614,10 +632,18 @@ kpc_status kpc_store_prune(kpc_store *st, uint64_t target_bytes, const uint8_t *
         KPC_LOG(KPC_LOG_WARN, "open(%s): %s: not pruning", lock_path, strerror(errno));
         return KPC_E_IO;
     }
-    if (flock(lock, LOCK_EX | LOCK_NB) != 0) {
+    int r;
+    while ((r = flock(lock, wait ? LOCK_EX : LOCK_EX | LOCK_NB)) != 0 && errno == EINTR)
+        ;
+    if (r != 0) {
+        int err = errno;
         close(lock);
-        KPC_LOG(KPC_LOG_DEBUG, "another process is pruning %s", st->root);
-        return KPC_OK; /* one pruner at a time; it brings the size down for everyone */
+        if (err == EWOULDBLOCK) {
+            KPC_LOG(KPC_LOG_DEBUG, "another process is pruning %s", st->root);
+            return KPC_OK; /* one pruner at a time; it brings the size down for everyone */
+        }
+        KPC_LOG(KPC_LOG_WARN, "flock(%s): %s: not pruning", lock_path, strerror(err));
+        return KPC_E_IO;
     }
     struct prune_acc a = {.keep_id = keep_compiler_id, .res = res};
     kpc_status s = walk(st, keep_compiler_id ? WALK_HEADER : WALK_STAT, collect, &a);
@@ -647,6 +673,18 @@ kpc_status kpc_store_prune(kpc_store *st, uint64_t target_bytes, const uint8_t *
         KPC_LOG(KPC_LOG_INFO, "pruned %llu files (%llu bytes) from %s",
                 (unsigned long long)res->files_removed, (unsigned long long)res->bytes_removed, st->root);
     return s;
+}
+
+kpc_status kpc_store_prune(kpc_store *st, uint64_t target_bytes, const uint8_t *keep_compiler_id,
+                           kpc_prune_result *res)
+{
+    return prune(st, target_bytes, keep_compiler_id, false, res);
+}
+
+kpc_status kpc_store_prune_wait(kpc_store *st, uint64_t target_bytes, const uint8_t *keep_compiler_id,
+                                kpc_prune_result *res)
+{
+    return prune(st, target_bytes, keep_compiler_id, true, res);
 }
 
 static int remove_entry(const kpc_store_entry *e, void *arg)

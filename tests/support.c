@@ -5,12 +5,15 @@
 #include "support.h"
 
 #include <errno.h>
+#include <fcntl.h>
 #include <ftw.h>
+#include <poll.h>
 #include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/mman.h>
+#include <sys/stat.h>
 #include <sys/wait.h>
 #include <time.h>
 #include <unistd.h>
@@ -263,6 +266,156 @@ int ts_run_children(int n, int (*fn)(int, void *), void *arg)
     }
     free(pids);
     return ok;
+}
+
+/* ---- logs ---- */
+static int saved_stderr = -1, saved_level;
+static char log_path[64];
+
+void ts_log_begin(int level)
+{
+    snprintf(log_path, sizeof log_path, "/tmp/kpc-test-log-XXXXXX");
+    int fd = mkstemp(log_path);
+    ck_assert_int_ge(fd, 0);
+    fflush(stderr);
+    saved_stderr = dup(STDERR_FILENO);
+    dup2(fd, STDERR_FILENO);
+    close(fd);
+    saved_level = kpc__log_level;
+    kpc__log_level = level;
+}
+
+char *ts_log_end(void)
+{
+    ck_assert_int_ge(saved_stderr, 0);
+    fflush(stderr);
+    dup2(saved_stderr, STDERR_FILENO);
+    close(saved_stderr);
+    saved_stderr = -1;
+    kpc__log_level = saved_level;
+    size_t size;
+    char *text = ts_read_file(log_path, &size);
+    unlink(log_path);
+    ck_assert_ptr_nonnull(text);
+    return text;
+}
+
+/* ---- keys and files ---- */
+void ts_key(const kpc_context *ctx, const kpc_source *src, kpc_key *out)
+{
+    kpc_status s = kpc_key_compute(ctx->compiler_id, ctx->cache->platform->name, ctx->target, src, out);
+    ck_assert_int_eq(s, KPC_OK);
+}
+
+void ts_record_path(const char *dir, const char *target, const kpc_key *key, const char *ext,
+                    char *out, size_t cap)
+{
+    char root[4096], hex[KPC_KEY_HEX];
+    ck_assert_ptr_nonnull(realpath(dir, root));
+    kpc_key_hex(key, hex);
+    int n = snprintf(out, cap, "%s/v1/%s/%.2s/%s.%s", root, target, hex, hex, ext);
+    ck_assert(n > 0 && (size_t)n < cap);
+}
+
+void *ts_read_file(const char *path, size_t *size)
+{
+    int fd = open(path, O_RDONLY | O_CLOEXEC);
+    if (fd < 0)
+        return NULL;
+    struct stat st;
+    ck_assert_int_eq(fstat(fd, &st), 0);
+    char *buf = malloc((size_t)st.st_size + 1);
+    size_t got = 0;
+    while (got < (size_t)st.st_size) {
+        ssize_t n = read(fd, buf + got, (size_t)st.st_size - got);
+        if (n < 0 && errno == EINTR)
+            continue;
+        ck_assert_int_gt(n, 0);
+        got += (size_t)n;
+    }
+    close(fd);
+    buf[got] = '\0';
+    *size = got;
+    return buf;
+}
+
+void ts_write_file(const char *path, const void *data, size_t size)
+{
+    int fd = open(path, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0600);
+    ck_assert_msg(fd >= 0, "open(%s): %s", path, strerror(errno));
+    ck_assert_int_eq(kpc__write_all(fd, data, size), 0);
+    close(fd);
+}
+
+/* ---- child commands ---- */
+static void drain(int fds[2], char **bufs)
+{
+    size_t len[2] = {0, 0}, cap[2] = {4096, 4096};
+    char *b[2] = {malloc(cap[0]), malloc(cap[1])};
+    struct pollfd p[2] = {{fds[0], POLLIN, 0}, {fds[1], POLLIN, 0}};
+    int open_fds = 2;
+    while (open_fds > 0) {
+        if (poll(p, 2, -1) < 0) {
+            if (errno == EINTR)
+                continue;
+            break;
+        }
+        for (int i = 0; i < 2; i++) {
+            if (p[i].fd < 0 || p[i].revents == 0)
+                continue;
+            if (len[i] + 4096 > cap[i])
+                b[i] = realloc(b[i], cap[i] *= 2);
+            ssize_t n = read(p[i].fd, b[i] + len[i], cap[i] - len[i] - 1);
+            if (n > 0)
+                len[i] += (size_t)n;
+            else if (n == 0 || errno != EINTR) {
+                close(p[i].fd);
+                p[i].fd = -1;
+                open_fds--;
+            }
+        }
+    }
+    for (int i = 0; i < 2; i++) {
+        b[i][len[i]] = '\0';
+        if (bufs[i])
+            free(bufs[i]);
+        bufs[i] = b[i];
+    }
+}
+
+int ts_exec(const char *const *argv, const char *const *env, char **out, char **err)
+{
+    int po[2], pe[2];
+    ck_assert_int_eq(pipe2(po, O_CLOEXEC), 0);
+    ck_assert_int_eq(pipe2(pe, O_CLOEXEC), 0);
+    fflush(NULL);
+    pid_t pid = fork();
+    ck_assert_int_ge(pid, 0);
+    if (pid == 0) {
+        dup2(po[1], STDOUT_FILENO);
+        dup2(pe[1], STDERR_FILENO);
+        for (const char *const *e = env; e && *e; e++)
+            putenv((char *)*e);
+        execv(argv[0], (char *const *)argv);
+        _exit(127);
+    }
+    close(po[1]);
+    close(pe[1]);
+    char *bufs[2] = {NULL, NULL};
+    int fds[2] = {po[0], pe[0]};
+    drain(fds, bufs);
+    int st;
+    while (waitpid(pid, &st, 0) < 0 && errno == EINTR)
+        ;
+    if (out)
+        *out = bufs[0];
+    else
+        free(bufs[0]);
+    if (err)
+        *err = bufs[1];
+    else
+        free(bufs[1]);
+    return WIFEXITED(st) ? WEXITSTATUS(st) : -1;
 }
 
 int ts_run_suite(Suite *s)

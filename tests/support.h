@@ -50,6 +50,26 @@ unsigned ts_fake_compiles(void);
  * Returns how many exited 0. */
 int ts_run_children(int n, int (*fn)(int i, void *arg), void *arg);
 
+/* Capture what the library logs: ts_log_begin sets the log level (KPC_LOG_WARN, ...)
+ * and sends stderr to a file, ts_log_end restores both and returns the text (malloc'd).
+ * Children forked in between log into the same file. */
+void ts_log_begin(int level);
+char *ts_log_end(void);
+
+/* The key kpc_program_get computes for src on ctx. */
+void ts_key(const kpc_context *ctx, const kpc_source *src, kpc_key *out);
+/* The path of a record under cache dir `dir` (realpath'ed): v1/<target>/<2 hex>/<hex>.<ext>. */
+void ts_record_path(const char *dir, const char *target, const kpc_key *key, const char *ext,
+                    char *out, size_t cap);
+/* Whole-file helpers: read (malloc'd, NULL if absent) and write-over (fails the test). */
+void *ts_read_file(const char *path, size_t *size);
+void ts_write_file(const char *path, const void *data, size_t size);
+
+/* Run argv (argv[0] a path) with extra environment entries ("K=V", NULL-terminated, may
+ * be NULL); collect stdout and stderr (malloc'd, either pointer may be NULL). Returns the
+ * exit status, or -1 if it did not exit normally. */
+int ts_exec(const char *const *argv, const char *const *env, char **out, char **err);
+
 /* Run a Check suite in fork mode; returns the process exit status. */
 int ts_run_suite(Suite *s);
 

@@ -354,7 +354,11 @@ static int cmd_stats(int argc, char **argv, common *co)
     }
     uint64_t bytes = 0, files = 0;
     kpc_store *st = NULL;
-    if (root[0] && kpc_store_open(root, set.disk_max_bytes, &st) == KPC_OK) {
+    if (root[0]) {
+        /* a directory the library would refuse (another owner, not a directory) is a
+         * failure, not an empty cache */
+        if ((rc = open_store(&set, &st)) != EXIT_OK)
+            return rc;
         kpc_store_usage(st, &bytes, &files);
         kpc_store_close(st);
     }
@@ -456,7 +460,8 @@ static int list_or_verify(common *co, bool verify)
         kpc_store_walk(st, verify, collect_row, &acc);
         kpc_store_close(st);
     }
-    qsort(acc.rows, acc.n, sizeof *acc.rows, by_recent);
+    if (acc.n > 1) /* qsort wants a non-NULL array, even of none */
+        qsort(acc.rows, acc.n, sizeof *acc.rows, by_recent);
     size_t removed = 0, failed_removals = 0;
     cJSON *arr = co->json ? cJSON_CreateArray() : NULL;
     if (!co->json && !verify)
@@ -469,7 +474,8 @@ static int list_or_verify(common *co, bool verify)
         if (verify) {
             if (!r->bad)
                 continue;
-            bool ok = unlink(r->path) == 0 || errno == ENOENT;
+            /* a directory where a record should be fails the checks too */
+            bool ok = unlink(r->path) == 0 || errno == ENOENT || (errno == EISDIR && rmdir(r->path) == 0);
             ok ? removed++ : failed_removals++;
             if (arr) {
                 cJSON *o = cJSON_CreateObject();
@@ -542,7 +548,8 @@ static int cmd_prune(common *co, const char *max_size, bool stale)
         }
     }
     kpc_prune_result res;
-    kpc_status s = kpc_store_prune(st, max, stale ? id : NULL, &res);
+    /* wait for a library process that is pruning: its limit may be higher than ours */
+    kpc_status s = kpc_store_prune_wait(st, max, stale ? id : NULL, &res);
     kpc_store_close(st);
     if (co->json) {
         cJSON *o = cJSON_CreateObject();

@@ -1,0 +1,620 @@
+/*
+ * test_tool.c - the `kpc` tool as a user runs it ($KPC_TOOL, fork/exec): the exit codes
+ * of every subcommand (0 success, 1 failure, 2 bad usage), and the JSON of `kpc stats`,
+ * `kpc ls`, `kpc verify`, `kpc prune`, `kpc clear` and `kpc compile`, checked against
+ * what the library and the disk say. Compiles are real hipRTC compiles.
+ */
+#define _GNU_SOURCE
+#include "support.h"
+
+#include <cjson/cJSON.h>
+#include <errno.h>
+#include <fcntl.h>
+#include <signal.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/mman.h>
+#include <sys/stat.h>
+#include <sys/wait.h>
+#include <time.h>
+#include <unistd.h>
+
+static char *dir;
+static const char *tool;
+static void setup(void)
+{
+    dir = ts_tmpdir();
+    tool = getenv("KPC_TOOL");
+    ck_assert_msg(tool != NULL, "KPC_TOOL is not set (run through ctest)");
+}
+static void teardown(void) { ts_cleanup(dir); }
+
+/* Run `kpc ARGS...` (NULL-terminated); stdout and stderr into *out / *err (may be NULL). */
+static int kpc(char **out, char **err, ...)
+{
+    const char *argv[64] = {tool};
+    int n = 1;
+    va_list ap;
+    va_start(ap, err);
+    const char *a;
+    while ((a = va_arg(ap, const char *)) != NULL) {
+        ck_assert_int_lt(n, 63);
+        argv[n++] = a;
+    }
+    va_end(ap);
+    argv[n] = NULL;
+    return ts_exec(argv, NULL, out, err);
+}
+
+/* The same with an environment entry ("K=V"). */
+static int kpc_env(const char *env, char **out, char **err, const char *a1, const char *a2, const char *a3)
+{
+    const char *argv[] = {tool, a1, a2, a3, NULL};
+    const char *envs[] = {env, NULL};
+    return ts_exec(argv, envs, out, err);
+}
+
+static cJSON *parse(const char *text)
+{
+    cJSON *j = cJSON_Parse(text);
+    ck_assert_msg(j != NULL, "not JSON:\n%s", text);
+    return j;
+}
+
+static double num(const cJSON *o, const char *field)
+{
+    const cJSON *v = cJSON_GetObjectItemCaseSensitive(o, field);
+    ck_assert_msg(cJSON_IsNumber(v), "field \"%s\" is missing or not a number", field);
+    return v->valuedouble;
+}
+
+static const char *str(const cJSON *o, const char *field)
+{
+    const cJSON *v = cJSON_GetObjectItemCaseSensitive(o, field);
+    ck_assert_msg(cJSON_IsString(v), "field \"%s\" is missing or not a string", field);
+    return v->valuestring;
+}
+
+static bool boolean(const cJSON *o, const char *field)
+{
+    const cJSON *v = cJSON_GetObjectItemCaseSensitive(o, field);
+    ck_assert_msg(cJSON_IsBool(v), "field \"%s\" is missing or not a boolean", field);
+    return cJSON_IsTrue(v);
+}
+
+/* A file next to the cache dir holding text; returns its path (malloc'd). */
+static char *side_file(const char *name, const char *text)
+{
+    char *base = strdup(dir);
+    *strrchr(base, '/') = '\0';
+    size_t n = strlen(base) + strlen(name) + 2;
+    char *path = malloc(n);
+    snprintf(path, n, "%s/%s", base, name);
+    free(base);
+    ts_write_file(path, text, strlen(text));
+    return path;
+}
+
+static bool is_absent(const char *path)
+{
+    struct stat sb;
+    return lstat(path, &sb) != 0 && errno == ENOENT;
+}
+
+/* Build sources in this process (a fresh cache handle; shm_entries as given). */
+typedef struct built {
+    kpc_key key;
+    char path[4400];
+    size_t code_size;
+    bool ok;
+} built;
+
+static void build_here(kpc_context *ctx, const kpc_source *src, built *b)
+{
+    ts_key(ctx, src, &b->key);
+    kpc_program *p = NULL;
+    kpc_status s = kpc_program_get(ctx, src, &p);
+    b->ok = s == KPC_OK;
+    ck_assert(s == KPC_OK || s == KPC_E_COMPILE);
+    if (p)
+        kpc_program_code(p, &b->code_size);
+    kpc_program_release(p);
+    ts_record_path(dir, ts_target(), &b->key, b->ok ? "co" : "log", b->path, sizeof b->path);
+    ck_assert(!is_absent(b->path));
+}
+
+/* ---- exit codes ------------------------------------------------------------------------ */
+START_TEST(bad_usage_exits_2_and_help_exits_0)
+{
+    char *out = NULL, *err = NULL;
+    ck_assert_int_eq(kpc(NULL, &err, NULL), 2);
+    ck_assert_ptr_nonnull(strstr(err, "usage"));
+    free(err);
+    ck_assert_int_eq(kpc(NULL, NULL, "frobnicate", NULL), 2);
+    ck_assert_int_eq(kpc(NULL, NULL, "--cache-dir", dir, "ls", NULL), 2); /* options follow the command */
+    ck_assert_int_eq(kpc(&out, NULL, "--help", NULL), 0);
+    ck_assert_ptr_nonnull(strstr(out, "usage"));
+    free(out);
+    const char *subs[] = {"ls", "stats", "verify", "prune", "clear", "compile"};
+    for (size_t i = 0; i < sizeof subs / sizeof subs[0]; i++) {
+        ck_assert_msg(kpc(NULL, NULL, subs[i], "--cache-dir", dir, "--bogus", NULL) == 2, "%s --bogus", subs[i]);
+        ck_assert_msg(kpc(NULL, NULL, subs[i], "--cache-dir", NULL) == 2, "%s --cache-dir (no DIR)", subs[i]);
+        out = NULL;
+        ck_assert_msg(kpc(&out, NULL, subs[i], "-h", NULL) == 0, "%s -h", subs[i]);
+        ck_assert_msg(strstr(out, "usage") != NULL, "%s -h printed no usage:\n%s", subs[i], out);
+        free(out);
+        ck_assert_msg(kpc(NULL, NULL, subs[i], "--help", NULL) == 0, "%s --help", subs[i]);
+        if (i < 5)
+            ck_assert_msg(kpc(NULL, NULL, subs[i], "--cache-dir", dir, "operand", NULL) == 2, "%s operand", subs[i]);
+    }
+    ck_assert_int_eq(kpc(NULL, NULL, "ls", "--cache-dir", dir, "--max-size", "1M", NULL), 2);
+    ck_assert_int_eq(kpc(NULL, NULL, "stats", "--cache-dir", dir, "--stale", NULL), 2);
+    ck_assert_int_eq(kpc(NULL, NULL, "prune", "--cache-dir", dir, "--max-size", "12Q", NULL), 2);
+    ck_assert_int_eq(kpc(NULL, NULL, "prune", "--cache-dir", dir, "--max-size", NULL), 2);
+    ck_assert_int_eq(kpc(NULL, NULL, "compile", "--cache-dir", dir, "--target", ts_target(), NULL), 2);
+    ck_assert_int_eq(kpc(NULL, NULL, "compile", "--cache-dir", dir, "-j", "0", "x.hip", NULL), 2);
+    ck_assert_int_eq(kpc(NULL, NULL, "compile", "--cache-dir", dir, "-o", "/nonexistent/dir", "a.hip", "b.hip",
+                         NULL), 2);
+    /* a malformed environment is bad usage too, named in the message */
+    err = NULL;
+    ck_assert_int_eq(kpc_env("KPC_CACHE_MAX_SIZE=lots", NULL, &err, "ls", "--cache-dir", dir), 2);
+    ck_assert_ptr_nonnull(strstr(err, "KPC_CACHE_MAX_SIZE"));
+    free(err);
+    ck_assert(is_absent(dir)); /* nothing above created the cache dir */
+}
+END_TEST
+
+START_TEST(every_subcommand_succeeds_and_fails_with_the_right_code)
+{
+    char *good = side_file("good.hip", ts_kernel_source(0));
+    char *good2 = side_file("good2.hip", ts_kernel_source(1));
+    char *bad = side_file("bad.hip", ts_bad_source());
+    char *out = NULL, *err = NULL;
+    /* an absent cache dir is an empty cache */
+    ck_assert_int_eq(kpc(NULL, NULL, "ls", "--cache-dir", dir, NULL), 0);
+    ck_assert_int_eq(kpc(NULL, NULL, "verify", "--cache-dir", dir, NULL), 0);
+    ck_assert_int_eq(kpc(NULL, NULL, "stats", "--cache-dir", dir, NULL), 0);
+    ck_assert_int_eq(kpc(NULL, NULL, "prune", "--cache-dir", dir, NULL), 0);
+    ck_assert_int_eq(kpc(NULL, NULL, "clear", "--cache-dir", dir, NULL), 0);
+
+    /* compile: built, then hit */
+    ck_assert_int_eq(kpc(&out, NULL, "compile", "--cache-dir", dir, "--target", ts_target(), good, NULL), 0);
+    ck_assert_msg(strncmp(out, "built", 5) == 0, "first compile said:\n%s", out);
+    free(out);
+    ck_assert_int_eq(kpc(&out, NULL, "compile", "--cache-dir", dir, "--target", ts_target(), good, NULL), 0);
+    ck_assert_msg(strncmp(out, "hit", 3) == 0, "second compile said:\n%s", out);
+    free(out);
+    /* --json, two files: one hit, one built */
+    ck_assert_int_eq(kpc(&out, NULL, "compile", "--json", "-j", "1", "--cache-dir", dir, "--target", ts_target(),
+                         good, good2, NULL), 0);
+    cJSON *j = parse(out);
+    ck_assert(cJSON_IsArray(j) && cJSON_GetArraySize(j) == 2);
+    ck_assert_str_eq(str(cJSON_GetArrayItem(j, 0), "result"), "hit");
+    ck_assert_str_eq(str(cJSON_GetArrayItem(j, 1), "result"), "built");
+    ck_assert_str_eq(str(cJSON_GetArrayItem(j, 1), "status"), "KPC_OK");
+    ck_assert_str_eq(str(cJSON_GetArrayItem(j, 0), "file"), good);
+    ck_assert(num(cJSON_GetArrayItem(j, 1), "size") > 0 && num(cJSON_GetArrayItem(j, 1), "seconds") > 0);
+    cJSON_Delete(j);
+    free(out);
+    /* -o writes the code object itself */
+    char *obj = side_file("good.co", "");
+    ck_assert_int_eq(kpc(NULL, NULL, "compile", "--cache-dir", dir, "--target", ts_target(), "-o", obj, good, NULL), 0);
+    size_t size;
+    void *code = ts_read_file(obj, &size);
+    ck_assert(ts_is_code_object(code, size));
+    free(code);
+    /* compile failures: a compile error (with the compiler's log), a missing file, an
+     * unknown target */
+    ck_assert_int_eq(kpc(&out, &err, "compile", "--cache-dir", dir, "--target", ts_target(), bad, NULL), 1);
+    ck_assert_msg(strstr(err, "KPC_E_COMPILE") && strstr(err, "undeclared_thing"), "stderr:\n%s", err);
+    ck_assert_msg(strncmp(out, "failed", 6) == 0, "stdout:\n%s", out);
+    free(out), free(err);
+    ck_assert_int_eq(kpc(NULL, NULL, "compile", "--cache-dir", dir, "--target", ts_target(), "/nonexistent.hip",
+                         NULL), 1);
+    ck_assert_int_eq(kpc(NULL, NULL, "compile", "--cache-dir", dir, "--target", "gfx9999", good, NULL), 1);
+
+    /* the data commands on a populated cache: 2 objects and 1 log */
+    ck_assert_int_eq(kpc(&out, NULL, "ls", "--cache-dir", dir, NULL), 0);
+    ck_assert_ptr_nonnull(strstr(out, "good.hip"));
+    ck_assert_ptr_nonnull(strstr(out, "bad.hip"));
+    free(out);
+    ck_assert_int_eq(kpc(&out, NULL, "verify", "--cache-dir", dir, NULL), 0);
+    ck_assert_msg(strstr(out, "checked 3 files, removed 0") != NULL, "verify said:\n%s", out);
+    free(out);
+    ck_assert_int_eq(kpc(&out, NULL, "stats", "--cache-dir", dir, NULL), 0);
+    ck_assert_ptr_nonnull(strstr(out, "in 3 files"));
+    free(out);
+    ck_assert_int_eq(kpc(&out, NULL, "prune", "--cache-dir", dir, NULL), 0);
+    ck_assert_msg(strstr(out, "removed 0 of 3 files") != NULL, "prune said:\n%s", out);
+    free(out);
+    ck_assert_int_eq(kpc(&out, NULL, "clear", "--cache-dir", dir, NULL), 0);
+    ck_assert_msg(strstr(out, "removed 3 files") != NULL, "clear said:\n%s", out);
+    free(out);
+    ck_assert_int_eq(kpc(&out, NULL, "ls", "--json", "--cache-dir", dir, NULL), 0);
+    j = parse(out);
+    ck_assert(cJSON_IsArray(j) && cJSON_GetArraySize(j) == 0);
+    cJSON_Delete(j);
+    free(out);
+
+    /* a cache dir the library would refuse: a regular file */
+    const char *data_cmds[] = {"ls", "stats", "verify", "prune", "clear"};
+    for (size_t i = 0; i < 5; i++) {
+        err = NULL;
+        ck_assert_msg(kpc(NULL, &err, data_cmds[i], "--cache-dir", good, NULL) == 1, "%s on a file", data_cmds[i]);
+        ck_assert_msg(strstr(err, "not a directory") != NULL, "%s said:\n%s", data_cmds[i], err);
+        free(err);
+    }
+    if (geteuid() == 0) { /* and a directory another user owns */
+        char *theirs = side_file("theirs", "");
+        unlink(theirs);
+        ck_assert_int_eq(mkdir(theirs, 0700), 0);
+        ck_assert_int_eq(chown(theirs, 65534, 65534), 0);
+        for (size_t i = 0; i < 5; i++)
+            ck_assert_msg(kpc(NULL, NULL, data_cmds[i], "--cache-dir", theirs, NULL) == 1, "%s on uid 65534's dir",
+                          data_cmds[i]);
+        ck_assert_int_eq(rmdir(theirs), 0);
+        free(theirs);
+    }
+    free(good), free(good2), free(bad), free(obj);
+}
+END_TEST
+
+/* ---- stats --json ---------------------------------------------------------------------- */
+static const char *const stats_fields[] = {"lookups", "hits", "builds", "build_failures", "waits", "takeovers",
+                                           "evictions", "entries", "capacity", "disk_bytes", "disk_files"};
+
+static cJSON *stats_json(void)
+{
+    char *out = NULL, *err = NULL;
+    int rc = kpc(&out, &err, "stats", "--json", "--cache-dir", dir, NULL);
+    ck_assert_msg(rc == 0, "kpc stats --json: exit %d\n%s", rc, err);
+    cJSON *j = parse(out);
+    free(out), free(err);
+    for (size_t i = 0; i < sizeof stats_fields / sizeof stats_fields[0]; i++) {
+        double v = num(j, stats_fields[i]);
+        ck_assert_msg(v >= 0 && v == (double)(uint64_t)v, "%s is not a whole number: %g", stats_fields[i], v);
+    }
+    return j;
+}
+
+static uint64_t file_size(const char *path)
+{
+    struct stat sb;
+    ck_assert_int_eq(lstat(path, &sb), 0);
+    return (uint64_t)sb.st_size;
+}
+
+START_TEST(stats_json_has_the_right_numbers)
+{
+    /* a host index of 2 entries, so that the third key evicts the least recently used */
+    kpc_cache *c = ts_open(dir, 0, 2);
+    kpc_context *ctx = ts_context(c);
+    kpc_source a = ts_src(ts_kernel_source(0), "a.hip"), b = ts_src(ts_kernel_source(1), "b.hip"),
+               bad = ts_src(ts_bad_source(), "bad.hip");
+    built ba, bb, bbad;
+    build_here(ctx, &a, &ba);
+    build_here(ctx, &b, &bb);
+    build_here(ctx, &bad, &bbad); /* evicts a's slot, publishes FAILED */
+    ck_assert(ba.ok && bb.ok && !bbad.ok);
+    kpc_context *ctx2 = ts_context(c); /* an empty map: b comes from the index and the disk */
+    size_t size;
+    free(ts_get_code(ctx2, &b, &size));
+    kpc_stats st;
+    ck_assert_int_eq(kpc_stats_get(c, &st), KPC_OK);
+    ck_assert_uint_eq(st.disk_hits, 1);
+
+    cJSON *j = stats_json();
+    const struct {
+        const char *field;
+        uint64_t want, lib;
+    } want[] = {
+        {"lookups", 4, st.lookups},
+        {"hits", 1, st.hits},
+        {"builds", 2, st.host_builds},
+        {"build_failures", 1, st.host_build_failures},
+        {"waits", 0, st.host_waits},
+        {"takeovers", 0, st.takeovers},
+        {"evictions", 1, st.evictions},
+        {"entries", 2, st.entries},
+        {"capacity", 2, st.capacity},
+        {"disk_files", 3, st.disk_files},
+        {"disk_bytes", file_size(ba.path) + file_size(bb.path) + file_size(bbad.path), st.disk_bytes},
+    };
+    for (size_t i = 0; i < sizeof want / sizeof want[0]; i++) {
+        double v = num(j, want[i].field);
+        ck_assert_msg(v == (double)want[i].want, "kpc stats: %s is %g, not %llu", want[i].field, v,
+                      (unsigned long long)want[i].want);
+        ck_assert_msg(want[i].lib == want[i].want, "kpc_stats_get: %s is %llu, not %llu", want[i].field,
+                      (unsigned long long)want[i].lib, (unsigned long long)want[i].want);
+    }
+    ck_assert_str_eq(str(j, "index"), "ok");
+    cJSON_Delete(j);
+    /* the text form says the same */
+    char *out = NULL;
+    ck_assert_int_eq(kpc(&out, NULL, "stats", "--cache-dir", dir, NULL), 0);
+    ck_assert_msg(strstr(out, "builds         2\n") && strstr(out, "build failures 1\n") &&
+                  strstr(out, "entries        2 / 2\n") && strstr(out, "in 3 files"), "kpc stats said:\n%s", out);
+    free(out);
+    kpc_context_destroy(ctx2);
+    kpc_context_destroy(ctx);
+    kpc_cache_close(c);
+}
+END_TEST
+
+/* Two processes want one slow source (one builds, one waits); then a builder is killed
+ * mid-compile and the next process takes its build over. */
+static int get_slow(int kernels)
+{
+    kpc_config cfg = {.struct_size = sizeof cfg, .cache_dir = dir};
+    kpc_cache *c = NULL;
+    if (kpc_cache_open(&cfg, &c) != KPC_OK)
+        return 10;
+    kpc_context *ctx = NULL;
+    if (kpc_context_create_for_target(c, ts_target(), &ctx) != KPC_OK)
+        return 11;
+    char *code = ts_slow_source(kernels);
+    kpc_source src = ts_src(code, "slow.hip");
+    kpc_program *p = NULL;
+    kpc_status s = kpc_program_get(ctx, &src, &p);
+    kpc_program_release(p);
+    free(code);
+    kpc_context_destroy(ctx);
+    kpc_cache_close(c);
+    return s == KPC_OK ? 0 : 12;
+}
+
+static pid_t spawn_slow(int kernels, unsigned delay_ms)
+{
+    fflush(NULL);
+    pid_t pid = fork();
+    ck_assert_int_ge(pid, 0);
+    if (pid == 0) {
+        struct timespec t = {0, (long)delay_ms * 1000000L};
+        nanosleep(&t, NULL);
+        _exit(get_slow(kernels));
+    }
+    return pid;
+}
+
+static int reap(pid_t pid)
+{
+    int st;
+    while (waitpid(pid, &st, 0) < 0 && errno == EINTR)
+        ;
+    return WIFEXITED(st) ? WEXITSTATUS(st) : 128 + WTERMSIG(st);
+}
+
+START_TEST(stats_json_counts_waits_and_takeovers)
+{
+    /* this process never loads the compiler: every compile runs in a fresh child */
+    pid_t a = spawn_slow(6, 0), b = spawn_slow(6, 100);
+    ck_assert_int_eq(reap(a), 0);
+    ck_assert_int_eq(reap(b), 0);
+    /* the builder of a second source dies once it holds the slot */
+    pid_t victim = spawn_slow(12, 0);
+    char root[4096];
+    kpc_index *ix = NULL;
+    for (int i = 0; i < 500; i++) { /* until its lookup (the claim) is counted */
+        if (ix == NULL && realpath(dir, root))
+            kpc_index_open_existing(root, &ix);
+        kpc_index_counters ic = {0};
+        if (ix)
+            kpc_index_counters_get(ix, &ic);
+        if (ic.lookups == 3)
+            break;
+        usleep(10000);
+    }
+    ck_assert_ptr_nonnull(ix);
+    usleep(200000); /* well into its compile */
+    kill(victim, SIGKILL);
+    ck_assert_int_eq(reap(victim), 128 + SIGKILL);
+    pid_t heir = spawn_slow(12, 0);
+    ck_assert_int_eq(reap(heir), 0);
+    kpc_index_close(ix);
+
+    cJSON *j = stats_json();
+    const struct {
+        const char *field;
+        double want;
+    } want[] = {{"lookups", 4}, {"hits", 1}, {"builds", 2}, {"build_failures", 0}, {"waits", 1},
+                {"takeovers", 1}, {"evictions", 0}, {"entries", 2}, {"capacity", 65536}, {"disk_files", 2}};
+    for (size_t i = 0; i < sizeof want / sizeof want[0]; i++)
+        ck_assert_msg(num(j, want[i].field) == want[i].want, "kpc stats: %s is %g, not %g", want[i].field,
+                      num(j, want[i].field), want[i].want);
+    cJSON_Delete(j);
+}
+END_TEST
+
+/* ---- ls --json, verify --json, prune, clear ---------------------------------------------- */
+static const cJSON *row_of(const cJSON *arr, const kpc_key *key)
+{
+    char hex[KPC_KEY_HEX];
+    kpc_key_hex(key, hex);
+    const cJSON *row;
+    cJSON_ArrayForEach(row, arr)
+        if (strcmp(str(row, "key"), hex) == 0)
+            return row;
+    ck_abort_msg("no row for key %s", hex);
+    return NULL;
+}
+
+/* Three records built here: a.hip, b.hip (code) and bad.hip (a log). */
+static void populate(built b[3])
+{
+    kpc_cache *c = ts_open(dir, 0, 0);
+    kpc_context *ctx = ts_context(c);
+    kpc_source srcs[3] = {ts_src(ts_kernel_source(0), "a.hip"), ts_src(ts_kernel_source(1), "b.hip"),
+                          ts_src(ts_bad_source(), "bad.hip")};
+    for (int i = 0; i < 3; i++)
+        build_here(ctx, &srcs[i], &b[i]);
+    kpc_context_destroy(ctx);
+    kpc_cache_close(c);
+}
+
+static void flip_byte(const char *path, size_t offset)
+{
+    size_t size;
+    unsigned char *f = ts_read_file(path, &size);
+    ck_assert_uint_lt(offset, size);
+    f[offset] ^= 0x40;
+    ts_write_file(path, f, size);
+    free(f);
+}
+
+START_TEST(ls_json_lists_every_record)
+{
+    built b[3];
+    populate(b);
+    const char *names[] = {"a.hip", "b.hip", "bad.hip"}, *kinds[] = {"co", "co", "log"};
+    char *out = NULL;
+    ck_assert_int_eq(kpc(&out, NULL, "ls", "--json", "--cache-dir", dir, NULL), 0);
+    cJSON *j = parse(out);
+    free(out);
+    ck_assert(cJSON_IsArray(j));
+    ck_assert_int_eq(cJSON_GetArraySize(j), 3);
+    for (int i = 0; i < 3; i++) {
+        const cJSON *row = row_of(j, &b[i].key);
+        struct stat sb;
+        ck_assert_int_eq(lstat(b[i].path, &sb), 0);
+        ck_assert_str_eq(str(row, "kind"), kinds[i]);
+        ck_assert_str_eq(str(row, "target"), ts_target());
+        ck_assert_str_eq(str(row, "source"), names[i]);
+        ck_assert(num(row, "size") == (double)sb.st_size);
+        ck_assert(num(row, "last_use") == (double)sb.st_mtim.tv_sec);
+        ck_assert(!boolean(row, "damaged"));
+    }
+    cJSON_Delete(j);
+    /* most recently used first */
+    struct timespec old[2] = {{time(NULL) - 3600, 0}, {time(NULL) - 3600, 0}};
+    ck_assert_int_eq(utimensat(AT_FDCWD, b[1].path, old, 0), 0);
+    ck_assert_int_eq(kpc(&out, NULL, "ls", "--json", "--cache-dir", dir, NULL), 0);
+    j = parse(out);
+    free(out);
+    ck_assert(row_of(j, &b[1].key) == cJSON_GetArrayItem(j, 2));
+    cJSON_Delete(j);
+    /* a damaged header shows as damaged, with no target */
+    flip_byte(b[0].path, 100);
+    ck_assert_int_eq(kpc(&out, NULL, "ls", "--json", "--cache-dir", dir, NULL), 0);
+    j = parse(out);
+    free(out);
+    const cJSON *row = row_of(j, &b[0].key);
+    ck_assert(boolean(row, "damaged"));
+    ck_assert_str_eq(str(row, "target"), "");
+    ck_assert(!boolean(row_of(j, &b[1].key), "damaged"));
+    cJSON_Delete(j);
+}
+END_TEST
+
+START_TEST(verify_json_reports_and_removes_damage)
+{
+    built b[3];
+    populate(b);
+    char *out = NULL;
+    ck_assert_int_eq(kpc(&out, NULL, "verify", "--json", "--cache-dir", dir, NULL), 0);
+    cJSON *j = parse(out);
+    free(out);
+    ck_assert(num(j, "checked") == 3 && num(j, "removed") == 0);
+    ck_assert_int_eq(cJSON_GetArraySize(cJSON_GetObjectItemCaseSensitive(j, "damaged")), 0);
+    cJSON_Delete(j);
+    /* damage in the payload only: ls (headers) cannot see it, verify must */
+    flip_byte(b[1].path, 256 + b[1].code_size / 2);
+    ck_assert_int_eq(kpc(&out, NULL, "verify", "--json", "--cache-dir", dir, NULL), 1);
+    j = parse(out);
+    free(out);
+    ck_assert(num(j, "checked") == 3 && num(j, "removed") == 1);
+    const cJSON *damaged = cJSON_GetObjectItemCaseSensitive(j, "damaged");
+    ck_assert(cJSON_IsArray(damaged) && cJSON_GetArraySize(damaged) == 1);
+    ck_assert_str_eq(str(cJSON_GetArrayItem(damaged, 0), "path"), b[1].path);
+    ck_assert(boolean(cJSON_GetArrayItem(damaged, 0), "removed"));
+    cJSON_Delete(j);
+    ck_assert(is_absent(b[1].path));
+    ck_assert(!is_absent(b[0].path) && !is_absent(b[2].path));
+    /* clean again: exit 0 */
+    ck_assert_int_eq(kpc(&out, NULL, "verify", "--cache-dir", dir, NULL), 0);
+    ck_assert_msg(strstr(out, "checked 2 files, removed 0") != NULL, "verify said:\n%s", out);
+    free(out);
+    /* a directory and a symlink where records should be; the log record truncated */
+    ck_assert_int_eq(mkdir(b[1].path, 0700), 0);
+    ck_assert_int_eq(rename(b[0].path, "/tmp/kpc-test-verify-target"), 0);
+    ck_assert_int_eq(symlink("/tmp/kpc-test-verify-target", b[0].path), 0);
+    ck_assert_int_eq(truncate(b[2].path, 100), 0);
+    ck_assert_int_eq(kpc(&out, NULL, "verify", "--cache-dir", dir, NULL), 1);
+    for (int i = 0; i < 3; i++) {
+        char line[4500];
+        snprintf(line, sizeof line, "removed %s\n", b[i].path);
+        ck_assert_msg(strstr(out, line) != NULL, "verify did not report %s:\n%s", b[i].path, out);
+        ck_assert(is_absent(b[i].path));
+    }
+    free(out);
+    ck_assert(!is_absent("/tmp/kpc-test-verify-target")); /* the link was removed, not followed */
+    unlink("/tmp/kpc-test-verify-target");
+    ck_assert_int_eq(kpc(NULL, NULL, "verify", "--cache-dir", dir, NULL), 0);
+}
+END_TEST
+
+START_TEST(prune_and_clear_json)
+{
+    built b[3];
+    populate(b);
+    /* ages: a oldest, then the log, then b */
+    time_t now = time(NULL);
+    struct timespec t0[2] = {{now - 300, 0}, {now - 300, 0}}, t1[2] = {{now - 200, 0}, {now - 200, 0}};
+    ck_assert_int_eq(utimensat(AT_FDCWD, b[0].path, t0, 0), 0);
+    ck_assert_int_eq(utimensat(AT_FDCWD, b[2].path, t1, 0), 0);
+    uint64_t keep = file_size(b[1].path) + file_size(b[2].path), oldest = file_size(b[0].path);
+    char limit[32];
+    snprintf(limit, sizeof limit, "%llu", (unsigned long long)keep);
+    char *out = NULL;
+    ck_assert_int_eq(kpc(&out, NULL, "prune", "--json", "--max-size", limit, "--cache-dir", dir, NULL), 0);
+    cJSON *j = parse(out);
+    free(out);
+    ck_assert(num(j, "files_before") == 3 && num(j, "files_removed") == 1);
+    ck_assert(num(j, "bytes_before") == (double)(keep + oldest) && num(j, "bytes_removed") == (double)oldest);
+    ck_assert(num(j, "max_bytes") == (double)keep);
+    cJSON_Delete(j);
+    ck_assert(is_absent(b[0].path)); /* the least recently used went first */
+    ck_assert(!is_absent(b[1].path) && !is_absent(b[2].path));
+    /* --max-size 0 empties it; clear then has nothing to remove */
+    ck_assert_int_eq(kpc(&out, NULL, "prune", "--json", "--max-size", "0", "--cache-dir", dir, NULL), 0);
+    j = parse(out);
+    free(out);
+    ck_assert(num(j, "files_removed") == 2);
+    cJSON_Delete(j);
+    populate(b);
+    ck_assert_int_eq(kpc(&out, NULL, "clear", "--json", "--cache-dir", dir, NULL), 0);
+    j = parse(out);
+    free(out);
+    ck_assert(num(j, "removed") == 3);
+    cJSON_Delete(j);
+    for (int i = 0; i < 3; i++)
+        ck_assert(is_absent(b[i].path));
+    ck_assert_int_eq(kpc(&out, NULL, "clear", "--json", "--cache-dir", dir, NULL), 0);
+    j = parse(out);
+    free(out);
+    ck_assert(num(j, "removed") == 0);
+    cJSON_Delete(j);
+}
+END_TEST
+
+int main(void)
+{
+    Suite *s = suite_create("tool");
+    TCase *tc = tcase_create("exit");
+    tcase_add_checked_fixture(tc, setup, teardown);
+    tcase_set_timeout(tc, 120);
+    tcase_add_test(tc, bad_usage_exits_2_and_help_exits_0);
+    tcase_add_test(tc, every_subcommand_succeeds_and_fails_with_the_right_code);
+    suite_add_tcase(s, tc);
+    tc = tcase_create("json");
+    tcase_add_checked_fixture(tc, setup, teardown);
+    tcase_set_timeout(tc, 120);
+    tcase_add_test(tc, stats_json_has_the_right_numbers);
+    tcase_add_test(tc, stats_json_counts_waits_and_takeovers);
+    tcase_add_test(tc, ls_json_lists_every_record);
+    tcase_add_test(tc, verify_json_reports_and_removes_damage);
+    tcase_add_test(tc, prune_and_clear_json);
+    suite_add_tcase(s, tc);
+    return ts_run_suite(s);
+}
