@@ -39,7 +39,7 @@
 #include <unistd.h>
 #include <xxhash.h>
 
-#define IX_MAGIC 0x315844495843504bull /* "KPCIXD1" */
+#define IX_MAGIC 0x315844495843504bull /* "KPCXIDX1" in memory (little-endian) */
 #define IX_VERSION 1u
 #define IX_PROCS 256
 #define WAIT_SLICE_NS (200 * 1000000L)
@@ -47,10 +47,14 @@
 /* A compile failure is the answer for every request that arrives within this long of it
  * (the key fixes the source, options and compiler, so the compile would fail the same
  * way); a request after that tries again, which bounds how long a transient failure of
- * the compiler (out of memory, say) is served. */
-#define FAILED_TTL_NS (30ull * 1000000000ull)
+ * the compiler (out of memory, say) is served. An UNSTORED answer lasts as long: a full
+ * or read-only disk is not mended in a moment either. */
+#define ANSWER_TTL_NS (30ull * 1000000000ull)
 
-enum slot_state { SLOT_EMPTY = 0, SLOT_BUILDING, SLOT_READY, SLOT_FAILED };
+/* UNSTORED: the build succeeded but its object could not be written to disk (full, or
+ * read-only), so no one can read it: whoever asks builds for itself, all at once, instead
+ * of claiming the slot one after another for a store that fails each time. */
+enum slot_state { SLOT_EMPTY = 0, SLOT_BUILDING, SLOT_READY, SLOT_FAILED, SLOT_UNSTORED };
 
 typedef struct ix_slot {
     uint8_t ixs_key[16];
@@ -89,7 +93,7 @@ typedef struct ix_header {
     _Atomic uint32_t ixh_disk_known;
     _Atomic uint64_t ixh_disk_bytes, ixh_disk_files;
     ix_proc ixh_procs[IX_PROCS];
-    ix_slot ixh_slots[];
+    _Alignas(64) ix_slot ixh_slots[]; /* each slot on a cache line of its own */
 } ix_header;
 
 struct kpc_index {
@@ -270,7 +274,7 @@ static bool evict_one(kpc_index *ix)
     uint32_t i = h->ixh_hand & ix->mask;
     for (uint32_t n = 0; n <= ix->mask && seen < EVICT_SAMPLE; n++, i = (i + 1) & ix->mask) {
         ix_slot *s = &h->ixh_slots[i];
-        if (s->ixs_state == SLOT_READY || s->ixs_state == SLOT_FAILED) {
+        if (s->ixs_state != SLOT_EMPTY && s->ixs_state != SLOT_BUILDING) {
             seen++;
             if (s->ixs_last_use < oldest)
                 oldest = s->ixs_last_use, victim = i;
@@ -346,10 +350,20 @@ kpc_status kpc_index_begin(kpc_index *ix, const kpc_key *key, unsigned flags,
             /* the failure is the answer for whoever waited for it or comes soon after; an
              * old one (or one whose log is gone: STALE) is tried again */
             if (was_waiting ||
-                (!(flags & KPC_INDEX_STALE) && kpc__now_ns() - s->ixs_done_ns < FAILED_TTL_NS)) {
+                (!(flags & KPC_INDEX_STALE) && kpc__now_ns() - s->ixs_done_ns < ANSWER_TTL_NS)) {
                 s->ixs_last_use = kpc__now_ns();
                 *verdict = KPC_INDEX_FAILED;
             } else {
+                claim(ix, s);
+                *verdict = KPC_INDEX_BUILD;
+            }
+            ix_unlock(&h->ixh_lock);
+            return KPC_OK;
+        case SLOT_UNSTORED:
+            if (was_waiting || kpc__now_ns() - s->ixs_done_ns < ANSWER_TTL_NS) {
+                s->ixs_last_use = kpc__now_ns();
+                *verdict = KPC_INDEX_SELF;
+            } else { /* the disk may take objects again: one build to find out */
                 claim(ix, s);
                 *verdict = KPC_INDEX_BUILD;
             }
@@ -388,20 +402,31 @@ static ix_slot *own_slot(kpc_index *ix, const kpc_key *key, int64_t *pos)
                : NULL;
 }
 
-void kpc_index_publish(kpc_index *ix, const kpc_key *key, bool ok, uint64_t size)
+/* End this process's build of key in state `state`, waking every waiter. */
+static void finish(kpc_index *ix, const kpc_key *key, enum slot_state state, uint64_t size)
 {
     if (ix_lock(ix, &ix->h->ixh_lock) != KPC_OK)
         return;
     int64_t pos;
     ix_slot *s = own_slot(ix, key, &pos);
     if (s != NULL) { /* NULL: the table was wiped meanwhile; the file speaks for itself */
-        s->ixs_state = ok ? SLOT_READY : SLOT_FAILED;
+        s->ixs_state = state;
         s->ixs_size = size;
         s->ixs_pid = 0;
         s->ixs_last_use = s->ixs_done_ns = kpc__now_ns();
         slot_changed(s);
     }
     ix_unlock(&ix->h->ixh_lock);
+}
+
+void kpc_index_publish(kpc_index *ix, const kpc_key *key, bool ok, uint64_t size)
+{
+    finish(ix, key, ok ? SLOT_READY : SLOT_FAILED, size);
+}
+
+void kpc_index_unstored(kpc_index *ix, const kpc_key *key)
+{
+    finish(ix, key, SLOT_UNSTORED, 0);
 }
 
 void kpc_index_note_compile(kpc_index *ix, bool ok)
@@ -731,7 +756,7 @@ bool kpc_index_check(kpc_index *ix)
         if (s->ixs_state == SLOT_EMPTY)
             continue;
         n++;
-        ok = s->ixs_state <= SLOT_FAILED && find(ix, s->ixs_key, NULL) == (int64_t)i;
+        ok = s->ixs_state <= SLOT_UNSTORED && find(ix, s->ixs_key, NULL) == (int64_t)i;
     }
     ok = ok && n == h->ixh_entries && n <= h->ixh_capacity;
     ix_unlock(&h->ixh_lock);

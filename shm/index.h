@@ -16,6 +16,8 @@ enum kpc_index_verdict {
     KPC_INDEX_READY = 1, /* the object is on disk: read it */
     KPC_INDEX_BUILD,     /* you are the builder: check the disk, else compile; then publish */
     KPC_INDEX_FAILED,    /* the build you waited for failed: its log is on disk */
+    KPC_INDEX_SELF,      /* the object was built but could not be stored: build it yourself,
+                          * without publishing */
 };
 
 enum kpc_index_flags {
@@ -44,7 +46,10 @@ kpc_status kpc_index_begin(kpc_index *ix, const kpc_key *key, unsigned flags,
 void kpc_index_publish(kpc_index *ix, const kpc_key *key, bool ok, uint64_t size);
 /* Count a compile run on this host (the `builds` / `build_failures` counters). */
 void kpc_index_note_compile(kpc_index *ix, bool ok);
-/* The builder gives up without an outcome (it could not store the object): the slot is
+/* The builder built the object but could not store it (a full or read-only disk): the
+ * waiters, and whoever asks in the next 30 s, are told KPC_INDEX_SELF. */
+void kpc_index_unstored(kpc_index *ix, const kpc_key *key);
+/* The builder gives up without an outcome (the compiler could not run, say): the slot is
  * freed and a waiter claims it. */
 void kpc_index_abandon(kpc_index *ix, const kpc_key *key);
 /* Drop a key (its file was removed). */

@@ -19,7 +19,8 @@ static void usage(FILE *f)
 {
     fprintf(f, "usage: kpc-shm-reset [--cache-dir DIR] [--force]\n"
                "Remove the host-wide shared-memory index of a kpc cache directory.\n"
-               "  --cache-dir DIR  the cache directory (default: KPC_CACHE_DIR, then ~/.cache/kpc)\n"
+               "  --cache-dir DIR  the cache directory (default: $KPC_CACHE_DIR, else\n"
+               "                   $XDG_CACHE_HOME/kpc, else ~/.cache/kpc)\n"
                "  --force          remove it even while processes are attached\n"
                "  -h, --help       this text\n"
                "Exit: 0 removed (or none existed), 1 refused or failed, 2 bad usage.\n");

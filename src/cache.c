@@ -65,7 +65,8 @@ kpc_status kpc_stats_get(kpc_cache *cache, kpc_stats *out)
     if (cache == NULL || out == NULL)
         return KPC_E_INVALID;
     memset(out, 0, sizeof *out);
-    out->mem_hits = atomic_load(&cache->mem_hits);
+    for (int i = 0; i < KPC_HIT_SLOTS; i++)
+        out->mem_hits += atomic_load_explicit(&cache->mem_hits[i].n, memory_order_relaxed);
     out->mem_misses = atomic_load(&cache->mem_misses);
     out->disk_hits = atomic_load(&cache->disk_hits);
     out->builds = atomic_load(&cache->builds);

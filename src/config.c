@@ -3,7 +3,7 @@
  *
  * A field the caller set wins; else the environment variable of the contract; else the
  * default. A malformed environment value is an error with the variable's name in the
- * log, never a silent default: a site admin who typed KPC_CACHE_MAX_SIZE=2GB must hear.
+ * log, never a silent default: a site admin who typed KPC_CACHE_MAX_SIZE=2 gigs must hear.
  */
 #define _GNU_SOURCE
 #include "kpc_internal.h"

@@ -1,15 +1,33 @@
 /*
  * context.c - a context and its in-memory program map (level 1).
  *
- * The map follows the in-progress-entry design of SYCL's KernelProgramCache: the map
- * lock is held only for a table operation. The first thread to miss a key inserts a
- * BUILDING entry and builds outside the lock; later threads find the entry and sleep on
- * the map's condition variable until the builder publishes. Success makes the entry
- * READY (and puts it at the head of the LRU list); failure unlinks it at once, hands
- * every waiter the same status and log, and lets the next request try again.
+ * The map follows the in-progress-entry design of SYCL's KernelProgramCache: a lock is
+ * held only for a table operation. The first thread to miss a key inserts a BUILDING
+ * entry and builds outside any lock; later threads find the entry and sleep on the map's
+ * condition variable until the builder publishes. Success makes the entry READY;
+ * failure unlinks it at once, hands every waiter the same status and log, and lets the
+ * next request try again.
+ *
+ * Hits from many threads: the table is split into MAP_SHARDS shards by key, each with its
+ * own reader-writer lock, and a hit takes only its shard's read lock: threads that get
+ * different programs touch different locks, and threads that get the same one share a
+ * read lock, never sleeping on each other (a mutex here made 16 threads on 16 cores slower
+ * together than one alone: tests/bench/bench_hit, docs/benchmarks.md). A hit writes
+ * nothing shared but the program's reference count: its recency is the map's epoch (a
+ * counter bumped by each publication), stored in the entry only when it changed. Past
+ * mem_max_programs the entry with the oldest epoch is dropped (the oldest of the first
+ * EVICT_SAMPLE READY entries from a rotating shard, so a very large map costs a bounded
+ * scan; below that many entries the choice is exact up to entries used since the same
+ * publication).
+ *
+ * Locks: a shard's lock guards its buckets, count and every field of its entries except
+ * state and last_use (atomics, read under the read lock); wait_lock guards nothing but the
+ * sleep on `published`; evict_lock makes evictions one at a time. Order: evict_lock, then
+ * one shard lock at a time; wait_lock is never held with a shard lock.
  *
  * Lifetime: an entry is freed when it is out of the table and no waiter points at it;
- * the entry owns one program reference, dropped when the entry is freed.
+ * the entry owns one program reference, dropped when the entry is freed. Only
+ * publication (FAILED) and eviction (READY) unlink an entry.
  */
 #define _GNU_SOURCE
 #include "kpc_internal.h"
@@ -24,31 +42,57 @@
 
 enum entry_state { ENTRY_BUILDING, ENTRY_READY, ENTRY_FAILED };
 
+#define MAP_SHARDS 64     /* a power of two */
+#define EVICT_SAMPLE 64
+
 struct kpc_map_entry {
     kpc_key key;
-    enum entry_state state;
+    atomic_int state;         /* enum entry_state; written under the write lock */
+    _Atomic uint64_t last_use; /* the map's epoch when last published or got */
     kpc_status status;        /* FAILED: the builder's status */
     char *log;                /* FAILED: the builder's log */
     kpc_program *prog;        /* READY: the map's reference */
     unsigned waiters;         /* threads sleeping on this entry */
     bool linked;              /* in the hash table */
     kpc_map_entry *next;      /* hash chain */
-    kpc_map_entry *lru_prev, *lru_next; /* READY entries, most recent first */
 };
+
+typedef struct map_shard {
+    pthread_rwlock_t lock;    /* guards the fields below and its entries (see above) */
+    kpc_map_entry **buckets;
+    size_t nbuckets, count;
+    char pad[64];             /* keep the next shard's lock off this one's cache line */
+} map_shard;
 
 struct kpc_map {
-    pthread_mutex_t lock;     /* guards everything below and every entry's fields */
-    pthread_cond_t published; /* broadcast whenever a build is published */
-    kpc_map_entry **buckets;
-    size_t nbuckets, count, ready, max_ready;
-    kpc_map_entry *lru_head, *lru_tail;
+    map_shard shards[MAP_SHARDS];
+    size_t max_ready;
+    atomic_size_t ready;       /* READY entries in the table */
+    _Atomic uint64_t epoch;    /* bumped by every publication */
+    pthread_mutex_t evict_lock; /* one evictor at a time; guards evict_hand */
+    unsigned evict_hand;
+    pthread_mutex_t wait_lock; /* the sleep on `published` */
+    pthread_cond_t published;  /* broadcast whenever a build is published */
 };
 
-static size_t bucket_of(const kpc_map *m, const kpc_key *k)
+static map_shard *shard_of(kpc_map *m, const kpc_key *k)
+{
+    return &m->shards[k->bytes[15] & (MAP_SHARDS - 1)];
+}
+
+static size_t bucket_of(const map_shard *sh, const kpc_key *k)
 {
     uint64_t h;
     memcpy(&h, k->bytes, sizeof h); /* the key is already a good hash */
-    return (size_t)(h & (m->nbuckets - 1));
+    return (size_t)(h & (sh->nbuckets - 1));
+}
+
+static kpc_map_entry *find(const map_shard *sh, const kpc_key *key)
+{
+    kpc_map_entry *e = sh->buckets[bucket_of(sh, key)];
+    while (e && memcmp(e->key.bytes, key->bytes, sizeof key->bytes) != 0)
+        e = e->next;
+    return e;
 }
 
 kpc_status kpc_map_new(size_t max_programs, kpc_map **out)
@@ -56,14 +100,22 @@ kpc_status kpc_map_new(size_t max_programs, kpc_map **out)
     kpc_map *m = calloc(1, sizeof *m);
     if (m == NULL)
         return KPC_E_NOMEM;
-    m->nbuckets = 64;
-    m->buckets = calloc(m->nbuckets, sizeof *m->buckets);
-    if (m->buckets == NULL) {
-        free(m);
-        return KPC_E_NOMEM;
+    for (int i = 0; i < MAP_SHARDS; i++) {
+        map_shard *sh = &m->shards[i];
+        sh->nbuckets = 4;
+        sh->buckets = calloc(sh->nbuckets, sizeof *sh->buckets);
+        if (sh->buckets == NULL) {
+            while (i-- > 0)
+                free(m->shards[i].buckets);
+            free(m);
+            return KPC_E_NOMEM;
+        }
     }
+    for (int i = 0; i < MAP_SHARDS; i++)
+        pthread_rwlock_init(&m->shards[i].lock, NULL);
     m->max_ready = max_programs;
-    pthread_mutex_init(&m->lock, NULL);
+    pthread_mutex_init(&m->evict_lock, NULL);
+    pthread_mutex_init(&m->wait_lock, NULL);
     pthread_cond_init(&m->published, NULL);
     *out = m;
     return KPC_OK;
@@ -76,99 +128,102 @@ static void entry_free(kpc_map_entry *e)
     free(e);
 }
 
-static void lru_unlink(kpc_map *m, kpc_map_entry *e)
+/* Write lock held. */
+static void table_unlink(map_shard *sh, kpc_map_entry *e)
 {
-    if (e->lru_prev)
-        e->lru_prev->lru_next = e->lru_next;
-    else
-        m->lru_head = e->lru_next;
-    if (e->lru_next)
-        e->lru_next->lru_prev = e->lru_prev;
-    else
-        m->lru_tail = e->lru_prev;
-    e->lru_prev = e->lru_next = NULL;
-}
-
-static void lru_push_front(kpc_map *m, kpc_map_entry *e)
-{
-    e->lru_prev = NULL;
-    e->lru_next = m->lru_head;
-    if (m->lru_head)
-        m->lru_head->lru_prev = e;
-    m->lru_head = e;
-    if (m->lru_tail == NULL)
-        m->lru_tail = e;
-}
-
-static void table_unlink(kpc_map *m, kpc_map_entry *e)
-{
-    kpc_map_entry **pp = &m->buckets[bucket_of(m, &e->key)];
+    kpc_map_entry **pp = &sh->buckets[bucket_of(sh, &e->key)];
     while (*pp != e)
         pp = &(*pp)->next;
     *pp = e->next;
     e->next = NULL;
     e->linked = false;
-    m->count--;
+    sh->count--;
 }
 
-static void table_grow(kpc_map *m)
+/* Write lock held. */
+static void table_grow(map_shard *sh)
 {
-    size_t n = m->nbuckets * 2;
+    size_t n = sh->nbuckets * 2;
     kpc_map_entry **b = calloc(n, sizeof *b);
     if (b == NULL)
         return; /* longer chains, still correct */
-    kpc_map_entry **old = m->buckets;
-    size_t old_n = m->nbuckets;
-    m->buckets = b;
-    m->nbuckets = n;
+    kpc_map_entry **old = sh->buckets;
+    size_t old_n = sh->nbuckets;
+    sh->buckets = b;
+    sh->nbuckets = n;
     for (size_t i = 0; i < old_n; i++)
         for (kpc_map_entry *e = old[i], *next; e; e = next) {
             next = e->next;
-            size_t j = bucket_of(m, &e->key);
+            size_t j = bucket_of(sh, &e->key);
             e->next = b[j];
             b[j] = e;
         }
     free(old);
 }
 
+/* A READY entry found under either lock: the caller's reference. */
+static kpc_program *take(kpc_map *m, kpc_map_entry *e)
+{
+    uint64_t now = atomic_load_explicit(&m->epoch, memory_order_relaxed);
+    if (atomic_load_explicit(&e->last_use, memory_order_relaxed) != now)
+        atomic_store_explicit(&e->last_use, now, memory_order_relaxed);
+    kpc_program_retain(e->prog);
+    return e->prog;
+}
+
 kpc_status kpc_map_acquire(kpc_map *m, const kpc_key *key, kpc_program **prog, kpc_map_entry **entry,
                            bool *waited)
 {
     *waited = false;
-    pthread_mutex_lock(&m->lock);
-    kpc_map_entry *e = m->buckets[bucket_of(m, key)];
-    while (e && memcmp(e->key.bytes, key->bytes, sizeof key->bytes) != 0)
-        e = e->next;
+    map_shard *sh = shard_of(m, key);
+    /* the hit: the read lock only */
+    pthread_rwlock_rdlock(&sh->lock);
+    kpc_map_entry *e = find(sh, key);
+    if (e && atomic_load_explicit(&e->state, memory_order_acquire) == ENTRY_READY) {
+        *prog = take(m, e);
+        pthread_rwlock_unlock(&sh->lock);
+        return KPC_OK;
+    }
+    pthread_rwlock_unlock(&sh->lock);
+
+    pthread_rwlock_wrlock(&sh->lock);
+    e = find(sh, key);
     if (e == NULL) {
         e = calloc(1, sizeof *e);
         if (e == NULL) {
-            pthread_mutex_unlock(&m->lock);
+            pthread_rwlock_unlock(&sh->lock);
             return KPC_E_NOMEM;
         }
         e->key = *key;
-        e->state = ENTRY_BUILDING;
-        size_t b = bucket_of(m, key);
-        e->next = m->buckets[b];
-        m->buckets[b] = e;
+        atomic_init(&e->state, ENTRY_BUILDING);
+        size_t b = bucket_of(sh, key);
+        e->next = sh->buckets[b];
+        sh->buckets[b] = e;
         e->linked = true;
-        if (++m->count > m->nbuckets)
-            table_grow(m);
-        pthread_mutex_unlock(&m->lock);
+        if (++sh->count > sh->nbuckets)
+            table_grow(sh);
+        pthread_rwlock_unlock(&sh->lock);
         *entry = e;
         return KPC_E_NOT_FOUND; /* the caller builds */
     }
-    if (e->state == ENTRY_BUILDING) {
-        *waited = true;
-        e->waiters++;
-        while (e->state == ENTRY_BUILDING)
-            pthread_cond_wait(&m->published, &m->lock);
-        e->waiters--;
-    } else if (e->lru_prev != NULL) { /* a hit: move to the front (already there: no-op) */
-        lru_unlink(m, e);
-        lru_push_front(m, e);
+    if (atomic_load(&e->state) == ENTRY_READY) { /* published since the read lock */
+        *prog = take(m, e);
+        pthread_rwlock_unlock(&sh->lock);
+        return KPC_OK;
     }
+    /* BUILDING (a FAILED entry is never in the table): wait for the builder */
+    *waited = true;
+    e->waiters++;
+    pthread_rwlock_unlock(&sh->lock);
+    pthread_mutex_lock(&m->wait_lock);
+    while (atomic_load(&e->state) == ENTRY_BUILDING)
+        pthread_cond_wait(&m->published, &m->wait_lock);
+    pthread_mutex_unlock(&m->wait_lock);
+
+    pthread_rwlock_wrlock(&sh->lock);
+    e->waiters--;
     kpc_status st;
-    if (e->state == ENTRY_READY) {
+    if (atomic_load(&e->state) == ENTRY_READY) {
         kpc_program_retain(e->prog);
         *prog = e->prog;
         st = KPC_OK;
@@ -177,65 +232,103 @@ kpc_status kpc_map_acquire(kpc_map *m, const kpc_key *key, kpc_program **prog, k
         kpc__last_log_set(e->log);
     }
     bool free_it = !e->linked && e->waiters == 0;
-    pthread_mutex_unlock(&m->lock);
+    pthread_rwlock_unlock(&sh->lock);
     if (free_it)
         entry_free(e);
     return st;
 }
 
+/* Drop the least recently used READY entries while there are more than max_ready. */
+static void evict(kpc_map *m)
+{
+    pthread_mutex_lock(&m->evict_lock);
+    while (atomic_load(&m->ready) > m->max_ready) {
+        kpc_map_entry *victim = NULL;
+        map_shard *vsh = NULL;
+        uint64_t oldest = UINT64_MAX;
+        unsigned seen = 0, start = m->evict_hand;
+        for (unsigned n = 0; n < MAP_SHARDS && seen < EVICT_SAMPLE; n++) {
+            map_shard *sh = &m->shards[(start + n) & (MAP_SHARDS - 1)];
+            pthread_rwlock_rdlock(&sh->lock);
+            for (size_t b = 0; b < sh->nbuckets; b++)
+                for (kpc_map_entry *e = sh->buckets[b]; e; e = e->next) {
+                    if (atomic_load(&e->state) != ENTRY_READY)
+                        continue;
+                    seen++;
+                    uint64_t t = atomic_load_explicit(&e->last_use, memory_order_relaxed);
+                    if (t < oldest)
+                        oldest = t, victim = e, vsh = sh;
+                }
+            pthread_rwlock_unlock(&sh->lock);
+            m->evict_hand = (start + n + 1) & (MAP_SHARDS - 1);
+        }
+        if (victim == NULL)
+            break;
+        /* still linked and READY: only an eviction unlinks a READY entry, and this is
+         * the only evictor */
+        pthread_rwlock_wrlock(&vsh->lock);
+        table_unlink(vsh, victim);
+        bool free_it = victim->waiters == 0;
+        pthread_rwlock_unlock(&vsh->lock);
+        atomic_fetch_sub(&m->ready, 1);
+        /* a program still referenced by a caller stays alive: this drops the map's */
+        if (free_it)
+            entry_free(victim);
+    }
+    pthread_mutex_unlock(&m->evict_lock);
+}
+
 void kpc_map_publish(kpc_map *m, kpc_map_entry *e, kpc_status st, kpc_program *prog, const char *log)
 {
     char *log_copy = st == KPC_OK ? NULL : kpc__strdup(log ? log : "");
-    kpc_map_entry *evicted = NULL;
-    pthread_mutex_lock(&m->lock);
+    map_shard *sh = shard_of(m, &e->key);
+    uint64_t epoch = atomic_fetch_add(&m->epoch, 1) + 1;
+    pthread_rwlock_wrlock(&sh->lock);
     if (st == KPC_OK) {
-        e->state = ENTRY_READY;
         e->prog = prog;
-        lru_push_front(m, e);
-        if (++m->ready > m->max_ready) {
-            /* drop the least recently used program; callers' references keep it alive */
-            kpc_map_entry *victim = m->lru_tail;
-            lru_unlink(m, victim);
-            table_unlink(m, victim);
-            m->ready--;
-            if (victim->waiters == 0)
-                evicted = victim;
-        }
+        atomic_store_explicit(&e->last_use, epoch, memory_order_relaxed);
+        atomic_store_explicit(&e->state, ENTRY_READY, memory_order_release);
     } else {
-        e->state = ENTRY_FAILED;
         e->status = st;
         e->log = log_copy;
-        table_unlink(m, e); /* the next request tries again */
+        atomic_store_explicit(&e->state, ENTRY_FAILED, memory_order_release);
+        table_unlink(sh, e); /* the next request tries again */
     }
     bool free_it = !e->linked && e->waiters == 0;
+    pthread_rwlock_unlock(&sh->lock);
+    /* waiters test the state under wait_lock: taking it here orders the wake-up after
+     * any test that saw BUILDING */
+    pthread_mutex_lock(&m->wait_lock);
     pthread_cond_broadcast(&m->published);
-    pthread_mutex_unlock(&m->lock);
-    if (evicted)
-        entry_free(evicted);
+    pthread_mutex_unlock(&m->wait_lock);
     if (free_it)
         entry_free(e);
+    if (st == KPC_OK && atomic_fetch_add(&m->ready, 1) + 1 > m->max_ready)
+        evict(m);
 }
 
 size_t kpc_map_count(kpc_map *m)
 {
-    pthread_mutex_lock(&m->lock);
-    size_t n = m->ready;
-    pthread_mutex_unlock(&m->lock);
-    return n;
+    return atomic_load(&m->ready);
 }
 
 void kpc_map_free(kpc_map *m)
 {
     if (m == NULL)
         return;
-    for (size_t i = 0; i < m->nbuckets; i++)
-        for (kpc_map_entry *e = m->buckets[i], *next; e; e = next) {
-            next = e->next;
-            entry_free(e);
-        }
-    free(m->buckets);
+    for (int i = 0; i < MAP_SHARDS; i++) {
+        map_shard *sh = &m->shards[i];
+        for (size_t b = 0; b < sh->nbuckets; b++)
+            for (kpc_map_entry *e = sh->buckets[b], *next; e; e = next) {
+                next = e->next;
+                entry_free(e);
+            }
+        free(sh->buckets);
+        pthread_rwlock_destroy(&sh->lock);
+    }
     pthread_cond_destroy(&m->published);
-    pthread_mutex_destroy(&m->lock);
+    pthread_mutex_destroy(&m->wait_lock);
+    pthread_mutex_destroy(&m->evict_lock);
     free(m);
 }
 
@@ -285,6 +378,8 @@ static kpc_status context_new(kpc_cache *cache, const char *target, int device, 
         close(lock); /* releases the flock */
     if (s == KPC_OK)
         s = kpc_map_new(cache->settings.mem_max_programs, &ctx->map);
+    if (s == KPC_OK)
+        kpc_key_prefix_init(&ctx->key_prefix, ctx->compiler_id, pf->name, ctx->target);
     if (s != KPC_OK) {
         free(ctx);
         return s;
@@ -381,6 +476,16 @@ static kpc_status check_source(const kpc_source *src)
     return KPC_OK;
 }
 
+/* This thread's counter among the cache's memory-hit counters (see struct kpc_cache). */
+static unsigned hit_slot(void)
+{
+    static atomic_uint next;
+    static _Thread_local unsigned slot; /* 1 + the slot; 0: not chosen yet */
+    if (slot == 0)
+        slot = atomic_fetch_add_explicit(&next, 1, memory_order_relaxed) % KPC_HIT_SLOTS + 1;
+    return slot - 1;
+}
+
 kpc_status kpc_program_get(kpc_context *ctx, const kpc_source *src, kpc_program **out)
 {
     if (out)
@@ -394,7 +499,10 @@ kpc_status kpc_program_get(kpc_context *ctx, const kpc_source *src, kpc_program 
         return s;
     kpc_cache *cache = ctx->cache;
     kpc_key key;
-    kpc_key_compute(ctx->compiler_id, cache->platform->name, ctx->target, src, &key);
+    if (ctx->key_prefix.len != SIZE_MAX)
+        kpc_key_compute_prefixed(&ctx->key_prefix, src, &key);
+    else
+        kpc_key_compute(ctx->compiler_id, cache->platform->name, ctx->target, src, &key);
 
     kpc_map_entry *entry;
     bool waited;
@@ -403,7 +511,7 @@ kpc_status kpc_program_get(kpc_context *ctx, const kpc_source *src, kpc_program 
         if (waited)
             atomic_fetch_add_explicit(&cache->waits, 1, memory_order_relaxed);
         else if (s == KPC_OK)
-            atomic_fetch_add_explicit(&cache->mem_hits, 1, memory_order_relaxed);
+            atomic_fetch_add_explicit(&cache->mem_hits[hit_slot()].n, 1, memory_order_relaxed);
         return s;
     }
     atomic_fetch_add_explicit(&cache->mem_misses, 1, memory_order_relaxed);

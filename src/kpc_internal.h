@@ -55,6 +55,10 @@ bool kpc__proc_alive(pid_t pid, uint64_t start_time);
 /* Read a whole file with pread into a malloc'd buffer (never mmap: a truncated file
  * would SIGBUS). KPC_E_NOT_FOUND, KPC_E_IO, KPC_E_NOMEM. max bounds the size. */
 kpc_status kpc__read_fd(int fd, size_t max, void **buf, size_t *size);
+/* The same, handing back the fstat it made (*st is set whenever that succeeded), so a
+ * caller needs no second one: a system call is microseconds on a paravirtualized guest. */
+struct stat;
+kpc_status kpc__read_fd_stat(int fd, size_t max, void **buf, size_t *size, struct stat *st);
 /* write() all of it, retrying EINTR and short writes; -1 with errno set on failure. */
 int kpc__write_all(int fd, const void *buf, size_t size);
 /* mkdir -p with mode; 0 or -1 with errno. */
@@ -84,6 +88,17 @@ bool kpc_key_parse(const char *hex, kpc_key *out);
 /* The key of a source for a compiler identity and a normalized target. */
 kpc_status kpc_key_compute(const uint8_t compiler_id[16], const char *platform, const char *target,
                            const kpc_source *src, kpc_key *out);
+/* The same in two steps: what every source of a context shares, serialized once (the
+ * strings are not copied: they must outlive the prefix), then a source's key. */
+typedef struct kpc_key_prefix {
+    uint8_t bytes[192];
+    size_t len; /* SIZE_MAX: the names were too long for bytes */
+    uint8_t compiler_id[16];
+    const char *platform, *target;
+} kpc_key_prefix;
+void kpc_key_prefix_init(kpc_key_prefix *pre, const uint8_t compiler_id[16], const char *platform,
+                         const char *target);
+kpc_status kpc_key_compute_prefixed(const kpc_key_prefix *pre, const kpc_source *src, kpc_key *out);
 
 /* ---- platform_*.c: the compiler and the device runtime behind one seam ------------ */
 typedef struct kpc_build {
@@ -236,14 +251,24 @@ kpc_status kpc_store_clear(kpc_store *st, uint64_t *files_removed);
 /* ---- cache.c / context.c ---------------------------------------------------------- */
 typedef struct kpc_index kpc_index; /* shm/index.h */
 
+/* Memory hits are counted on every hit, from every thread: one counter per thread slot,
+ * each on a cache line of its own, summed by kpc_stats_get (a single counter was a line
+ * that every hitting thread fought over). */
+#define KPC_HIT_SLOTS 64
+typedef struct kpc_hit_counter {
+    _Atomic uint64_t n;
+    char pad[56];
+} kpc_hit_counter;
+
 struct kpc_cache {
     kpc_settings settings;
     const kpc_platform *platform;
     kpc_store *store;  /* NULL: disk level off */
     kpc_index *index;  /* NULL: host index off */
     /* process counters */
-    _Atomic uint64_t mem_hits, mem_misses, disk_hits, builds, build_failures, waits;
+    _Atomic uint64_t mem_misses, disk_hits, builds, build_failures, waits;
     atomic_int contexts;
+    kpc_hit_counter mem_hits[KPC_HIT_SLOTS];
 };
 
 typedef struct kpc_map kpc_map;
@@ -253,6 +278,7 @@ struct kpc_context {
     uint8_t compiler_id[16];
     int device; /* -1: compile-only */
     kpc_map *map;
+    kpc_key_prefix key_prefix; /* of compiler_id, the platform's name and target */
 };
 
 /* The per-context map (context.c). acquire: KPC_OK with *prog (a hit, or a wait that

@@ -3,9 +3,12 @@
  *
  *   host index  READY            -> read the file
  *               BUILD (claimed)  -> a valid file on disk? publish READY; else compile,
- *                                   write the file, publish READY (or FAILED + log file)
+ *                                   write the file, publish READY (or FAILED + log file;
+ *                                   UNSTORED when the write failed)
  *               FAILED           -> the builder's log, from its log file (its log gone:
  *                                   claim the slot and compile again)
+ *               SELF             -> built elsewhere but not storable (disk full or
+ *                                   read-only): compile for ourselves, in parallel
  *   no index    -> the same without the coordination: read the file, else compile
  *   device      -> load the module; an image the runtime refuses is removed from disk
  *                  and the index and built once more (the stale-cache bulwark)
@@ -93,7 +96,7 @@ static kpc_status build(kpc_context *ctx, const kpc_key *key, const kpc_source *
         if (ix && stored)
             kpc_index_publish(ix, key, false, 0);
         else if (ix)
-            kpc_index_abandon(ix, key);
+            kpc_index_unstored(ix, key); /* the waiters compile it (and fail) themselves */
         *log = b.log;
         b.log = NULL;
         kpc_build_free(&b);
@@ -120,7 +123,7 @@ static kpc_status build(kpc_context *ctx, const kpc_key *key, const kpc_source *
     if (ix && stored)
         kpc_index_publish(ix, key, true, b.code_size);
     else if (ix)
-        kpc_index_abandon(ix, key); /* a waiter will try to build and store it itself */
+        kpc_index_unstored(ix, key); /* no one can read it: the waiters build for themselves */
     free(b.log);
     b.log = NULL;
     return kpc_prog_new(key, &b, out) == KPC_OK ? KPC_OK : (kpc_build_free(&b), KPC_E_NOMEM);
@@ -178,8 +181,8 @@ static kpc_status obtain(kpc_context *ctx, const kpc_key *key, const kpc_source 
                 continue;
             }
         }
-        if (verdict == KPC_INDEX_READY)
-            claimed = false; /* no disk to read from: build for ourselves */
+        /* claimed only for BUILD: READY with no disk to read from, or SELF, builds for
+         * ourselves */
         return build(ctx, key, src, claimed, out, log);
     }
     KPC_LOG(KPC_LOG_WARN, "the host index kept answering READY (or FAILED) for a file that is not "

@@ -245,13 +245,14 @@ static bool remove_if_same(const char *path, int fd)
     return true;
 }
 
-/* Read and fully check the record at an open fd. NULL when good, else why not. */
+/* Read and fully check the record at an open fd. NULL when good, else why not. *sb
+ * gets the file's fstat when the read got that far. */
 static const char *read_record(int fd, const kpc_key *key, const char *target, uint32_t kind,
-                               kpc_record *out, kpc_status *status)
+                               kpc_record *out, kpc_status *status, struct stat *sb)
 {
     void *buf;
     size_t size;
-    *status = kpc__read_fd(fd, MAX_RECORD + HEADER_SIZE, &buf, &size);
+    *status = kpc__read_fd_stat(fd, MAX_RECORD + HEADER_SIZE, &buf, &size, sb);
     if (*status == KPC_E_CORRUPT)
         return "not a regular file, or too large";
     if (*status != KPC_OK)
@@ -312,22 +313,22 @@ kpc_status kpc_store_read(kpc_store *st, const kpc_key *key, const char *target,
         return KPC_E_IO;
     }
     kpc_status s;
-    const char *why = read_record(fd, key, target, kind, out, &s);
+    struct stat sb;
+    sb.st_mode = 0;
+    const char *why = read_record(fd, key, target, kind, out, &s, &sb);
     if (why != NULL) {
         if (s == KPC_E_CORRUPT) {
             KPC_LOG(KPC_LOG_WARN, "damaged cache file %s (%s): removed, it will be rebuilt", path, why);
-            struct stat sb;
-            if (fstat(fd, &sb) == 0 && remove_if_same(path, fd) && S_ISREG(sb.st_mode))
-                usage_add(st, -(int64_t)sb.st_size, -1);
+            struct stat cur;
+            if (fstat(fd, &cur) == 0 && remove_if_same(path, fd) && S_ISREG(cur.st_mode))
+                usage_add(st, -(int64_t)cur.st_size, -1);
         } else
             KPC_LOG(KPC_LOG_WARN, "%s: %s", path, why);
         close(fd);
         return s;
     }
-    struct stat sb;
-    uint64_t now = kpc__wall_ns();
-    if (fstat(fd, &sb) == 0 &&
-        (uint64_t)sb.st_mtim.tv_sec * 1000000000ull + (uint64_t)sb.st_mtim.tv_nsec + TOUCH_INTERVAL_NS < now &&
+    uint64_t now = kpc__wall_ns(); /* sb: the read's own fstat */
+    if ((uint64_t)sb.st_mtim.tv_sec * 1000000000ull + (uint64_t)sb.st_mtim.tv_nsec + TOUCH_INTERVAL_NS < now &&
         futimens(fd, NULL) != 0)
         KPC_LOG(KPC_LOG_DEBUG, "futimens(%s): %s", path, strerror(errno));
     close(fd);
@@ -491,7 +492,8 @@ static kpc_status walk(kpc_store *st, enum walk_mode mode, kpc_store_walk_fn fn,
                         hex[32] = '\0';
                         kpc_key_parse(hex, &key);
                         kpc_status s;
-                        if (read_record(fd, &key, t->d_name, kind, &rec, &s) != NULL)
+                        struct stat rsb;
+                        if (read_record(fd, &key, t->d_name, kind, &rec, &s, &rsb) != NULL)
                             ent.status = s == KPC_E_NOMEM ? KPC_E_NOMEM : KPC_E_CORRUPT;
                         kpc_record_free(&rec);
                         close(fd);

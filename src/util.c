@@ -86,8 +86,15 @@ bool kpc__proc_alive(pid_t pid, uint64_t start_time)
 kpc_status kpc__read_fd(int fd, size_t max, void **buf, size_t *size)
 {
     struct stat st;
+    return kpc__read_fd_stat(fd, max, buf, size, &st);
+}
+
+kpc_status kpc__read_fd_stat(int fd, size_t max, void **buf, size_t *size, struct stat *stp)
+{
+    struct stat st;
     if (fstat(fd, &st) != 0)
         return KPC_E_IO;
+    *stp = st;
     if (!S_ISREG(st.st_mode))
         return KPC_E_CORRUPT;
     if ((uint64_t)st.st_size > max)

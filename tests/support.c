@@ -119,6 +119,13 @@ const char *ts_kernel_source(int i)
     return bufs[i];
 }
 
+/* NVRTC stops template instantiation at depth 200 (an error, not a slow compile) */
+#ifdef KPC_PLATFORM_NVIDIA
+#define SLOW_DEPTH 190
+#else
+#define SLOW_DEPTH 400
+#endif
+
 char *ts_slow_source(int kernels)
 {
     size_t cap = 512 + (size_t)kernels * 160;
@@ -129,7 +136,8 @@ char *ts_slow_source(int kernels)
         "template<> struct F<0> { __device__ static float f(float x) { return x; } };\n");
     for (int i = 0; i < kernels; i++)
         n += (size_t)snprintf(s + n, cap - n,
-            "extern \"C\" __global__ void slow%d(float *a) { a[threadIdx.x] = F<400>::f(a[threadIdx.x] + %d); }\n", i, i);
+            "extern \"C\" __global__ void slow%d(float *a) { a[threadIdx.x] = F<%d>::f(a[threadIdx.x] + %d); }\n",
+            i, SLOW_DEPTH, i);
     return s;
 }
 

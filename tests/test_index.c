@@ -646,7 +646,7 @@ START_TEST(lock_holder_killed_table_recovered)
 END_TEST
 
 /* ---- segment ---------------------------------------------------------------------------- */
-/* Header offsets, as docs/host-index.md lays them out. */
+/* Header offsets, as docs/design.md ("The host index segment") lays them out. */
 enum { OFF_MAGIC = 0, OFF_FORMAT = 8, OFF_SIZE = 16, OFF_CAPACITY = 24, OFF_OWNER = 32 };
 
 static const struct damage {
@@ -1129,6 +1129,40 @@ START_TEST(publication_wakes_every_waiter)
 }
 END_TEST
 
+/* A build that could not be stored (full or read-only disk) tells its waiters, and the
+ * requests that follow, to build for themselves (SELF) rather than claim the slot in turn. */
+START_TEST(unstored_build_sends_everyone_to_build_alone)
+{
+    enum { W = 3 };
+    kpc_index *ix = index_open(64);
+    kpc_key k = key_of(6);
+    enum kpc_index_verdict v;
+    bool waited;
+    ck_assert_int_eq(kpc_index_begin(ix, &k, 0, &v, &waited), KPC_OK);
+    ck_assert_int_eq(v, KPC_INDEX_BUILD);
+    begin_arg a = {k, 0, LONG_SLICE_NS};
+    pid_t p[W];
+    for (int i = 0; i < W; i++)
+        p[i] = spawn(begin_child, i, &a);
+    wait_for_waits(ix, W);
+    sleep_ms(20); /* let the last one reach futex_wait */
+    kpc_index_unstored(ix, &k);
+    for (int i = 0; i < W; i++) {
+        assert_exited_0(reap(p[i]), "a waiter");
+        ck_assert(sh->waited[i]);
+        ck_assert_int_eq(sh->verdict[i], KPC_INDEX_SELF);
+    }
+    a.slice_ns = 0;
+    ck_assert_int_eq(ts_run_children(1, begin_child, &a), 1);
+    ck_assert_int_eq(sh->verdict[0], KPC_INDEX_SELF);
+    ck_assert(!sh->waited[0]);
+    ck_assert_int_eq(kpc_index_begin(ix, &k, KPC_INDEX_STALE, &v, &waited), KPC_OK);
+    ck_assert_int_eq(v, KPC_INDEX_SELF);
+    ck_assert(kpc_index_check(ix));
+    kpc_index_close(ix);
+}
+END_TEST
+
 /* A failure is the answer for later requests too; STALE (its log is gone) retries. */
 START_TEST(failure_answers_later_requests)
 {
@@ -1388,6 +1422,7 @@ static Suite *process_suite(void)
     tcase_add_test(tc, publication_wakes_every_waiter);
     tcase_add_test(tc, stale_request_after_wait_takes_the_new_object);
     tcase_add_test(tc, failure_answers_later_requests);
+    tcase_add_test(tc, unstored_build_sends_everyone_to_build_alone);
     tcase_add_test(tc, dead_builder_taken_over);
     return s;
 }

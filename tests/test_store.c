@@ -585,6 +585,57 @@ START_TEST(enospc_through_the_fault_seam)
 }
 END_TEST
 
+/* Processes that all need an object no one can store (every rename fails: a full disk)
+ * each get it, built for themselves: one build per process, identical bytes, no file. */
+typedef struct unstored_share {
+    uint64_t hash[4];
+    uint64_t self_builds[4];
+} unstored_share;
+
+static int unstored_child(int i, void *arg)
+{
+    unstored_share *sh = arg;
+    kpc_cache *c = ts_open(dir, 0, 0);
+    kpc_context *ctx = ts_context(c);
+    kpc__sys_fault_set(KPC_SYS_RENAME, ENOSPC, 0, 1000);
+    kpc_source src = real_src(21);
+    size_t size;
+    void *code = ts_get_code(ctx, &src, &size);
+    sh->hash[i] = XXH3_64bits(code, size);
+    sh->self_builds[i] = stats_of(c).builds;
+    free(code);
+    kpc_context_destroy(ctx);
+    kpc_cache_close(c);
+    return 0;
+}
+
+START_TEST(unstorable_object_is_built_by_each_process)
+{
+    enum { P = 4 };
+    unstored_share *sh = mmap(NULL, sizeof *sh, PROT_READ | PROT_WRITE, MAP_SHARED | MAP_ANONYMOUS, -1, 0);
+    ck_assert_ptr_ne(sh, MAP_FAILED);
+    memset(sh, 0, sizeof *sh);
+    ck_assert_int_eq(ts_run_children(P, unstored_child, sh), P);
+    kpc_cache *c = ts_open(dir, 0, 0);
+    kpc_context *ctx = ts_context(c);
+    kpc_source src = real_src(21);
+    kpc_key key;
+    ts_key(ctx, &src, &key);
+    char path[4400];
+    ts_record_path(dir, ts_target(), &key, "co", path, sizeof path);
+    ck_assert_msg(access(path, F_OK) != 0, "%s was stored while every rename failed", path);
+    kpc_stats st = stats_of(c);
+    ck_assert_uint_eq(st.host_builds, P); /* each built it once, none twice */
+    for (int i = 0; i < P; i++) {
+        ck_assert_uint_eq(sh->self_builds[i], 1);
+        ck_assert_uint_eq(sh->hash[i], sh->hash[0]);
+    }
+    kpc_context_destroy(ctx);
+    kpc_cache_close(c);
+    munmap(sh, sizeof *sh);
+}
+END_TEST
+
 /* A private mount namespace, so that the test's mounts vanish with its process. false
  * (with the reason printed) where mounting is not permitted. */
 static bool private_mounts(const char *what)
@@ -1345,7 +1396,8 @@ int main(void)
                          every_damage_kind_is_rebuilt}},
         {"faults", 120, {enospc_through_the_fault_seam, enospc_on_a_full_tmpfs, read_only_mount_serves_hits,
                          read_only_through_the_fault_seam, directory_of_another_user_is_refused,
-                         symlink_to_another_users_directory_is_refused, missing_parents_are_created_0700}},
+                         symlink_to_another_users_directory_is_refused, missing_parents_are_created_0700,
+                         unstorable_object_is_built_by_each_process}},
         {"limit", 120, {size_limit_holds_and_recent_objects_survive, pruning_while_reading_never_tears}},
         {"off", 120, {kpc_disable_turns_disk_and_shm_off, no_disk_flag_turns_disk_off,
                       prune_stale_removes_other_compilers_records}},

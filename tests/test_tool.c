@@ -162,6 +162,12 @@ START_TEST(bad_usage_exits_2_and_help_exits_0)
     ck_assert_int_eq(kpc_env("KPC_CACHE_MAX_SIZE=lots", NULL, &err, "ls", "--cache-dir", dir), 2);
     ck_assert_ptr_nonnull(strstr(err, "KPC_CACHE_MAX_SIZE"));
     free(err);
+    const char *compile_argv[] = {tool, "compile", "--cache-dir", dir, "--target", ts_target(), "x.hip", NULL};
+    const char *bad_env[] = {"KPC_LOG=loud", NULL};
+    err = NULL;
+    ck_assert_int_eq(ts_exec(compile_argv, bad_env, NULL, &err), 2);
+    ck_assert_ptr_nonnull(strstr(err, "KPC_LOG"));
+    free(err);
     ck_assert(is_absent(dir)); /* nothing above created the cache dir */
 }
 END_TEST
@@ -556,6 +562,14 @@ END_TEST
 
 START_TEST(prune_and_clear_json)
 {
+    /* an absent cache dir is an empty cache, in JSON too (and is not created) */
+    char *out = NULL;
+    ck_assert_int_eq(kpc(&out, NULL, "prune", "--json", "--cache-dir", dir, NULL), 0);
+    cJSON *j = parse(out);
+    free(out);
+    ck_assert(num(j, "files_before") == 0 && num(j, "files_removed") == 0);
+    cJSON_Delete(j);
+    ck_assert(is_absent(dir));
     built b[3];
     populate(b);
     /* ages: a oldest, then the log, then b */
@@ -566,9 +580,8 @@ START_TEST(prune_and_clear_json)
     uint64_t keep = file_size(b[1].path) + file_size(b[2].path), oldest = file_size(b[0].path);
     char limit[32];
     snprintf(limit, sizeof limit, "%llu", (unsigned long long)keep);
-    char *out = NULL;
     ck_assert_int_eq(kpc(&out, NULL, "prune", "--json", "--max-size", limit, "--cache-dir", dir, NULL), 0);
-    cJSON *j = parse(out);
+    j = parse(out);
     free(out);
     ck_assert(num(j, "files_before") == 3 && num(j, "files_removed") == 1);
     ck_assert(num(j, "bytes_before") == (double)(keep + oldest) && num(j, "bytes_removed") == (double)oldest);
@@ -598,6 +611,100 @@ START_TEST(prune_and_clear_json)
 }
 END_TEST
 
+/* ---- compile -j ----------------------------------------------------------------------- */
+/* argv for `kpc compile [--json] -j 3 --cache-dir DIR --target T FILE...` (NULL-terminated) */
+static void jobs_argv(const char **argv, bool json, char *const *files, int n)
+{
+    int argc = 0;
+    argv[argc++] = tool;
+    argv[argc++] = "compile";
+    if (json)
+        argv[argc++] = "--json";
+    const char *rest[] = {"-j", "3", "--cache-dir", dir, "--target", ts_target()};
+    for (size_t i = 0; i < sizeof rest / sizeof rest[0]; i++)
+        argv[argc++] = rest[i];
+    for (int i = 0; i < n; i++)
+        argv[argc++] = files[i];
+    argv[argc] = NULL;
+}
+
+/* `kpc compile -j 3` on a cold cache: three worker processes build six distinct real
+ * sources, two each, each source once on the host; run again, nothing is compiled and
+ * every file is a hit. */
+START_TEST(compile_jobs_builds_each_source_once)
+{
+    enum { FILES = 6, JOBS = 3 };
+    char *paths[FILES];
+    for (int i = 0; i < FILES; i++) {
+        char name[32];
+        snprintf(name, sizeof name, "jobs%d.hip", i);
+        paths[i] = side_file(name, ts_kernel_source(20 + i));
+    }
+    const char *argv[16 + FILES];
+    jobs_argv(argv, true, paths, FILES);
+    const char *info[] = {"KPC_LOG=info", NULL}; /* "kpc[PID]: info: built ..." per compile */
+    char *out = NULL, *err = NULL;
+    int rc = ts_exec(argv, info, &out, &err);
+    ck_assert_msg(rc == 0, "kpc compile -j 3: exit %d\n%s%s", rc, out, err);
+    cJSON *j = parse(out);
+    ck_assert(cJSON_IsArray(j) && cJSON_GetArraySize(j) == FILES);
+    for (int i = 0; i < FILES; i++) {
+        const cJSON *row = cJSON_GetArrayItem(j, i);
+        ck_assert_str_eq(str(row, "file"), paths[i]); /* reported in the order given */
+        ck_assert_str_eq(str(row, "status"), "KPC_OK");
+        ck_assert_msg(strcmp(str(row, "result"), "built") == 0, "%s: %s", paths[i], str(row, "result"));
+        ck_assert(!boolean(row, "waited"));
+        ck_assert(num(row, "size") > 0);
+    }
+    cJSON_Delete(j);
+    /* the compiles ran in three worker processes: the log names a pid per compile */
+    int pids[FILES], npids = 0, compiles = 0;
+    for (const char *p = err; (p = strstr(p, "kpc[")) != NULL; p++) {
+        int pid;
+        char what[16];
+        if (sscanf(p, "kpc[%d]: info: %15s", &pid, what) != 2 || strcmp(what, "built") != 0)
+            continue;
+        compiles++;
+        bool seen = false;
+        for (int k = 0; k < npids; k++)
+            seen = seen || pids[k] == pid;
+        if (!seen && npids < FILES)
+            pids[npids++] = pid;
+    }
+    ck_assert_msg(compiles == FILES && npids == JOBS, "%d compiles in %d processes:\n%s", compiles, npids, err);
+    free(out), free(err);
+    cJSON *st = stats_json();
+    ck_assert_msg(num(st, "builds") == FILES, "builds %g", num(st, "builds"));
+    ck_assert(num(st, "build_failures") == 0 && num(st, "takeovers") == 0);
+    ck_assert(num(st, "lookups") == FILES && num(st, "entries") == FILES);
+    ck_assert_msg(num(st, "disk_files") == FILES, "disk_files %g", num(st, "disk_files"));
+    cJSON_Delete(st);
+
+    /* again, in text: one "hit" line per file, and no compile */
+    jobs_argv(argv, false, paths, FILES);
+    rc = ts_exec(argv, NULL, &out, &err);
+    ck_assert_msg(rc == 0, "second kpc compile -j 3: exit %d\n%s%s", rc, out, err);
+    const char *line = out;
+    for (int i = 0; i < FILES; i++) {
+        const char *eol = strchr(line, '\n');
+        ck_assert_msg(eol != NULL && strncmp(line, "hit ", 4) == 0, "line %d of the second run:\n%s", i, out);
+        ck_assert_msg((size_t)(eol - line) > strlen(paths[i]) &&
+                          strncmp(eol - strlen(paths[i]), paths[i], strlen(paths[i])) == 0,
+                      "line %d is not for %s:\n%s", i, paths[i], out);
+        line = eol + 1;
+    }
+    ck_assert_msg(*line == '\0', "more than %d lines:\n%s", FILES, out);
+    free(out), free(err);
+    st = stats_json();
+    ck_assert_msg(num(st, "builds") == FILES, "the second run compiled: builds %g", num(st, "builds"));
+    ck_assert(num(st, "lookups") == 2 * FILES && num(st, "hits") == FILES);
+    ck_assert(num(st, "disk_files") == FILES);
+    cJSON_Delete(st);
+    for (int i = 0; i < FILES; i++)
+        free(paths[i]);
+}
+END_TEST
+
 int main(void)
 {
     Suite *s = suite_create("tool");
@@ -615,6 +722,11 @@ int main(void)
     tcase_add_test(tc, ls_json_lists_every_record);
     tcase_add_test(tc, verify_json_reports_and_removes_damage);
     tcase_add_test(tc, prune_and_clear_json);
+    suite_add_tcase(s, tc);
+    tc = tcase_create("jobs");
+    tcase_add_checked_fixture(tc, setup, teardown);
+    tcase_set_timeout(tc, 120);
+    tcase_add_test(tc, compile_jobs_builds_each_source_once);
     suite_add_tcase(s, tc);
     return ts_run_suite(s);
 }

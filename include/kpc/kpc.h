@@ -142,8 +142,8 @@ KPC_API void kpc_cache_close(kpc_cache *cache);
  * Create a context for HIP device hip_device: programs are compiled for its target
  * (gcnArchName with feature flags, or sm_XX on the NVIDIA platform) and loaded on it.
  * @return KPC_OK; KPC_E_INVALID (NULL argument, negative device); KPC_E_NO_DEVICE (no GPU,
- *         or no such device); KPC_E_UNAVAILABLE (the HIP runtime could not be loaded);
- *         KPC_E_HIP; KPC_E_NOMEM.
+ *         or no such device; on the NVIDIA platform also no CUDA driver installed);
+ *         KPC_E_UNAVAILABLE (the HIP runtime could not be loaded); KPC_E_HIP; KPC_E_NOMEM.
  */
 KPC_API kpc_status kpc_context_create(kpc_cache *cache, int hip_device, kpc_context **out);
 

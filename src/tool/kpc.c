@@ -105,8 +105,11 @@ static int open_store(const kpc_settings *set, kpc_store **st)
 /* ---- compile ------------------------------------------------------------------------ */
 #define LOG_MAX 8192
 
+/* A file's status until its worker finishes with it: a worker that dies leaves it so. */
+#define RESULT_PENDING (-1)
+
 typedef struct file_result {
-    int status;       /* kpc_status */
+    int status;       /* kpc_status, or RESULT_PENDING */
     int outcome;      /* 0 built, 1 hit, 2 waited (another process built it) */
     double seconds;
     uint64_t size;
@@ -161,6 +164,50 @@ static int write_out(const compile_job *job, int i, kpc_program *p)
     return 0;
 }
 
+/* Compile one file; its status is stored last, so a worker killed before that leaves it
+ * RESULT_PENDING. */
+static void compile_one(const compile_job *job, kpc_cache *cache, kpc_context *ctx, int i)
+{
+    file_result *r = &job->results[i];
+    size_t len;
+    char *code = read_file(job->files[i], &len);
+    if (code == NULL) {
+        snprintf(r->log, sizeof r->log, "cannot read %s: %s\n", job->files[i], strerror(errno));
+        r->status = KPC_E_IO;
+        return;
+    }
+    char *name_copy = strdup(job->files[i]);
+    kpc_source src = {.code = code, .code_len = len, .name = basename(name_copy),
+                      .options = job->options, .num_options = job->num_options,
+                      .name_expressions = job->exprs, .num_name_expressions = job->num_exprs};
+    kpc_stats before, after;
+    kpc_stats_get(cache, &before);
+    kpc_program *p = NULL;
+    uint64_t t0 = kpc__now_ns();
+    kpc_status s = kpc_program_get(ctx, &src, &p);
+    r->seconds = (double)(kpc__now_ns() - t0) / 1e9;
+    kpc_stats_get(cache, &after);
+    r->outcome = after.builds + after.build_failures > before.builds + before.build_failures ? 0
+                 : after.waits > before.waits                                              ? 2
+                                                                                           : 1;
+    if (s == KPC_OK) {
+        size_t size;
+        kpc_program_code(p, &size);
+        r->size = size;
+        for (size_t e = 0; e < job->num_exprs && e < 4; e++) {
+            const char *low = kpc_program_lowered_name(p, job->exprs[e]);
+            snprintf(r->lowered[e], sizeof r->lowered[e], "%s", low ? low : "");
+        }
+        if (job->out && write_out(job, i, p) != 0)
+            s = KPC_E_IO;
+    } else
+        snprintf(r->log, sizeof r->log, "%s", kpc_last_log());
+    kpc_program_release(p);
+    free(name_copy);
+    free(code);
+    r->status = s;
+}
+
 /* Compile files i = first, first + step, ... in this process. */
 static void compile_some(const compile_job *job, int first, int step)
 {
@@ -172,46 +219,10 @@ static void compile_some(const compile_job *job, int first, int step)
         s = job->target ? kpc_context_create_for_target(cache, job->target, &ctx)
                         : kpc_context_create(cache, 0, &ctx);
     for (int i = first; i < job->num_files; i += step) {
-        file_result *r = &job->results[i];
-        r->status = s;
-        if (s != KPC_OK)
-            continue;
-        size_t len;
-        char *code = read_file(job->files[i], &len);
-        if (code == NULL) {
-            r->status = KPC_E_IO;
-            snprintf(r->log, sizeof r->log, "cannot read %s: %s\n", job->files[i], strerror(errno));
-            continue;
-        }
-        char *name_copy = strdup(job->files[i]);
-        kpc_source src = {.code = code, .code_len = len, .name = basename(name_copy),
-                          .options = job->options, .num_options = job->num_options,
-                          .name_expressions = job->exprs, .num_name_expressions = job->num_exprs};
-        kpc_stats before, after;
-        kpc_stats_get(cache, &before);
-        kpc_program *p = NULL;
-        uint64_t t0 = kpc__now_ns();
-        r->status = kpc_program_get(ctx, &src, &p);
-        r->seconds = (double)(kpc__now_ns() - t0) / 1e9;
-        kpc_stats_get(cache, &after);
-        r->outcome = after.builds + after.build_failures > before.builds + before.build_failures ? 0
-                     : after.waits > before.waits                                              ? 2
-                                                                                               : 1;
-        if (r->status == KPC_OK) {
-            size_t size;
-            kpc_program_code(p, &size);
-            r->size = size;
-            for (size_t e = 0; e < job->num_exprs && e < 4; e++) {
-                const char *low = kpc_program_lowered_name(p, job->exprs[e]);
-                snprintf(r->lowered[e], sizeof r->lowered[e], "%s", low ? low : "");
-            }
-            if (job->out && write_out(job, i, p) != 0)
-                r->status = KPC_E_IO;
-        } else
-            snprintf(r->log, sizeof r->log, "%s", kpc_last_log());
-        kpc_program_release(p);
-        free(name_copy);
-        free(code);
+        if (s == KPC_OK)
+            compile_one(job, cache, ctx, i);
+        else
+            job->results[i].status = s;
     }
     kpc_context_destroy(ctx);
     kpc_cache_close(cache);
@@ -224,14 +235,15 @@ static int compile_report(const compile_job *job)
     cJSON *arr = job->co->json ? cJSON_CreateArray() : NULL;
     for (int i = 0; i < job->num_files; i++) {
         const file_result *r = &job->results[i];
+        const char *status = r->status == RESULT_PENDING ? "not compiled" : kpc_status_str(r->status);
         if (r->status != KPC_OK) {
             rc = EXIT_FAIL;
-            fprintf(stderr, "kpc: %s: %s\n%s", job->files[i], kpc_status_str(r->status), r->log);
+            fprintf(stderr, "kpc: %s: %s\n%s", job->files[i], status, r->log);
         }
         if (arr) {
             cJSON *o = cJSON_CreateObject();
             cJSON_AddStringToObject(o, "file", job->files[i]);
-            cJSON_AddStringToObject(o, "status", kpc_status_str(r->status));
+            cJSON_AddStringToObject(o, "status", status);
             cJSON_AddStringToObject(o, "result", r->status == KPC_OK ? (r->outcome == 0 ? "built" : "hit") : "failed");
             cJSON_AddBoolToObject(o, "waited", r->outcome == 2);
             cJSON_AddNumberToObject(o, "seconds", r->seconds);
@@ -296,12 +308,19 @@ static int cmd_compile(int argc, char **argv, common *co)
         if (stat(job.out, &st) != 0 || !S_ISDIR(st.st_mode))
             return usage_error("with several files, -o names an existing directory: %s", job.out);
     }
+    /* a malformed environment is bad usage here too, not a failure of every file */
+    kpc_config cfg = {.struct_size = sizeof cfg, .cache_dir = co->cache_dir};
+    kpc_settings set;
+    if (kpc__settings_resolve(&cfg, &set) != KPC_OK)
+        return EXIT_USAGE;
     if (jobs > job.num_files)
         jobs = job.num_files;
     job.results = mmap(NULL, sizeof(file_result) * (size_t)job.num_files, PROT_READ | PROT_WRITE,
                        MAP_SHARED | MAP_ANONYMOUS, -1, 0);
     if (job.results == MAP_FAILED)
         return EXIT_FAIL;
+    for (int i = 0; i < job.num_files; i++)
+        job.results[i].status = RESULT_PENDING;
     if (jobs <= 1) {
         compile_some(&job, 0, 1);
     } else {
@@ -309,22 +328,37 @@ static int cmd_compile(int argc, char **argv, common *co)
          * processes. Fork before anything loads the compiler. */
         fflush(NULL);
         pid_t pids[1024];
-        for (int w = 0; w < jobs; w++) {
-            pids[w] = fork();
-            if (pids[w] == 0) {
-                compile_some(&job, w, (int)jobs);
+        int started = 0;
+        for (; started < jobs; started++) {
+            pids[started] = fork();
+            if (pids[started] == 0) {
+                compile_some(&job, started, (int)jobs);
                 _exit(0);
             }
-            if (pids[w] < 0) {
+            if (pids[started] < 0) { /* the shares of the workers not started stay pending */
                 perror("kpc: fork");
-                return EXIT_FAIL;
+                break;
             }
         }
-        for (int w = 0; w < jobs; w++) {
+        for (int w = 0; w < started; w++) {
             int st;
             while (waitpid(pids[w], &st, 0) < 0 && errno == EINTR)
                 ;
+            if (WIFEXITED(st) && WEXITSTATUS(st) == 0)
+                continue;
+            for (int i = w; i < job.num_files; i += (int)jobs)
+                if (job.results[i].status == RESULT_PENDING) {
+                    if (WIFSIGNALED(st))
+                        snprintf(job.results[i].log, LOG_MAX, "its worker process %d was killed by signal %d\n",
+                                 (int)pids[w], WTERMSIG(st));
+                    else
+                        snprintf(job.results[i].log, LOG_MAX, "its worker process %d exited with status %d\n",
+                                 (int)pids[w], WEXITSTATUS(st));
+                }
         }
+        for (int w = started; w < jobs; w++)
+            for (int i = w; i < job.num_files; i += (int)jobs)
+                snprintf(job.results[i].log, LOG_MAX, "no worker process could be started for it\n");
     }
     return compile_report(&job);
 }
@@ -395,7 +429,8 @@ static int cmd_stats(int argc, char **argv, common *co)
 
 /* ---- ls / verify -------------------------------------------------------------------- */
 typedef struct ls_row {
-    char key[33], target[64], source[80], kind[4], path[512];
+    char key[33], target[64], source[80], kind[4];
+    char *path; /* malloc'd: a cache dir's path may be long */
     uint64_t size, mtime_ns;
     bool bad;
 } ls_row;
@@ -416,12 +451,15 @@ static int collect_row(const kpc_store_entry *e, void *arg)
         a->rows = r;
         a->cap = cap;
     }
+    char *path = strdup(e->path);
+    if (path == NULL)
+        return 1;
     ls_row *r = &a->rows[a->n++];
     memset(r, 0, sizeof *r);
+    r->path = path;
     const char *base = strrchr(e->path, '/') + 1;
     memcpy(r->key, base, 32);
     snprintf(r->kind, sizeof r->kind, "%s", strstr(base, ".log") ? "log" : "co");
-    snprintf(r->path, sizeof r->path, "%s", e->path);
     r->size = e->size;
     r->mtime_ns = e->mtime_ns;
     r->bad = e->status != KPC_OK;
@@ -508,6 +546,8 @@ static int list_or_verify(common *co, bool verify)
         arr = o;
     } else if (verify)
         printf("checked %zu files, removed %zu damaged\n", acc.n, removed);
+    for (size_t i = 0; i < acc.n; i++)
+        free(acc.rows[i].path);
     free(acc.rows);
     if (arr)
         print_json(arr);
@@ -528,29 +568,32 @@ static int cmd_prune(common *co, const char *max_size, bool stale)
             return usage_error("--max-size takes a size such as 512M or 2G, not \"%s\"", max_size);
         max = 0;
     }
-    if (!root[0]) {
+    kpc_prune_result res = {0};
+    kpc_status s = KPC_OK;
+    if (!root[0] && !co->json) {
         printf("no cache directory %s: nothing to prune\n", set.cache_dir);
         return EXIT_OK;
     }
-    kpc_store *st;
-    if ((rc = open_store(&set, &st)) != EXIT_OK)
-        return rc;
-    uint8_t id[16];
-    char desc[512];
-    if (stale) {
-        /* the identity a context would key with now (the compiler is loaded only if its
-         * files changed since the last process remembered it) */
-        kpc_status s = kpc_platform_get()->identity(kpc_store_root(st), id, desc, sizeof desc);
-        if (s != KPC_OK) {
-            fprintf(stderr, "kpc: --stale needs the installed compiler's identity: %s\n", kpc_status_str(s));
-            kpc_store_close(st);
-            return EXIT_FAIL;
+    if (root[0]) { /* else --json: an absent cache is an empty one, all zeros */
+        kpc_store *st;
+        if ((rc = open_store(&set, &st)) != EXIT_OK)
+            return rc;
+        uint8_t id[16];
+        char desc[512];
+        if (stale) {
+            /* the identity a context would key with now (the compiler is loaded only if its
+             * files changed since the last process remembered it) */
+            s = kpc_platform_get()->identity(kpc_store_root(st), id, desc, sizeof desc);
+            if (s != KPC_OK) {
+                fprintf(stderr, "kpc: --stale needs the installed compiler's identity: %s\n", kpc_status_str(s));
+                kpc_store_close(st);
+                return EXIT_FAIL;
+            }
         }
+        /* wait for a library process that is pruning: its limit may be higher than ours */
+        s = kpc_store_prune_wait(st, max, stale ? id : NULL, &res);
+        kpc_store_close(st);
     }
-    kpc_prune_result res;
-    /* wait for a library process that is pruning: its limit may be higher than ours */
-    kpc_status s = kpc_store_prune_wait(st, max, stale ? id : NULL, &res);
-    kpc_store_close(st);
     if (co->json) {
         cJSON *o = cJSON_CreateObject();
         cJSON_AddNumberToObject(o, "files_before", (double)res.files_before);

@@ -10,8 +10,11 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <fcntl.h>
 #include <sys/mman.h>
 #include <sys/stat.h>
+#include <sys/syscall.h>
+#include <sys/wait.h>
 #include <time.h>
 #include <unistd.h>
 #include <xxhash.h>
@@ -155,9 +158,23 @@ kpc_cache *bn_open(const char *dir, unsigned flags, size_t shm_entries)
     return c;
 }
 
+static bool nvidia_platform(void)
+{
+    return strcmp(kpc_platform_builtin.name, "nvidia") == 0;
+}
+
 const char *bn_target(void)
 {
-    return "gfx90a";
+    const char *t = getenv("KPC_BENCH_TARGET");
+    if (t && t[0])
+        return t;
+    return nvidia_platform() ? "sm_90" : "gfx90a";
+}
+
+/* What a source starts with: HIP's header, which NVRTC neither has nor needs. */
+static const char *prelude(void)
+{
+    return nvidia_platform() ? "" : "#include <hip/hip_runtime.h>\n";
 }
 
 kpc_context *bn_context(kpc_cache *c)
@@ -197,10 +214,11 @@ static char *xasprintf(const char *fmt, ...)
 
 char *bn_padded_source(size_t bytes, int variant)
 {
-    char *head = xasprintf("#include <hip/hip_runtime.h>\n"
+    char *head = xasprintf("%s"
                            "extern \"C\" __global__ void pad%d(float *a, int n)\n"
                            "{\n  int i = blockIdx.x * blockDim.x + threadIdx.x;\n"
-                           "  if (i < n) a[i] = a[i] * %d.0f + 1.0f;\n}\n/*", variant, variant + 2);
+                           "  if (i < n) a[i] = a[i] * %d.0f + 1.0f;\n}\n/*", prelude(), variant,
+                           variant + 2);
     size_t n = strlen(head);
     if (bytes < n + 4)
         bn_die("a padded source needs at least %zu bytes", n + 4);
@@ -218,13 +236,13 @@ char *bn_padded_source(size_t bytes, int variant)
 
 char *bn_slow_source(int variant, int depth)
 {
-    return xasprintf("#include <hip/hip_runtime.h>\n"
+    return xasprintf("%s"
                      "template<int N> struct F%d { __device__ static float f(float x)"
                      " { return F%d<N-1>::f(x) * 1.0001f + (x + N) * 0.5f; } };\n"
                      "template<> struct F%d<0> { __device__ static float f(float x) { return x; } };\n"
                      "extern \"C\" __global__ void slow%d(float *a)"
                      " { a[threadIdx.x] = F%d<%d>::f(a[threadIdx.x] + %d); }\n",
-                     variant, variant, variant, variant, variant, depth, variant);
+                     prelude(), variant, variant, variant, variant, variant, depth, variant);
 }
 
 char *bn_multi_source(int kernels, int variant)
@@ -233,7 +251,7 @@ char *bn_multi_source(int kernels, int variant)
     char *s = malloc(cap);
     if (s == NULL)
         bn_die("out of memory");
-    n += (size_t)snprintf(s, cap, "#include <hip/hip_runtime.h>\n");
+    n += (size_t)snprintf(s, cap, "%s", prelude());
     for (int k = 0; k < kernels; k++)
         n += (size_t)snprintf(s + n, cap - n,
             "extern \"C\" __global__ void m%d_%d(float *a, const float *b, int n)"
@@ -332,4 +350,108 @@ bool bn_fake_on(void)
 unsigned bn_fake_compiles(void)
 {
     return fake_count ? atomic_load(fake_count) : 0;
+}
+
+/* ---- child processes ------------------------------------------------------------------- */
+extern char **environ;
+
+double bn_run(char *const argv[], char *const env[], bool show, int *status)
+{
+    fflush(NULL);
+    uint64_t t0 = bn_now_ns();
+    pid_t pid = fork();
+    if (pid < 0)
+        bn_die("fork: %s", strerror(errno));
+    if (pid == 0) {
+        for (size_t i = 0; env && env[i]; i++)
+            putenv(env[i]);
+        if (!show) {
+            int null = open("/dev/null", O_WRONLY);
+            if (null >= 0) {
+                dup2(null, 1);
+                dup2(null, 2);
+                close(null);
+            }
+        }
+        execvp(argv[0], argv);
+        _exit(127);
+    }
+    int st;
+    while (waitpid(pid, &st, 0) < 0)
+        if (errno != EINTR)
+            bn_die("waitpid: %s", strerror(errno));
+    double wall = (double)(bn_now_ns() - t0) / 1e9;
+    *status = WIFEXITED(st) ? WEXITSTATUS(st) : -1;
+    return wall;
+}
+
+bool bn_in_path(const char *name)
+{
+    const char *path = getenv("PATH");
+    if (path == NULL)
+        return false;
+    char *copy = strdup(path), *save = NULL;
+    bool found = false;
+    for (char *d = strtok_r(copy, ":", &save); d && !found; d = strtok_r(NULL, ":", &save)) {
+        char full[4096];
+        snprintf(full, sizeof full, "%s/%s", d[0] ? d : ".", name);
+        found = access(full, X_OK) == 0;
+    }
+    free(copy);
+    return found;
+}
+
+const char *bn_self_dir(void)
+{
+    static char dir[4096];
+    if (dir[0] == '\0') {
+        ssize_t n = readlink("/proc/self/exe", dir, sizeof dir - 1);
+        if (n <= 0)
+            bn_die("readlink(/proc/self/exe): %s", strerror(errno));
+        dir[n] = '\0';
+        char *slash = strrchr(dir, '/');
+        if (slash)
+            *slash = '\0';
+    }
+    return dir;
+}
+
+void bn_write_file(const char *path, const void *data, size_t size)
+{
+    int fd = open(path, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0600);
+    if (fd < 0 || kpc__write_all(fd, data, size) != 0)
+        bn_die("cannot write %s: %s", path, strerror(errno));
+    close(fd);
+}
+
+double bn_page_fault_cost(void)
+{
+    enum { PAGES = 64, BATCHES = 7 };
+    long page = sysconf(_SC_PAGESIZE);
+    double v[BATCHES];
+    for (int b = 0; b < BATCHES; b++) {
+        volatile char *p = mmap(NULL, (size_t)page * PAGES, PROT_READ | PROT_WRITE,
+                                MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+        if (p == MAP_FAILED)
+            bn_die("mmap: %s", strerror(errno));
+        uint64_t t0 = bn_now_ns();
+        for (int i = 0; i < PAGES; i++)
+            p[(size_t)i * (size_t)page] = 1;
+        v[b] = (double)(bn_now_ns() - t0) / 1e9 / PAGES;
+        munmap((void *)p, (size_t)page * PAGES);
+    }
+    return bn_median(v, BATCHES);
+}
+
+double bn_syscall_cost(void)
+{
+    enum { CALLS = 2000, BATCHES = 7 };
+    double v[BATCHES];
+    for (int b = 0; b < BATCHES; b++) {
+        uint64_t t0 = bn_now_ns();
+        for (int i = 0; i < CALLS; i++)
+            syscall(SYS_getppid);
+        v[b] = (double)(bn_now_ns() - t0) / 1e9 / CALLS;
+    }
+    return bn_median(v, BATCHES);
 }

@@ -49,13 +49,15 @@ void bn_rm_rf(const char *path);
 kpc_cache *bn_open(const char *dir, unsigned flags, size_t shm_entries);
 /* A compile-only context for bn_target(); exits on failure. */
 kpc_context *bn_context(kpc_cache *c);
-/* The compile target of the benchmarks: gfx90a. */
+/* The compile target of the benchmarks: $KPC_BENCH_TARGET, else gfx90a on the AMD
+ * platform and sm_90 on the NVIDIA one. */
 const char *bn_target(void);
 /* Get a program (exits on failure) and release it; returns its code size. */
 size_t bn_get(kpc_context *ctx, const kpc_source *src);
 
 /* Sources. Each is a real HIP source that hipRTC compiles (and hipcc, with its include);
- * variant makes it distinct. malloc'd.
+ * on the NVIDIA platform the same kernels without the include, for NVRTC (which knows
+ * __global__, threadIdx and blockIdx without one). variant makes it distinct. malloc'd.
  *   bn_padded_source: one small kernel padded with a comment to exactly `bytes` bytes.
  *   bn_slow_source: one kernel of template recursion `depth` deep (~0.1-0.2 s for
  *     depth 100-150 on hipRTC 5.2 here).
@@ -73,5 +75,25 @@ bool bn_fake_on(void);
 unsigned bn_fake_compiles(void);
 /* Burn ms of this thread's CPU time. */
 void bn_spin_cpu_ms(unsigned ms);
+
+/* ---- child processes (the tools, ccache, hipcc) ------------------------------------ */
+/* Run argv (argv[0] looked up in PATH) with extra environment entries env ("K=V", NULL
+ * terminated; may be NULL), stdout and stderr to /dev/null unless show is set. Returns
+ * the wall seconds from fork to exit; *status gets the exit status (-1: killed). */
+double bn_run(char *const argv[], char *const env[], bool show, int *status);
+/* True if name is an executable in PATH. */
+bool bn_in_path(const char *name);
+/* The directory of this executable (the bench/ folder of the build tree). */
+const char *bn_self_dir(void);
+/* Write size bytes to path; exits on failure. */
+void bn_write_file(const char *path, const void *data, size_t size);
+
+/* The cost, in seconds, of the first touch of one page of fresh anonymous memory in this
+ * process (median over a few batches of 64 pages): what a fresh process pays per page of
+ * a code object it reads. On a paravirtualized guest this is tens of microseconds. */
+double bn_page_fault_cost(void);
+/* The cost, in seconds, of one null system call (getppid) here: a warm disk hit makes a
+ * handful, and on a paravirtualized guest each is microseconds. */
+double bn_syscall_cost(void);
 
 #endif /* KPC_BENCH_H */

@@ -12,6 +12,7 @@
  *
  * usage: bench_hit [--fake] [--rounds N] [--seconds S (per thread measurement)]
  *                  [--only BYTES (one source size and no threads: for a profiler)]
+ *                  [--breakdown (where a 1 KB hit's time goes, on stderr; no rows)]
  */
 #define _GNU_SOURCE
 #include "bench.h"
@@ -47,6 +48,23 @@ static void floor_op(workload *w, pthread_mutex_t *m, uint64_t *acc)
     pthread_mutex_lock(m);
     XXH128_hash_t h = XXH3_128bits(w->code, w->len);
     pthread_mutex_unlock(m);
+    *acc += h.low64 ^ h.high64;
+}
+
+/* The floor plus what handing every thread the same counted program needs at least: a
+ * read lock shared by all (pthread_rwlock) and a reference count shared by all, each an
+ * atomic read-modify-write on a cache line every thread writes. */
+static pthread_rwlock_t shared_rw = PTHREAD_RWLOCK_INITIALIZER;
+static _Atomic uint64_t shared_refs;
+
+static void shared_op(workload *w, pthread_mutex_t *m, uint64_t *acc)
+{
+    (void)m;
+    XXH128_hash_t h = XXH3_128bits(w->code, w->len);
+    pthread_rwlock_rdlock(&shared_rw);
+    atomic_fetch_add_explicit(&shared_refs, 1, memory_order_relaxed);
+    pthread_rwlock_unlock(&shared_rw);
+    atomic_fetch_sub_explicit(&shared_refs, 1, memory_order_acq_rel);
     *acc += h.low64 ^ h.high64;
 }
 
@@ -106,8 +124,10 @@ static void *work(void *arg)
     return NULL;
 }
 
-/* Aggregate ops per second of t threads: the median of `rounds` runs of thread_seconds. */
-static double rate(op_fn op, workload *w, int t, int runs)
+/* Aggregate ops per second of t threads: the median of `rounds` runs of thread_seconds.
+ * Thread i works on w[i * stride]: stride 0, every thread the same source; 1, each its
+ * own. */
+static double rate(op_fn op, workload *w, size_t stride, int t, int runs)
 {
     double *v = calloc((size_t)runs + 1, sizeof *v);
     worker *ks = calloc((size_t)t, sizeof *ks);
@@ -116,7 +136,7 @@ static double rate(op_fn op, workload *w, int t, int runs)
         atomic_int stop = 0;
         pthread_barrier_init(&start, NULL, (unsigned)t + 1);
         for (int i = 0; i < t; i++) {
-            ks[i] = (worker){.w = w, .op = op, .start = &start, .stop = &stop};
+            ks[i] = (worker){.w = &w[(size_t)i * stride], .op = op, .start = &start, .stop = &stop};
             pthread_mutex_init(&ks[i].m, NULL);
             if (pthread_create(&ks[i].tid, NULL, work, &ks[i]) != 0)
                 bn_die("pthread_create failed");
@@ -141,6 +161,63 @@ static double rate(op_fn op, workload *w, int t, int runs)
     return med;
 }
 
+/* ---- --breakdown: where a 1 KB hit's time goes (progress lines only, no rows) ---------- */
+static kpc_context *bd_ctx;
+static pthread_rwlock_t bd_rw = PTHREAD_RWLOCK_INITIALIZER;
+static _Atomic uint64_t bd_counter;
+
+static void bd_key(workload *w, pthread_mutex_t *m, uint64_t *acc)
+{
+    (void)m;
+    kpc_key k;
+    kpc_key_compute_prefixed(&bd_ctx->key_prefix, &w->src, &k); /* as kpc_program_get does */
+    *acc += k.bytes[0];
+}
+
+static void bd_hash(workload *w, pthread_mutex_t *m, uint64_t *acc)
+{
+    (void)m;
+    XXH128_hash_t h = XXH3_128bits(w->code, w->len);
+    *acc += h.low64;
+}
+
+static void bd_mutex(workload *w, pthread_mutex_t *m, uint64_t *acc)
+{
+    (void)w, (void)acc;
+    pthread_mutex_lock(m);
+    pthread_mutex_unlock(m);
+}
+
+static void bd_rwlock(workload *w, pthread_mutex_t *m, uint64_t *acc)
+{
+    (void)w, (void)m, (void)acc;
+    pthread_rwlock_rdlock(&bd_rw);
+    pthread_rwlock_unlock(&bd_rw);
+}
+
+static void bd_atomic(workload *w, pthread_mutex_t *m, uint64_t *acc)
+{
+    (void)w, (void)m, (void)acc;
+    atomic_fetch_add_explicit(&bd_counter, 1, memory_order_relaxed);
+}
+
+static void breakdown(kpc_context *ctx)
+{
+    bd_ctx = ctx;
+    char *code = bn_padded_source(1024, 0);
+    workload w = {.ctx = ctx, .code = code, .len = 1024};
+    w.src = (kpc_source){.code = code, .code_len = 1024, .name = "hit.hip"};
+    bn_get(ctx, &w.src);
+    static const struct { const char *what; op_fn op; } parts[] = {
+        {"kpc_program_get + release", kpc_op}, {"floor (XXH3-128 + mutex)", floor_op},
+        {"XXH3-128 of the source", bd_hash}, {"kpc_key_compute", bd_key},
+        {"mutex lock + unlock", bd_mutex}, {"rwlock rdlock + unlock", bd_rwlock},
+        {"one atomic add", bd_atomic}};
+    for (size_t i = 0; i < sizeof parts / sizeof parts[0]; i++)
+        bn_say("breakdown, 1 KB: %-28s %6.1f ns", parts[i].what, per_op(parts[i].op, &w) * 1e9);
+    free(code);
+}
+
 int main(int argc, char **argv)
 {
     bool fake = false;
@@ -148,6 +225,8 @@ int main(int argc, char **argv)
     for (int i = 1; i < argc; i++) {
         if (strcmp(argv[i], "--fake") == 0)
             fake = true;
+        else if (strcmp(argv[i], "--breakdown") == 0)
+            only = 1; /* no size has 1 byte: only the breakdown runs */
         else if (strcmp(argv[i], "--only") == 0 && i + 1 < argc)
             only = (size_t)atol(argv[++i]);
         else if (strcmp(argv[i], "--rounds") == 0 && i + 1 < argc)
@@ -155,7 +234,7 @@ int main(int argc, char **argv)
         else if (strcmp(argv[i], "--seconds") == 0 && i + 1 < argc)
             thread_seconds = atof(argv[++i]);
         else
-            bn_die("usage: bench_hit [--fake] [--rounds N] [--seconds S] [--only BYTES]");
+            bn_die("usage: bench_hit [--fake] [--rounds N] [--seconds S] [--only BYTES] [--breakdown]");
     }
     if (rounds < 1)
         rounds = 1;
@@ -192,28 +271,56 @@ int main(int argc, char **argv)
             free(code);
     }
 
+    if (only == 1)
+        breakdown(ctx);
     if (only || w4.code == NULL) {
         kpc_context_destroy(ctx);
         kpc_cache_close(cache);
         bn_cleanup(dir);
         return 0;
     }
-    /* the same 4 KB source from several threads on the one context */
+    /* several threads on the one context: all on the same 4 KB source (the worst case:
+     * one map entry, one program), then each on a source of its own */
     int nproc = bn_nproc();
     int runs = rounds < 5 ? rounds : 5;
-    for (int t = 1;; t = t * 2 > nproc && t < nproc ? nproc : t * 2) {
-        double kpc = rate(kpc_op, &w4, t, runs), flo = rate(floor_op, &w4, t, runs);
-        char id[32], fig[80], v[32], r[32], ratio[32];
-        snprintf(id, sizeof id, "hit_threads_%d", t);
-        snprintf(fig, sizeof fig, "1 in-memory hit, 4 KB, %d thread%s", t, t > 1 ? "s" : "");
-        snprintf(v, sizeof v, "%.2f M/s", kpc / 1e6);
-        snprintf(r, sizeof r, "%.2f M/s", flo / 1e6);
-        snprintf(ratio, sizeof ratio, "%.2fx", flo / kpc);
-        bn_row(id, fig, v, "floor, same threads", r, ratio, "<= 2x floor", flo <= 2 * kpc, kpc / 1e6,
-               "Mops/s");
-        if (t >= nproc)
-            break;
+    workload *own = calloc((size_t)nproc, sizeof *own);
+    for (int i = 0; i < nproc; i++) {
+        char *code = bn_padded_source(4096, 100 + i);
+        own[i] = (workload){.ctx = ctx, .code = code, .len = 4096};
+        own[i].src = (kpc_source){.code = code, .code_len = 4096, .name = "hit.hip"};
+        bn_get(ctx, &own[i].src);
     }
+    for (int mode = 0; mode < 2; mode++)
+        for (int t = 1;; t = t * 2 > nproc && t < nproc ? nproc : t * 2) {
+            workload *w = mode == 0 ? &w4 : own;
+            double kpc = rate(kpc_op, w, (size_t)mode, t, runs), flo = rate(floor_op, w, (size_t)mode, t, runs);
+            char id[48], fig[96], v[32], r[32], ratio[32];
+            snprintf(id, sizeof id, "hit_threads_%s%d", mode ? "own_" : "", t);
+            snprintf(fig, sizeof fig, "1 in-memory hit, 4 KB, %d thread%s%s", t, t > 1 ? "s" : "",
+                     mode == 0 ? (t > 1 ? ", one source" : "") : ", a source each");
+            snprintf(v, sizeof v, "%.2f M/s", kpc / 1e6);
+            snprintf(r, sizeof r, "%.2f M/s", flo / 1e6);
+            snprintf(ratio, sizeof ratio, "%.2fx", flo / kpc);
+            if (mode == 0 || t > 1)
+                bn_row(id, fig, v, "floor, same threads", r, ratio, "<= 2x floor", flo <= 2 * kpc,
+                       kpc / 1e6, "Mops/s");
+            if (mode == 0 && t > 1 && t >= nproc) {
+                /* context: the same threads on one shared lock line and one shared count */
+                double sh = rate(shared_op, w, 0, t, runs);
+                snprintf(id, sizeof id, "hit_threads_shared_bound_%d", t);
+                snprintf(fig, sizeof fig, "1 floor + shared rwlock + shared refcount, %d threads", t);
+                snprintf(v, sizeof v, "%.2f M/s", sh / 1e6);
+                snprintf(r, sizeof r, "%.2f M/s", kpc / 1e6);
+                snprintf(ratio, sizeof ratio, "%.2fx", sh / kpc);
+                bn_row(id, fig, v, "kpc, one source, same threads", r, ratio,
+                       "(context: bound for one shared program)", -1, sh / 1e6, "Mops/s");
+            }
+            if (t >= nproc)
+                break;
+        }
+    for (int i = 0; i < nproc; i++)
+        free((void *)own[i].code);
+    free(own);
     free((void *)w4.code);
     kpc_context_destroy(ctx);
     kpc_cache_close(cache);

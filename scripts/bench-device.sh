@@ -1,0 +1,117 @@
+#!/usr/bin/env bash
+# bench-device.sh - issue 7, item 7: kpc's benchmarks on a many-core machine.
+#
+# Written for the 16-core machine lent through the device tool (Ubuntu 24.04, CUDA 13, no
+# ROCm, no network): run it there from the repository root. It builds a Release tree in
+# build-device/ and runs the benchmarks that make sense there, writing what
+# scripts/bench.sh --render needs into $OUT (default bench-results/device/):
+#   rows.tsv (the rows), machine.txt, command.txt, section.txt, log.txt.
+# Back here: scripts/bench.sh --render <that folder> prints the table, writes
+# bench-results/bench-device.json and the "device" section of docs/benchmarks.md.
+#
+# The compiler: with CUDA's nvrtc.h and src/platform_nvidia.c present it builds the
+# NVIDIA platform and the storm compiles real sources with NVRTC (no global lock: the
+# processes compile in parallel); otherwise the AMD platform (headers only: it loads
+# hipRTC lazily) and the storm runs on the fake platform (--fake-ms, a compile that burns
+# CPU for as long as a real one here). Missing build dependencies (pkg-config, libbsd,
+# libxxhash, cJSON for the kpc tool) are taken from the Debian packages in .carry/debs,
+# unpacked with dpkg -x under /tmp/kpc-deps, never over /.
+#
+# usage: scripts/bench-device.sh [--quick] [--procs 2,8,16,32,64,128] [--depth D]
+#                                [--fake-ms MS] [--only hit,xproc,storm,index,disk]
+set -euo pipefail
+cd "$(dirname "$0")/.."
+root=$PWD
+out=${OUT:-$root/bench-results/device}
+mkdir -p "$out"
+exec > >(tee "$out/log.txt") 2>&1
+
+quick=0 procs=2,8,16,32,64,128 depth=190 fake_ms=170 only=""
+args="$*"
+while (($#)); do
+  case $1 in
+    --quick) quick=1 ;;
+    --procs) procs=$2; shift ;;
+    --depth) depth=$2; shift ;;
+    --fake-ms) fake_ms=$2; shift ;;
+    --only) only=$2; shift ;;
+    *) echo "bench-device.sh: unknown option $1" >&2; exit 2 ;;
+  esac
+  shift
+done
+want() { [ -z "$only" ] || [[ ",$only," == *",$1,"* ]]; }
+
+# ---- build dependencies from .carry/debs, each only where the machine lacks it --------
+deps=/tmp/kpc-deps
+unpack() { # dir package...
+  local dir=$deps/$1 p f; shift
+  mkdir -p "$dir"
+  echo "bench-device: unpacking $* from .carry/debs into $dir"
+  for p; do
+    for f in .carry/debs/"${p}"_*.deb; do
+      [ -f "$f" ] && dpkg -x "$f" "$dir"
+    done
+  done
+  # the packages name /usr: point their pkg-config files and linker scripts here
+  find "$dir" \( -name '*.pc' -o -name '*.so' -type f \) -exec grep -Il '/usr' {} + 2>/dev/null |
+    xargs -r sed -i "s|=/usr|=$dir/usr|g; s|(/usr/|($dir/usr/|g"
+  export PKG_CONFIG_PATH=$dir/usr/lib/x86_64-linux-gnu/pkgconfig${PKG_CONFIG_PATH:+:$PKG_CONFIG_PATH}
+  export LD_LIBRARY_PATH=$dir/usr/lib/x86_64-linux-gnu${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}
+  export PATH=$dir/usr/bin:$PATH
+}
+if ! command -v pkg-config >/dev/null; then
+  unpack pkgconf pkgconf-bin libpkgconf3 pkgconf
+fi
+pkg-config --exists libbsd || unpack bsd libbsd-dev libbsd0 libmd-dev libmd0
+pkg-config --exists libxxhash || unpack xxhash libxxhash-dev libxxhash0
+pkg-config --exists libcjson || unpack cjson libcjson-dev libcjson1
+
+platform=amd
+cmake_extra=()
+if [ -f src/platform_nvidia.c ] && [ -f /usr/local/cuda/include/nvrtc.h ]; then
+  platform=nvidia
+else
+  # the AMD platform needs HIP's and comgr's headers to build, none of its libraries
+  if [ ! -f /opt/rocm/include/hip/hiprtc.h ] && [ ! -f /usr/include/hip/hiprtc.h ]; then
+    unpack hip libamdhip64-dev libamd-comgr-dev libhsa-runtime-dev
+    cmake_extra+=(-DHIP_INCLUDE_DIR="$deps/hip/usr/include" -DCOMGR_INCLUDE_DIR="$deps/hip/usr/include")
+  fi
+fi
+echo "bench-device: platform $platform; $(nproc) cores; $(grep -m1 '^model name' /proc/cpuinfo)"
+build=build-device
+cmake -S . -B "$build" -DCMAKE_BUILD_TYPE=Release -DKPC_BUILD_TESTS=OFF -DKPC_BUILD_BENCH=ON \
+  -DKPC_PLATFORM="$platform" "${cmake_extra[@]}" >/dev/null
+cmake --build "$build" -j"$(nproc)" >/dev/null
+bin=$root/$build/bench
+
+unset KPC_CACHE_DIR KPC_DISABLE KPC_CACHE_MAX_SIZE KPC_MEM_MAX_PROGRAMS KPC_SHM_ENTRIES
+export KPC_LOG=error
+export KPC_BENCH_ROWS=$out/rows.tsv
+: >"$KPC_BENCH_ROWS"
+storm_args=(--procs "$procs" --k 16 --tag _16core)
+if [ "$platform" = nvidia ]; then
+  storm_args+=(--depth "$depth")
+else
+  storm_args+=(--fake-ms "$fake_ms")
+fi
+step() { local name=$1 t0=$SECONDS; shift; echo "bench-device: == $name: $*"; "$@"; echo "bench-device: == $name: $((SECONDS - t0)) s"; }
+if ((quick)); then
+  want hit && step hit "$bin/bench_hit" --rounds 5 --seconds 0.1
+  want storm && step storm "$bin/bench_storm" "${storm_args[@]}" --repeats 1 --noindex-max 16
+else
+  want hit && step hit "$bin/bench_hit"
+  want xproc && step xproc "$bin/bench_xproc" $([ "$platform" = nvidia ] || echo --fake)
+  want storm && step storm "$bin/bench_storm" "${storm_args[@]}" --repeats 3 --noindex-max 128
+  want index && step index "$bin/bench_index"
+  want disk && step disk "$bin/bench_disk" --files 100000 --runs 3
+fi
+
+cpu=$(grep -m1 '^model name' /proc/cpuinfo | sed 's/^[^:]*: *//')
+gpu=$(nvidia-smi --query-gpu=name --format=csv,noheader 2>/dev/null | head -1 || true)
+os=$(. /etc/os-release 2>/dev/null && echo "$PRETTY_NAME")
+compiler="the fake platform (each compile burns ${fake_ms} ms of CPU)"
+[ "$platform" = nvidia ] && compiler="NVRTC $(ls /usr/local/cuda/lib64/libnvrtc.so.* 2>/dev/null | head -1 | sed 's/.*\.so\.//') (platform nvidia), storm sources of template depth $depth"
+echo "$(nproc) cores ($cpu), $(awk '/^MemTotal/ {printf "%.0f GiB", $2 / 1048576}' /proc/meminfo), $os, Linux $(uname -r)${gpu:+, $gpu}: the machine lent through the device tool; compiler: $compiler" >"$out/machine.txt"
+echo "scripts/bench-device.sh${args:+ $args}" >"$out/command.txt"
+echo device >"$out/section.txt"
+echo "bench-device: done; rows in $out/rows.tsv"

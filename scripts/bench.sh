@@ -1,0 +1,226 @@
+#!/usr/bin/env bash
+# bench.sh - kpc's benchmarks (issue 7), end to end, in one run.
+#
+# Installs what they need (scripts/setup.sh for the build, then ccache), builds a Release
+# tree in build-bench/, runs every program of tests/bench/ and prints one table: figure,
+# value, the reference it is held against, the reference's value, the ratio, the goal
+# and whether it was met. It writes the rows as JSON to bench-results/bench.json and puts
+# the table, the machine and the exact command into docs/benchmarks.md (the section of
+# this machine, between its markers). Nothing here asserts a timing; a missed goal is a
+# row marked "no".
+#
+#   scripts/bench.sh                    the full run (~10-15 min on 2 cores)
+#   scripts/bench.sh --quick            fewer repeats and smaller sizes: a smoke test; it
+#                                       prints the table but leaves docs/ alone
+#   scripts/bench.sh --only storm,disk  some of: hit xproc storm index disk ccache
+#   scripts/bench.sh --no-docs          do not touch docs/benchmarks.md
+#   scripts/bench.sh --render DIR       no run: render DIR/rows.tsv (with DIR/machine.txt,
+#                                       DIR/command.txt, DIR/section.txt), e.g. what
+#                                       scripts/bench-device.sh left on the 16-core machine
+#
+# What the full run runs (medians over repeated runs, warm-up excluded; see each
+# program's header comment for its method):
+#   bench_hit                      1  in-memory hit, 1 KB .. 256 KB; 1 .. nproc threads
+#   bench_xproc                    2  cross-process warm hit vs the real compile
+#   bench_storm --procs 2,8,32,64  3  cold storm, K = 16: kpc (3 runs each), no-shm and
+#                                     KPC_DISABLE (1 run each)
+#   bench_index                    4  index lookup / claim / eviction at 1k, 64k, 1M
+#   bench_disk --files 100000      5  kpc ls / verify / prune over 100k files, on /tmp
+#                                     (the disk) and on /dev/shm (tmpfs: no device cost)
+#   bench_ccache                   6  ccache + hipcc against kpc compile, cold and warm
+set -euo pipefail
+cd "$(dirname "$0")/.."
+root=$PWD
+
+quick=0 docs=1 only="" render=""
+while (($#)); do
+  case $1 in
+    --quick) quick=1 docs=0 ;;
+    --no-docs) docs=0 ;;
+    --docs) docs=1 ;;
+    --only) only=$2; shift ;;
+    --render) render=$2; shift ;;
+    -h|--help) sed -n '2,/^set -euo/p' "$0" | sed '$d; s/^# \{0,1\}//'; exit 0 ;;
+    *) echo "bench.sh: unknown option $1 (see --help)" >&2; exit 2 ;;
+  esac
+  shift
+done
+command_line="scripts/bench.sh"
+((quick)) && command_line+=" --quick"
+[ -n "$only" ] && command_line+=" --only $only"
+
+want() { [ -z "$only" ] || [[ ",$only," == *",$1,"* ]]; }
+
+machine_text() {
+  local cpu cores mem kernel os virt=""
+  cpu=$(grep -m1 '^model name' /proc/cpuinfo | sed 's/^[^:]*: *//')
+  cores=$(nproc)
+  mem=$(awk '/^MemTotal/ {printf "%.0f GiB", $2 / 1048576}' /proc/meminfo)
+  kernel=$(uname -r)
+  os=$(. /etc/os-release 2>/dev/null && echo "$PRETTY_NAME")
+  if grep -qw pvm /proc/cmdline 2>/dev/null || grep -q 'pvm_' /proc/cmdline 2>/dev/null; then
+    virt=", a paravirtualized (PVM) guest"
+  elif command -v systemd-detect-virt >/dev/null && [ "$(systemd-detect-virt 2>/dev/null)" != none ]; then
+    virt=", a $(systemd-detect-virt) guest"
+  fi
+  echo "$cores cores ($cpu), $mem, $os, Linux $kernel$virt"
+}
+
+# ---- rendering: table on stdout, JSON, the docs section ------------------------------
+# rows.tsv: id figure value reference reference_value ratio goal met raw unit
+print_table() { # rows
+  awk -F'\t' '
+    { n++; for (i = 2; i <= 8; i++) { c[n, i] = $i; if (length($i) > w[i]) w[i] = length($i) } }
+    END {
+      split("figure value reference reference_value ratio goal met?", h, " ")
+      for (i = 2; i <= 8; i++) if (length(h[i - 1]) > w[i]) w[i] = length(h[i - 1])
+      line = ""; sep = ""
+      for (i = 2; i <= 8; i++) { line = line sprintf("%-*s  ", w[i], h[i - 1]); sep = sep sprintf("%s  ", dashes(w[i])) }
+      print line; print sep
+      for (r = 1; r <= n; r++) {
+        line = ""
+        for (i = 2; i <= 8; i++) line = line sprintf("%-*s  ", w[i], c[r, i])
+        print line
+      }
+    }
+    function dashes(k,   s) { s = ""; while (k-- > 0) s = s "-"; return s }' "$1"
+}
+
+json_escape() { sed 's/\\/\\\\/g; s/"/\\"/g'; }
+
+write_json() { # rows machine command section date commit out
+  local rows=$1 out=$7
+  {
+    printf '{\n  "section": "%s",\n' "$4"
+    printf '  "machine": "%s",\n' "$(printf '%s' "$2" | json_escape)"
+    printf '  "command": "%s",\n' "$(printf '%s' "$3" | json_escape)"
+    printf '  "date": "%s",\n  "commit": "%s",\n  "rows": [\n' "$5" "$6"
+    awk -F'\t' '
+      function q(s) { gsub(/\\/, "\\\\", s); gsub(/"/, "\\\"", s); return "\"" s "\"" }
+      {
+        met = $8 == "yes" ? "true" : $8 == "no" ? "false" : "null"
+        raw = $9 == "" ? "null" : $9
+        printf "%s    {\"id\": %s, \"figure\": %s, \"value\": %s, \"reference\": %s, \"reference_value\": %s, \"ratio\": %s, \"goal\": %s, \"met\": %s, \"raw\": %s, \"unit\": %s}", \
+          (NR > 1 ? ",\n" : ""), q($1), q($2), q($3), q($4), q($5), q($6), q($7), met, raw, q($10)
+      }
+      END { print "" }' "$rows"
+    printf '  ]\n}\n'
+  } >"$out"
+}
+
+markdown_section() { # rows machine command section date commit
+  local rows=$1
+  echo "<!-- bench:$4:begin (written by scripts/bench.sh; do not edit by hand) -->"
+  echo
+  echo "Machine: $2."
+  echo
+  echo "Command: \`$3\` (commit $6, $5)."
+  echo
+  echo "| figure | value | reference | reference value | ratio | goal | met? |"
+  echo "| --- | --- | --- | --- | --- | --- | --- |"
+  awk -F'\t' '{ for (i = 2; i <= 8; i++) gsub(/\|/, "\\|", $i)
+                printf "| %s | %s | %s | %s | %s | %s | %s |\n", $2, $3, $4, $5, $6, $7, $8 }' "$rows"
+  echo
+  echo "<!-- bench:$4:end -->"
+}
+
+update_docs() { # section file-with-new-section
+  local doc=docs/benchmarks.md section=$1 new=$2
+  [ -f "$doc" ] || printf '# kpc benchmarks\n\n' >"$doc"
+  if grep -q "<!-- bench:$section:begin" "$doc"; then
+    awk -v s="$section" -v f="$new" '
+      index($0, "<!-- bench:" s ":begin") == 1 { while ((getline l < f) > 0) print l; skip = 1; next }
+      index($0, "<!-- bench:" s ":end") == 1 { skip = 0; next }
+      !skip' "$doc" >"$doc.tmp" && mv "$doc.tmp" "$doc"
+  else
+    { echo; cat "$new"; } >>"$doc"
+  fi
+}
+
+render() { # rows machine command section json
+  local rows=$1 machine=$2 cmd=$3 section=$4 json=$5 date commit
+  date=$(date -u +%Y-%m-%dT%H:%MZ)
+  commit=$(git rev-parse --short HEAD 2>/dev/null || echo unknown)
+  [ -n "$(git status --porcelain -- src shm include 2>/dev/null)" ] && commit+="+changes"
+  echo
+  echo "kpc benchmarks on $machine"
+  echo
+  print_table "$rows"
+  mkdir -p "$(dirname "$json")"
+  write_json "$rows" "$machine" "$cmd" "$section" "$date" "$commit" "$json"
+  echo
+  echo "bench: rows written to $json"
+  if ((docs)); then
+    local md
+    md=$(mktemp)
+    markdown_section "$rows" "$machine" "$cmd" "$section" "$date" "$commit" >"$md"
+    update_docs "$section" "$md"
+    rm -f "$md"
+    echo "bench: docs/benchmarks.md section \"$section\" updated"
+  fi
+}
+
+if [ -n "$render" ]; then
+  [ -f "$render/rows.tsv" ] || { echo "bench.sh: no $render/rows.tsv" >&2; exit 1; }
+  section=$(cat "$render/section.txt" 2>/dev/null || echo device)
+  render "$render/rows.tsv" "$(cat "$render/machine.txt")" "$(cat "$render/command.txt")" "$section" \
+    "bench-results/bench-$section.json"
+  exit 0
+fi
+
+# ---- set-up: build dependencies, ccache, the Release tree -----------------------------
+scripts/setup.sh
+if want ccache && ! command -v ccache >/dev/null; then
+  echo "bench: installing ccache"
+  sudo=""
+  [ "$(id -u)" -eq 0 ] || sudo="sudo"
+  DEBIAN_FRONTEND=noninteractive $sudo apt-get install -y -qq --no-install-recommends ccache >/dev/null
+fi
+build=${KPC_BENCH_BUILD_DIR:-build-bench}
+cmake -S . -B "$build" -DCMAKE_BUILD_TYPE=Release -DKPC_BUILD_TESTS=OFF -DKPC_BUILD_BENCH=ON \
+  ${KPC_CMAKE_ARGS:-} >/dev/null
+cmake --build "$build" -j"$(nproc)" >/dev/null
+bin=$root/$build/bench
+
+# the benchmarks make their own cache dirs; keep the user's settings out of them
+unset KPC_CACHE_DIR KPC_DISABLE KPC_CACHE_MAX_SIZE KPC_MEM_MAX_PROGRAMS KPC_SHM_ENTRIES
+export KPC_LOG=error
+work=$(mktemp -d)
+trap 'rm -rf "$work"' EXIT
+export KPC_BENCH_ROWS=$work/rows.tsv
+: >"$KPC_BENCH_ROWS"
+mkdir -p bench-results
+log=$root/$build/bench.log # the programs' progress and their own lines; build-*/ is not tracked
+: >"$log"
+start=$(date +%s)
+
+step() { # name command...
+  local name=$1 t0; shift
+  t0=$(date +%s)
+  echo "bench: == $name: $*" | tee -a "$log" >&2
+  "$@" 2>>"$log" || { echo "bench: $name failed (see $log)" >&2; tail -5 "$log" >&2; exit 1; }
+  echo "bench: == $name done in $(($(date +%s) - t0)) s" | tee -a "$log" >&2
+}
+
+if ((quick)); then
+  want hit && step hit "$bin/bench_hit" --rounds 5 --seconds 0.1
+  want xproc && step xproc "$bin/bench_xproc" --runs 5
+  want storm && step storm "$bin/bench_storm" --procs 2,8 --repeats 1 --noindex-max 8
+  want index && step index "$bin/bench_index" --sizes 1000,64000 --rounds 5
+  want disk && step disk "$bin/bench_disk" --files 10000 --runs 1
+  want ccache && step ccache "$bin/bench_ccache" --files 1 --runs 2
+else
+  want hit && step hit "$bin/bench_hit"
+  want xproc && step xproc "$bin/bench_xproc"
+  want storm && step storm "$bin/bench_storm" --procs 2,8,32,64 --k 16 --repeats 3 --noindex-max 64
+  want index && step index "$bin/bench_index"
+  if want disk; then
+    step disk "$bin/bench_disk" --files 100000
+    [ -d /dev/shm ] && KPC_BENCH_TMP=/dev/shm step disk-tmpfs "$bin/bench_disk" --files 100000 --tag tmpfs
+  fi
+  want ccache && step ccache "$bin/bench_ccache"
+fi
+echo "bench: all done in $(($(date +%s) - start)) s; load average now $(cut -d' ' -f1-3 /proc/loadavg)" \
+  | tee -a "$log" >&2
+
+render "$KPC_BENCH_ROWS" "$(machine_text)" "$command_line" "local" bench-results/bench.json
