@@ -360,6 +360,33 @@ static int identity_lock(const char *dir)
     return fd;
 }
 
+/*
+ * The compiler's identity, once per process: recalling it from the cache dir re-stats a
+ * dozen files, and without a cache dir it would hash the device libraries again for
+ * every context. The compiler a process has loaded (or would load) does not change while
+ * it runs. A test that installs another platform gets that platform's own.
+ */
+static kpc_status compiler_identity(const kpc_platform *pf, const char *dir, uint8_t id[16])
+{
+    static pthread_mutex_t lock = PTHREAD_MUTEX_INITIALIZER;
+    static const kpc_platform *memo_pf;
+    static uint8_t memo_id[16];
+    kpc_status s = KPC_OK;
+    pthread_mutex_lock(&lock);
+    if (memo_pf != pf) {
+        char desc[512];
+        s = pf->identity(dir, id, desc, sizeof desc);
+        if (s == KPC_OK) {
+            memcpy(memo_id, id, 16);
+            memo_pf = pf;
+        }
+    } else {
+        memcpy(id, memo_id, 16);
+    }
+    pthread_mutex_unlock(&lock);
+    return s;
+}
+
 static kpc_status context_new(kpc_cache *cache, const char *target, int device, kpc_context **out)
 {
     const kpc_platform *pf = cache->platform;
@@ -369,17 +396,18 @@ static kpc_status context_new(kpc_cache *cache, const char *target, int device, 
     ctx->cache = cache;
     ctx->device = device;
     const char *dir = cache->store ? kpc_store_root(cache->store) : NULL;
-    char desc[512];
     int lock = identity_lock(dir);
-    kpc_status s = pf->identity(dir, ctx->compiler_id, desc, sizeof desc);
+    kpc_status s = compiler_identity(pf, dir, ctx->compiler_id);
     if (s == KPC_OK)
         s = pf->target_normalize(dir, ctx->compiler_id, target, ctx->target, sizeof ctx->target);
     if (lock >= 0)
         close(lock); /* releases the flock */
     if (s == KPC_OK)
         s = kpc_map_new(cache->settings.mem_max_programs, &ctx->map);
-    if (s == KPC_OK)
-        kpc_key_prefix_init(&ctx->key_prefix, ctx->compiler_id, pf->name, ctx->target);
+    if (s == KPC_OK) {
+        kpc__key_identity(pf, ctx->compiler_id, ctx->key_id);
+        kpc_key_prefix_init(&ctx->key_prefix, ctx->key_id, pf->name, ctx->target);
+    }
     if (s != KPC_OK) {
         free(ctx);
         return s;
@@ -502,7 +530,7 @@ kpc_status kpc_program_get(kpc_context *ctx, const kpc_source *src, kpc_program 
     if (ctx->key_prefix.len != SIZE_MAX)
         kpc_key_compute_prefixed(&ctx->key_prefix, src, &key);
     else
-        kpc_key_compute(ctx->compiler_id, cache->platform->name, ctx->target, src, &key);
+        kpc_key_compute(ctx->key_id, cache->platform->name, ctx->target, src, &key);
 
     kpc_map_entry *entry;
     bool waited;

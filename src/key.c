@@ -22,12 +22,14 @@
  */
 #include "kpc_internal.h"
 
+#include <stdlib.h>
 #include <string.h>
 #define XXH_STATIC_LINKING_ONLY /* XXH3_state_t on the stack */
 #include <xxhash.h>
 
-/* -2: large fields by digest (the serialization of -1 held them whole) */
-#define KEY_FORMAT "kpc-key-2"
+/* -2: large fields by digest (-1 held them whole); -3: the hidden options out of the
+ * compiler identity into a key identity of their own (kpc__key_identity) */
+#define KEY_FORMAT "kpc-key-3"
 
 #define KEY_BUF 1024 /* the small fields of a request that is hashed in one shot */
 
@@ -210,6 +212,22 @@ kpc_status kpc_key_compute(const uint8_t compiler_id[16], const char *platform, 
     else
         kpc_key_compute_prefixed(&pre, src, out);
     return KPC_OK;
+}
+
+void kpc__key_identity(const kpc_platform *pf, const uint8_t compiler_id[16], uint8_t key_id[16])
+{
+    XXH3_state_t st;
+    XXH3_128bits_reset(&st);
+    XXH3_128bits_update(&st, compiler_id, 16);
+    for (const char *const *name = pf->key_env; name && *name; name++) {
+        const char *value = getenv(*name);
+        XXH3_128bits_update(&st, *name, strlen(*name) + 1);
+        /* unset and empty differ: a marker byte, then the value with its NUL */
+        XXH3_128bits_update(&st, value ? "=" : "-", 1);
+        if (value)
+            XXH3_128bits_update(&st, value, strlen(value) + 1);
+    }
+    XXH128_canonicalFromHash((XXH128_canonical_t *)key_id, XXH3_128bits_digest(&st));
 }
 
 void kpc_key_hex(const kpc_key *key, char out[KPC_KEY_HEX])

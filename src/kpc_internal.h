@@ -112,10 +112,14 @@ void kpc_build_free(kpc_build *b);
 
 typedef struct kpc_platform {
     const char *name; /* "amd", "nvidia", "fake" */
-    /* Identity of the compiler: 16 bytes that change whenever the compiler, its libraries
-     * or its hidden options change. cache_dir (may be NULL) remembers it between processes
-     * so that a warm hit needs no compiler load. */
+    /* Identity of the compiler: 16 bytes that change whenever the compiler or its libraries
+     * change. Records carry it (`kpc prune --stale` compares it). cache_dir (may be NULL)
+     * remembers it between processes so that a warm hit needs no compiler load. */
     kpc_status (*identity)(const char *cache_dir, uint8_t id[16], char *desc, size_t desc_cap);
+    /* NULL-terminated names of environment variables the compiler turns into hidden
+     * options (hipRTC: GPU_ENABLE_WAVE32_MODE...); NULL for none. They enter the key, not
+     * the identity: a tool run with another environment must not call objects stale. */
+    const char *const *key_env;
     /* Validate and normalize a target; KPC_E_INVALID (logged with the supported list).
      * Targets once validated for compiler `id` are remembered under cache_dir (may be
      * NULL), so that a warm process need not load the compiler to check its target. */
@@ -221,15 +225,22 @@ kpc_status kpc_store_read(kpc_store *st, const kpc_key *key, const char *target,
 /* Publish atomically (O_EXCL temp file, fsync, rename); then keep the size limit. */
 kpc_status kpc_store_write(kpc_store *st, const kpc_record *rec, const void *code,
                            const void *names_or_log, size_t second_size);
-kpc_status kpc_store_remove(kpc_store *st, const kpc_key *key, const char *target, uint32_t kind);
+/* Remove the code record of key if it still holds exactly code (the bytes a runtime
+ * refused): KPC_OK when removed, KPC_E_NOT_FOUND when gone or already replaced,
+ * KPC_E_IO when it holds them but could not be removed. */
+kpc_status kpc_store_remove_refused(kpc_store *st, const kpc_key *key, const char *target,
+                                   const void *code, size_t size);
 
 /* Walk every record file; the callback gets its path, stat and the record header
- * (payload not read unless verify is set; then st may be KPC_E_CORRUPT). */
+ * (payload not read unless verify is set; then status may be KPC_E_CORRUPT, and a file
+ * that fails is removed by the walk itself, while it still holds the bytes it checked:
+ * a fresh file renamed over it meanwhile is neither reported nor removed). */
 typedef struct kpc_store_entry {
     const char *path;
     uint64_t size;     /* file size */
     uint64_t mtime_ns; /* last use */
     kpc_status status; /* KPC_OK, or KPC_E_CORRUPT when the file fails its checks */
+    bool removed;      /* verify: the damaged file was removed */
     const kpc_record *rec;
 } kpc_store_entry;
 typedef int (*kpc_store_walk_fn)(const kpc_store_entry *e, void *arg); /* nonzero stops */
@@ -275,7 +286,8 @@ typedef struct kpc_map kpc_map;
 struct kpc_context {
     kpc_cache *cache;
     char target[64];
-    uint8_t compiler_id[16];
+    uint8_t compiler_id[16]; /* the platform's identity: stored in records */
+    uint8_t key_id[16];      /* compiler_id with the hidden options: what keys hash */
     int device; /* -1: compile-only */
     kpc_map *map;
     kpc_key_prefix key_prefix; /* of compiler_id, the platform's name and target */
@@ -293,6 +305,9 @@ kpc_status kpc_map_acquire(kpc_map *m, const kpc_key *key, kpc_program **prog,
 void kpc_map_publish(kpc_map *m, kpc_map_entry *entry, kpc_status st, kpc_program *prog,
                      const char *log);
 size_t kpc_map_count(kpc_map *m);
+
+/* The 16 bytes keys hash for a compiler identity: it with the values of pf->key_env now. */
+void kpc__key_identity(const kpc_platform *pf, const uint8_t compiler_id[16], uint8_t key_id[16]);
 
 /* Resolve a miss through the host index, the disk and the compiler (resolve.c). */
 kpc_status kpc__resolve(kpc_context *ctx, const kpc_key *key, const kpc_source *src,

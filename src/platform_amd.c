@@ -46,6 +46,7 @@ static struct {
     hipError_t (*device_count)(int *);
     hipError_t (*device_props)(hipDeviceProp_t *, int);
     hipError_t (*set_device)(int);
+    hipError_t (*get_device)(int *);
     hipError_t (*module_load)(hipModule_t *, const void *);
     hipError_t (*module_unload)(hipModule_t);
     hipError_t (*module_function)(hipFunction_t *, hipModule_t, const char *);
@@ -100,6 +101,7 @@ static kpc_status load_hip_symbols(void)
     LOAD(hip, device_count, "hipGetDeviceCount");
     LOAD(hip, device_props, "hipGetDeviceProperties");
     LOAD(hip, set_device, "hipSetDevice");
+    LOAD(hip, get_device, "hipGetDevice");
     LOAD(hip, module_load, "hipModuleLoadData");
     LOAD(hip, module_unload, "hipModuleUnload");
     LOAD(hip, module_function, "hipModuleGetFunction");
@@ -207,11 +209,13 @@ static void add_device_libs(XXH3_state_t *st, kpc_identity_files *files)
         strlcpy(files->paths[files->count++], dir, sizeof files->paths[0]);
 }
 
+/* hipRTC turns these into hidden compile options */
+static const char *const amd_key_env[] = {"GPU_ENABLE_WAVE32_MODE", "GPU_ENABLE_WGP_MODE", NULL};
+
 static kpc_status amd_identity(const char *cache_dir, uint8_t id[16], char *desc, size_t desc_cap)
 {
-    uint8_t files_id[16];
     desc[0] = '\0';
-    if (!kpc_identity_recall(cache_dir, "amd", files_id)) {
+    if (!kpc_identity_recall(cache_dir, "amd", id)) {
         kpc_status s = need_hip();
         if (s == KPC_OK)
             s = need_comgr();
@@ -225,22 +229,10 @@ static kpc_status amd_identity(const char *cache_dir, uint8_t id[16], char *desc
         add_build_id(&st, &files, "libLLVM", desc, desc_cap);
         add_build_id(&st, &files, "libhiprtc-builtins", desc, desc_cap);
         add_device_libs(&st, &files);
-        XXH128_canonicalFromHash((XXH128_canonical_t *)files_id, XXH3_128bits_digest(&st));
-        kpc_identity_remember(cache_dir, "amd", &files, files_id);
+        XXH128_canonicalFromHash((XXH128_canonical_t *)id, XXH3_128bits_digest(&st));
+        kpc_identity_remember(cache_dir, "amd", &files, id);
         KPC_LOG(KPC_LOG_INFO, "compiler identity: %s", desc);
     }
-    /* hipRTC turns these into hidden compile options */
-    static const char *const env[] = {"GPU_ENABLE_WAVE32_MODE", "GPU_ENABLE_WGP_MODE"};
-    XXH3_state_t st;
-    XXH3_128bits_reset(&st);
-    XXH3_128bits_update(&st, files_id, 16);
-    for (size_t i = 0; i < 2; i++) {
-        const char *v = getenv(env[i]);
-        XXH3_128bits_update(&st, env[i], strlen(env[i]) + 1);
-        if (v)
-            XXH3_128bits_update(&st, v, strlen(v) + 1);
-    }
-    XXH128_canonicalFromHash((XXH128_canonical_t *)id, XXH3_128bits_digest(&st));
     return KPC_OK;
 }
 
@@ -463,17 +455,36 @@ static kpc_status amd_device_target(int device, char *out, size_t cap)
     return KPC_OK;
 }
 
+/* Make device current for a module call and hand back the caller's device: the HIP
+ * runtime loads and unloads modules on the current device, and a library must not
+ * switch its caller's (a multi-GPU application sets its own per thread). */
+static hipError_t enter_device(int device, int *prev)
+{
+    hipError_t e = amd.get_device(prev);
+    if (e != hipSuccess)
+        return e;
+    return *prev == device ? hipSuccess : amd.set_device(device);
+}
+
+static void leave_device(int device, int prev)
+{
+    if (prev != device)
+        amd.set_device(prev);
+}
+
 static kpc_status amd_module_load(int device, const void *code, size_t size, void **module)
 {
     (void)size;
     kpc_status s = need_hip();
     if (s != KPC_OK)
         return s;
-    hipError_t e = amd.set_device(device);
+    int prev;
+    hipError_t e = enter_device(device, &prev);
     if (e != hipSuccess)
         return hip_fail(e, "hipSetDevice");
     hipModule_t m = NULL;
     e = amd.module_load(&m, code);
+    leave_device(device, prev);
     if (e == hipErrorInvalidImage || e == hipErrorNoBinaryForGpu || e == hipErrorInvalidKernelFile ||
         e == hipErrorSharedObjectInitFailed) {
         KPC_LOG(KPC_LOG_WARN, "hipModuleLoadData refused the image: %s", amd.hip_error(e));
@@ -487,8 +498,11 @@ static kpc_status amd_module_load(int device, const void *code, size_t size, voi
 
 static void amd_module_unload(int device, void *module)
 {
-    if (need_hip() == KPC_OK && amd.set_device(device) == hipSuccess)
+    int prev;
+    if (need_hip() == KPC_OK && enter_device(device, &prev) == hipSuccess) {
         amd.module_unload((hipModule_t)module);
+        leave_device(device, prev);
+    }
 }
 
 static kpc_status amd_module_function(int device, void *module, const char *name, void **fn)
@@ -507,6 +521,7 @@ static kpc_status amd_module_function(int device, void *module, const char *name
 const kpc_platform kpc_platform_builtin = {
     .name = "amd",
     .identity = amd_identity,
+    .key_env = amd_key_env,
     .target_normalize = amd_target_normalize,
     .compile = amd_compile,
     .device_target = amd_device_target,

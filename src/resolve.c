@@ -203,15 +203,19 @@ kpc_status kpc__resolve(kpc_context *ctx, const kpc_key *key, const kpc_source *
     if (s == KPC_E_CORRUPT && from_disk) {
         char hex[KPC_KEY_HEX];
         kpc_key_hex(key, hex);
-        KPC_LOG(KPC_LOG_WARN, "the runtime refused cached object %s for %s: removing it and "
-                "building it again", hex, ctx->target);
+        /* Several processes may load the same refused file at once: the first removes it
+         * and rebuilds; a later one finds it gone or replaced and takes what is there now
+         * (waiting on the index for the rebuild) instead of removing the fresh object. */
+        kpc_store *store = ctx->cache->store;
+        bool removed = store == NULL ||
+                       kpc_store_remove_refused(store, key, ctx->target, p->code, p->code_size) != KPC_E_NOT_FOUND;
+        KPC_LOG(KPC_LOG_WARN, "the runtime refused cached object %s for %s: %s", hex, ctx->target,
+                removed ? "removed it, building it again" : "it was replaced already, taking the new one");
         kpc_program_release(p);
         *out = NULL;
-        if (ctx->cache->store)
-            kpc_store_remove(ctx->cache->store, key, ctx->target, KPC_RECORD_CODE);
-        if (ctx->cache->index)
+        if (removed && ctx->cache->index)
             kpc_index_forget(ctx->cache->index, key);
-        s = obtain(ctx, key, src, true, out, log, &from_disk);
+        s = obtain(ctx, key, src, removed, out, log, &from_disk);
         if (s != KPC_OK)
             return s;
         p = *out;

@@ -400,20 +400,34 @@ kpc_status kpc_store_write(kpc_store *st, const kpc_record *rec, const void *cod
     return KPC_OK;
 }
 
-kpc_status kpc_store_remove(kpc_store *st, const kpc_key *key, const char *target, uint32_t kind)
+kpc_status kpc_store_remove_refused(kpc_store *st, const kpc_key *key, const char *target,
+                                   const void *code, size_t size)
 {
     char path[4400];
-    if (!target_ok(target) || record_path(st, key, target, kind, path, sizeof path, NULL, 0) != 0)
+    if (!target_ok(target) || record_path(st, key, target, KPC_RECORD_CODE, path, sizeof path, NULL, 0) != 0)
         return KPC_E_INVALID;
-    struct stat sb;
-    if (lstat(path, &sb) != 0)
+    int fd = open(path, O_RDONLY | O_CLOEXEC | O_NOFOLLOW | O_NONBLOCK);
+    if (fd < 0)
         return KPC_E_NOT_FOUND;
-    if (unlink(path) != 0) {
-        KPC_LOG(KPC_LOG_WARN, "unlink(%s): %s", path, strerror(errno));
-        return KPC_E_IO;
-    }
-    usage_add(st, -(int64_t)sb.st_size, -1);
-    return KPC_OK;
+    kpc_record rec;
+    kpc_status s;
+    struct stat sb;
+    memset(&rec, 0, sizeof rec);
+    bool same = read_record(fd, key, target, KPC_RECORD_CODE, &rec, &s, &sb) == NULL &&
+                rec.code_size == size && memcmp(rec.payload, code, size) == 0;
+    kpc_record_free(&rec);
+    /* another process may have replaced the refused file with a fresh build already:
+     * only the bytes the runtime refused go, and only if that file is still in place */
+    struct stat cur;
+    if (!same || lstat(path, &cur) != 0 || cur.st_dev != sb.st_dev || cur.st_ino != sb.st_ino)
+        s = KPC_E_NOT_FOUND;
+    else if (remove_if_same(path, fd)) {
+        usage_add(st, -(int64_t)sb.st_size, -1);
+        s = KPC_OK;
+    } else
+        s = KPC_E_IO; /* still there (a read-only directory): the caller must not read it */
+    close(fd);
+    return s;
 }
 
 /* ---- walking the tree ---------------------------------------------------------------- */
@@ -473,12 +487,15 @@ static kpc_status walk(kpc_store *st, enum walk_mode mode, kpc_store_walk_fn fn,
                 memset(&rec, 0, sizeof rec);
                 kpc_store_entry ent = {path, (uint64_t)sb.st_size,
                                        (uint64_t)sb.st_mtim.tv_sec * 1000000000ull + (uint64_t)sb.st_mtim.tv_nsec,
-                                       KPC_OK, NULL};
+                                       KPC_OK, false, NULL};
                 if (mode != WALK_STAT) {
                     int fd = openat(dirfd(fd_dir), e->d_name,
                                     O_RDONLY | O_CLOEXEC | O_NOFOLLOW | O_NONBLOCK);
                     if (fd < 0) {
                         ent.status = errno == ENOENT ? KPC_E_NOT_FOUND : KPC_E_CORRUPT;
+                        /* a symbolic link where a record should be is never followed */
+                        if (mode == WALK_VERIFY && errno == ELOOP && S_ISLNK(sb.st_mode))
+                            ent.removed = unlinkat(dirfd(fd_dir), e->d_name, 0) == 0;
                     } else if (mode == WALK_HEADER) {
                         uint8_t h[HEADER_SIZE];
                         ssize_t n = pread(fd, h, sizeof h, 0);
@@ -496,6 +513,13 @@ static kpc_status walk(kpc_store *st, enum walk_mode mode, kpc_store_walk_fn fn,
                         if (read_record(fd, &key, t->d_name, kind, &rec, &s, &rsb) != NULL)
                             ent.status = s == KPC_E_NOMEM ? KPC_E_NOMEM : KPC_E_CORRUPT;
                         kpc_record_free(&rec);
+                        if (ent.status == KPC_E_CORRUPT) {
+                            struct stat cur;
+                            if (lstat(path, &cur) != 0 || cur.st_ino != sb.st_ino || cur.st_dev != sb.st_dev)
+                                ent.status = KPC_E_NOT_FOUND; /* replaced or removed meanwhile */
+                            else if ((ent.removed = remove_if_same(path, fd)) && S_ISREG(sb.st_mode))
+                                usage_add(st, -(int64_t)sb.st_size, -1);
+                        }
                         close(fd);
                     }
                     if (ent.status == KPC_E_NOT_FOUND)

@@ -311,7 +311,7 @@ char *ts_log_end(void)
 /* ---- keys and files ---- */
 void ts_key(const kpc_context *ctx, const kpc_source *src, kpc_key *out)
 {
-    kpc_status s = kpc_key_compute(ctx->compiler_id, ctx->cache->platform->name, ctx->target, src, out);
+    kpc_status s = kpc_key_compute(ctx->key_id, ctx->cache->platform->name, ctx->target, src, out);
     ck_assert_int_eq(s, KPC_OK);
 }
 

@@ -568,11 +568,32 @@ START_TEST(identity_is_real)
     ck_assert_int_eq(kpc_platform_builtin.identity(dir, b, desc, sizeof desc), KPC_OK);
     ck_assert_str_eq(desc, ""); /* recalled: nothing was hashed */
     ck_assert_mem_eq(a, b, 16);
-    /* hipRTC's hidden options are part of it */
+    /* hipRTC's hidden options change every key, but not the identity records carry (so
+     * `kpc prune --stale` run with another environment never calls objects stale) */
     setenv("GPU_ENABLE_WAVE32_MODE", "1", 1);
     ck_assert_int_eq(kpc_platform_builtin.identity(dir, c, desc, sizeof desc), KPC_OK);
-    ck_assert(memcmp(a, c, 16) != 0);
+    ck_assert_mem_eq(a, c, 16);
+    kpc_cache *cache = ts_open(dir, 0, 0);
+    kpc_context *wave32, *plain, *empty;
+    ck_assert_int_eq(kpc_context_create_for_target(cache, "gfx1030", &wave32), KPC_OK);
     unsetenv("GPU_ENABLE_WAVE32_MODE");
+    ck_assert_int_eq(kpc_context_create_for_target(cache, "gfx1030", &plain), KPC_OK);
+    setenv("GPU_ENABLE_WAVE32_MODE", "", 1);
+    ck_assert_int_eq(kpc_context_create_for_target(cache, "gfx1030", &empty), KPC_OK);
+    unsetenv("GPU_ENABLE_WAVE32_MODE");
+    ck_assert_mem_eq(wave32->compiler_id, a, 16);
+    ck_assert_mem_eq(plain->compiler_id, a, 16);
+    ck_assert(memcmp(wave32->key_id, plain->key_id, 16) != 0);
+    ck_assert(memcmp(empty->key_id, plain->key_id, 16) != 0); /* set but empty is not unset */
+    kpc_source src = {.code = "extern \"C\" __global__ void k(int *p) { *p = 1; }", .name = "k.hip"};
+    kpc_key kw, kp;
+    ts_key(wave32, &src, &kw);
+    ts_key(plain, &src, &kp);
+    ck_assert(memcmp(kw.bytes, kp.bytes, 16) != 0);
+    kpc_context_destroy(wave32);
+    kpc_context_destroy(plain);
+    kpc_context_destroy(empty);
+    kpc_cache_close(cache);
 }
 END_TEST
 #endif

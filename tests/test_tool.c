@@ -157,6 +157,11 @@ START_TEST(bad_usage_exits_2_and_help_exits_0)
     ck_assert_int_eq(kpc(NULL, NULL, "compile", "--cache-dir", dir, "-j", "0", "x.hip", NULL), 2);
     ck_assert_int_eq(kpc(NULL, NULL, "compile", "--cache-dir", dir, "-o", "/nonexistent/dir", "a.hip", "b.hip",
                          NULL), 2);
+    /* -o DIR writes DIR/NAME.co: two files of one name would overwrite each other */
+    err = NULL;
+    ck_assert_int_eq(kpc(NULL, &err, "compile", "--cache-dir", dir, "-o", "/tmp", "a/x.hip", "b/x.hip", NULL), 2);
+    ck_assert_msg(strstr(err, "x.hip") != NULL, "%s", err);
+    free(err);
     /* a malformed environment is bad usage too, named in the message */
     err = NULL;
     ck_assert_int_eq(kpc_env("KPC_CACHE_MAX_SIZE=lots", NULL, &err, "ls", "--cache-dir", dir), 2);
@@ -705,6 +710,39 @@ START_TEST(compile_jobs_builds_each_source_once)
 }
 END_TEST
 
+/* Every name expression's lowered name is reported, however many there are. */
+START_TEST(compile_reports_every_lowered_name)
+{
+    enum { EXPRS = 9 };
+    char *path = side_file("many.hip", "template <int N> __global__ void fill(int *p) { p[0] = N; }\n");
+    char exprs[EXPRS][16];
+    const char *argv[16 + 2 * EXPRS];
+    int n = 0;
+    argv[n++] = tool, argv[n++] = "compile", argv[n++] = "--cache-dir", argv[n++] = dir;
+    argv[n++] = "--target", argv[n++] = ts_target(), argv[n++] = "--json";
+    for (int i = 0; i < EXPRS; i++) {
+        snprintf(exprs[i], sizeof exprs[i], "fill<%d>", 100 + i);
+        argv[n++] = "--name-expr", argv[n++] = exprs[i];
+    }
+    argv[n++] = path, argv[n] = NULL;
+    char *out = NULL, *err = NULL;
+    int rc = ts_exec(argv, NULL, &out, &err);
+    ck_assert_msg(rc == 0, "kpc compile: exit %d\n%s%s", rc, out, err);
+    cJSON *j = parse(out);
+    const cJSON *low = cJSON_GetObjectItemCaseSensitive(cJSON_GetArrayItem(j, 0), "lowered_names");
+    ck_assert_int_eq(cJSON_GetArraySize(low), EXPRS);
+    for (int i = 0; i < EXPRS; i++) {
+        const char *name = str(low, exprs[i]);
+        char digits[8];
+        snprintf(digits, sizeof digits, "%d", 100 + i);
+        /* Itanium mangling of fill<N>: _Z4fillILi<N>EEvPi */
+        ck_assert_msg(strncmp(name, "_Z4fill", 7) == 0 && strstr(name, digits) != NULL, "%s -> %s", exprs[i], name);
+    }
+    cJSON_Delete(j);
+    free(out), free(err), free(path);
+}
+END_TEST
+
 int main(void)
 {
     Suite *s = suite_create("tool");
@@ -727,6 +765,7 @@ int main(void)
     tcase_add_checked_fixture(tc, setup, teardown);
     tcase_set_timeout(tc, 120);
     tcase_add_test(tc, compile_jobs_builds_each_source_once);
+    tcase_add_test(tc, compile_reports_every_lowered_name);
     suite_add_tcase(s, tc);
     return ts_run_suite(s);
 }

@@ -104,6 +104,7 @@ static int open_store(const kpc_settings *set, kpc_store **st)
 
 /* ---- compile ------------------------------------------------------------------------ */
 #define LOG_MAX 8192
+#define LOWERED_MAX 32768 /* the lowered names of a file, one after another, each with its NUL */
 
 /* A file's status until its worker finishes with it: a worker that dies leaves it so. */
 #define RESULT_PENDING (-1)
@@ -113,9 +114,18 @@ typedef struct file_result {
     int outcome;      /* 0 built, 1 hit, 2 waited (another process built it) */
     double seconds;
     uint64_t size;
-    char lowered[4][256];
+    char lowered[LOWERED_MAX]; /* a name that does not fit is left empty (and said so) */
     char log[LOG_MAX];
 } file_result;
+
+/* The lowered name of expression e of a result: names are packed in order. */
+static const char *lowered_name(const file_result *r, size_t e)
+{
+    const char *p = r->lowered;
+    while (e-- > 0)
+        p += strlen(p) + 1;
+    return p;
+}
 
 typedef struct compile_job {
     const common *co;
@@ -194,9 +204,16 @@ static void compile_one(const compile_job *job, kpc_cache *cache, kpc_context *c
         size_t size;
         kpc_program_code(p, &size);
         r->size = size;
-        for (size_t e = 0; e < job->num_exprs && e < 4; e++) {
+        size_t used = 0;
+        for (size_t e = 0; e < job->num_exprs; e++) {
             const char *low = kpc_program_lowered_name(p, job->exprs[e]);
-            snprintf(r->lowered[e], sizeof r->lowered[e], "%s", low ? low : "");
+            size_t n = low ? strlen(low) : 0;
+            /* room for this name and an empty one for each expression after it */
+            if (used + n + 1 + (job->num_exprs - e - 1) > sizeof r->lowered)
+                n = 0, low = NULL;
+            memcpy(r->lowered + used, low ? low : "", n);
+            r->lowered[used + n] = '\0';
+            used += n + 1;
         }
         if (job->out && write_out(job, i, p) != 0)
             s = KPC_E_IO;
@@ -249,8 +266,8 @@ static int compile_report(const compile_job *job)
             cJSON_AddNumberToObject(o, "seconds", r->seconds);
             cJSON_AddNumberToObject(o, "size", (double)r->size);
             cJSON *low = cJSON_AddObjectToObject(o, "lowered_names");
-            for (size_t e = 0; e < job->num_exprs && e < 4; e++)
-                cJSON_AddStringToObject(low, job->exprs[e], r->lowered[e]);
+            for (size_t e = 0; e < job->num_exprs; e++)
+                cJSON_AddStringToObject(low, job->exprs[e], lowered_name(r, e));
             if (r->status != KPC_OK)
                 cJSON_AddStringToObject(o, "log", r->log);
             cJSON_AddItemToArray(arr, o);
@@ -258,8 +275,10 @@ static int compile_report(const compile_job *job)
             char size[16];
             human(size, sizeof size, r->size);
             printf("%-12s %9.3f ms %8s  %s\n", outcome[r->outcome], r->seconds * 1e3, size, job->files[i]);
-            for (size_t e = 0; e < job->num_exprs && e < 4; e++)
-                printf("    %s -> %s\n", job->exprs[e], r->lowered[e]);
+            for (size_t e = 0; e < job->num_exprs; e++) {
+                const char *low = lowered_name(r, e);
+                printf("    %s -> %s\n", job->exprs[e], low[0] ? low : "(not found, or too long to report)");
+            }
         } else
             printf("%-12s %9.3f ms %8s  %s\n", "failed", r->seconds * 1e3, "-", job->files[i]);
     }
@@ -307,6 +326,14 @@ static int cmd_compile(int argc, char **argv, common *co)
         struct stat st;
         if (stat(job.out, &st) != 0 || !S_ISDIR(st.st_mode))
             return usage_error("with several files, -o names an existing directory: %s", job.out);
+        /* DIR/NAME.co per file: two files of one name would overwrite each other */
+        for (int i = optind; i < argc; i++)
+            for (int j = optind; j < i; j++) {
+                const char *a = strrchr(argv[i], '/'), *b = strrchr(argv[j], '/');
+                if (strcmp(a ? a + 1 : argv[i], b ? b + 1 : argv[j]) == 0)
+                    return usage_error("-o DIR: two files named %s would be written to one file",
+                                       a ? a + 1 : argv[i]);
+            }
     }
     /* a malformed environment is bad usage here too, not a failure of every file */
     kpc_config cfg = {.struct_size = sizeof cfg, .cache_dir = co->cache_dir};
@@ -432,7 +459,7 @@ typedef struct ls_row {
     char key[33], target[64], source[80], kind[4];
     char *path; /* malloc'd: a cache dir's path may be long */
     uint64_t size, mtime_ns;
-    bool bad;
+    bool bad, removed;
 } ls_row;
 
 typedef struct ls_acc {
@@ -463,6 +490,7 @@ static int collect_row(const kpc_store_entry *e, void *arg)
     r->size = e->size;
     r->mtime_ns = e->mtime_ns;
     r->bad = e->status != KPC_OK;
+    r->removed = e->removed;
     if (e->rec) {
         snprintf(r->target, sizeof r->target, "%s", e->rec->target);
         snprintf(r->source, sizeof r->source, "%s", e->rec->source_name);
@@ -512,8 +540,7 @@ static int list_or_verify(common *co, bool verify)
         if (verify) {
             if (!r->bad)
                 continue;
-            /* a directory where a record should be fails the checks too */
-            bool ok = unlink(r->path) == 0 || errno == ENOENT || (errno == EISDIR && rmdir(r->path) == 0);
+            bool ok = r->removed; /* the walk removed it while it still held what it checked */
             ok ? removed++ : failed_removals++;
             if (arr) {
                 cJSON *o = cJSON_CreateObject();

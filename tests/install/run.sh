@@ -17,6 +17,9 @@ cmake --build "$tmp/cmake-build" >/dev/null
 LD_LIBRARY_PATH=$libdir "$tmp/cmake-build/consumer" "$target"
 
 export PKG_CONFIG_PATH=$libdir/pkgconfig
+# the .pc file finds the prefix relative to itself, whatever the libdir's depth
+test -f "$(pkg-config --variable=includedir kpc)/kpc/kpc.h"
+test -f "$(pkg-config --variable=libdir kpc)/libkpc.so.1"
 cc -Wall -Werror "$src/tests/install/consumer.c" $(pkg-config --cflags --libs kpc) -o "$tmp/consumer-pc"
 LD_LIBRARY_PATH=$libdir "$tmp/consumer-pc" "$target"
 # the second consumer found the first one's object on disk: the installed tool sees it
