@@ -86,6 +86,6 @@ kpc_status kpc_stats_get(kpc_cache *cache, kpc_stats *out)
         out->capacity = c.capacity;
     }
     if (cache->store)
-        kpc_store_usage(cache->store, &out->disk_bytes, &out->disk_files);
+        kpc_store_usage_estimate(cache->store, &out->disk_bytes, &out->disk_files);
     return KPC_OK;
 }

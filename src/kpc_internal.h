@@ -256,7 +256,12 @@ kpc_status kpc_store_prune(kpc_store *st, uint64_t target_bytes, const uint8_t *
  * (kpc_store_prune skips then): for `kpc prune`, whose limit may be lower. */
 kpc_status kpc_store_prune_wait(kpc_store *st, uint64_t target_bytes, const uint8_t *keep_compiler_id,
                                 kpc_prune_result *res);
+/* Walk the tree and count (exact; it also resets the shared estimate). */
 kpc_status kpc_store_usage(kpc_store *st, uint64_t *bytes, uint64_t *files);
+/* The estimate every write, removal and prune keeps (host-wide where there is an index);
+ * one walk when none is known yet. What kpc_stats_get reports: it must not walk 100k files
+ * per call (`kpc compile` calls it twice a file). */
+kpc_status kpc_store_usage_estimate(kpc_store *st, uint64_t *bytes, uint64_t *files);
 kpc_status kpc_store_clear(kpc_store *st, uint64_t *files_removed);
 
 /* ---- cache.c / context.c ---------------------------------------------------------- */

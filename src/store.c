@@ -553,6 +553,15 @@ static int count_usage(const kpc_store_entry *e, void *arg)
     return 0;
 }
 
+kpc_status kpc_store_usage_estimate(kpc_store *st, uint64_t *bytes, uint64_t *files)
+{
+    if (atomic_load(st->known) == 0)
+        return kpc_store_usage(st, bytes, files);
+    *bytes = atomic_load(st->bytes);
+    *files = atomic_load(st->files);
+    return KPC_OK;
+}
+
 kpc_status kpc_store_usage(kpc_store *st, uint64_t *bytes, uint64_t *files)
 {
     struct usage_acc u = {0, 0};

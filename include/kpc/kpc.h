@@ -101,7 +101,10 @@ typedef struct kpc_stats {
     /* this host (from the shared-memory index; 0 where it is off) */
     uint64_t lookups, hits, host_builds, host_build_failures, host_waits, takeovers, evictions,
         entries, capacity;
-    uint64_t disk_bytes, disk_files; /* the disk tree (0 where it is off) */
+    /* the disk tree (0 where it is off): the estimate every write, removal and prune keeps,
+     * host-wide with the index; without it (KPC_NO_SHM) other processes' writes show only
+     * after this process's next prune. `kpc stats` counts the files exactly. */
+    uint64_t disk_bytes, disk_files;
 } kpc_stats;
 
 typedef struct kpc_source {
