@@ -426,14 +426,19 @@ START_TEST(device_context_without_gpu)
 {
     kpc_cache *c = ts_open(dir, 0, 0);
     kpc_context *ctx = NULL;
+    ts_log_begin(KPC_LOG_ERROR);
     kpc_status s = kpc_context_create(c, 0, &ctx);
+    char *log = ts_log_end();
     if (s == KPC_OK) { /* a machine with a GPU: the GPU suite covers it */
         printf("a GPU is present: skipping the no-GPU case\n");
         kpc_context_destroy(ctx);
     } else {
         ck_assert_int_eq(s, KPC_E_NO_DEVICE);
         ck_assert_ptr_null(ctx);
+        /* a clear line, pointing at what works without a GPU */
+        ck_assert_msg(strstr(log, "no GPU") && strstr(log, "kpc_context_create_for_target"), "log: %s", log);
     }
+    free(log);
     kpc_cache_close(c);
 }
 END_TEST

@@ -521,6 +521,18 @@ START_TEST(builder_killed_mid_compile_is_taken_over)
                   "the build ended (or changed hands) before the kill: the source is too fast");
     double t_kill = now_s();
     ck_assert_int_eq(kill(victim, SIGKILL), 0);
+    /* a waiter must notice within a liveness slice (200 ms): see it claim the build. The
+     * bound is loose on purpose (a loaded CI machine); what it rules out is a takeover
+     * that waits for some long timeout, or for the next request */
+    double t_claim = 0;
+    while (t_claim == 0 && now_s() < t_kill + 60) {
+        if (kpc_index_test_builders(ix, builder, 4) == 1 && builder[0] != victim)
+            t_claim = now_s();
+        else
+            sleep_ms(2);
+    }
+    ck_assert_msg(t_claim > 0 && t_claim - t_kill < 5.0, "no waiter took the build over within 5 s (%.2f s)",
+                  t_claim > 0 ? t_claim - t_kill : -1.0);
 
     int vi = -1;
     for (int i = 0; i < N; i++) {
@@ -543,8 +555,8 @@ START_TEST(builder_killed_mid_compile_is_taken_over)
 
     bool check;
     kpc_stats st = host_stats(&check);
-    fprintf(stderr, "index takeover: builder %d killed; the others had the object %.2f s later\n",
-            (int)victim, t_done - t_kill);
+    fprintf(stderr, "index takeover: builder %d killed; a waiter claimed the build %.3f s later; the "
+            "others had the object %.2f s later\n", (int)victim, t_claim - t_kill, t_done - t_kill);
     ck_assert_uint_eq(st.takeovers, 1);
     ck_assert_uint_eq(st.host_builds, 1);
     ck_assert_uint_eq(st.entries, 1);
