@@ -548,8 +548,9 @@ START_TEST(verify_json_reports_and_removes_damage)
     free(out);
     /* a directory and a symlink where records should be; the log record truncated */
     ck_assert_int_eq(mkdir(b[1].path, 0700), 0);
-    ck_assert_int_eq(rename(b[0].path, "/tmp/kpc-test-verify-target"), 0);
-    ck_assert_int_eq(symlink("/tmp/kpc-test-verify-target", b[0].path), 0);
+    char *target = side_file("verify-target", ""); /* beside the cache dir: this test's own */
+    ck_assert_int_eq(rename(b[0].path, target), 0);
+    ck_assert_int_eq(symlink(target, b[0].path), 0);
     ck_assert_int_eq(truncate(b[2].path, 100), 0);
     ck_assert_int_eq(kpc(&out, NULL, "verify", "--cache-dir", dir, NULL), 1);
     for (int i = 0; i < 3; i++) {
@@ -559,8 +560,9 @@ START_TEST(verify_json_reports_and_removes_damage)
         ck_assert(is_absent(b[i].path));
     }
     free(out);
-    ck_assert(!is_absent("/tmp/kpc-test-verify-target")); /* the link was removed, not followed */
-    unlink("/tmp/kpc-test-verify-target");
+    ck_assert(!is_absent(target)); /* the link was removed, not followed */
+    unlink(target);
+    free(target);
     ck_assert_int_eq(kpc(NULL, NULL, "verify", "--cache-dir", dir, NULL), 0);
 }
 END_TEST
