@@ -20,6 +20,9 @@
 #include <string.h>
 #include <sys/stat.h>
 #include <unistd.h>
+#include <bsd/string.h> /* strlcpy */
+#define XXH_STATIC_LINKING_ONLY /* XXH3_state_t */
+#include <xxhash.h>
 
 #define ID_MAGIC "kpc-identity 1"
 
@@ -151,4 +154,24 @@ size_t kpc_identity_loaded_build_id(const char *needle, uint8_t *id, size_t cap,
     struct build_id_search s = {needle, id, cap, 0, path_out, path_cap};
     dl_iterate_phdr(find_build_id, &s);
     return s.len;
+}
+
+void kpc_identity_add_build_id(XXH3_state_t *st, kpc_identity_files *files, const char *needle, char *desc,
+                               size_t desc_cap)
+{
+    uint8_t id[64];
+    char path[512];
+    size_t n = kpc_identity_loaded_build_id(needle, id, sizeof id, path, sizeof path);
+    XXH3_128bits_update(st, needle, strlen(needle) + 1);
+    XXH3_128bits_update(st, id, n);
+    if (n == 0) {
+        KPC_LOG(KPC_LOG_WARN, "no build id for %s among the loaded objects", needle);
+        return;
+    }
+    if (files->count < 32)
+        strlcpy(files->paths[files->count++], path, sizeof files->paths[0]);
+    char hex[129];
+    kpc__hex(id, n < 8 ? n : 8, hex);
+    size_t used = strlen(desc);
+    snprintf(desc + used, desc_cap - used, "%s%s:%s", used ? " " : "", needle, hex);
 }

@@ -158,6 +158,12 @@ void kpc_identity_remember(const char *cache_dir, const char *platform, const kp
 size_t kpc_identity_loaded_build_id(const char *needle, uint8_t *id, size_t cap, char *path_out,
                                     size_t path_cap);
 
+/* Hash the build id of the loaded object whose path contains `needle` into st, remember
+ * its path in files and append "needle:<first 8 bytes hex>" to desc (logged when absent). */
+struct XXH3_state_s;
+void kpc_identity_add_build_id(struct XXH3_state_s *st, kpc_identity_files *files, const char *needle,
+                               char *desc, size_t desc_cap);
+
 /* Targets validated before for compiler id (platform.c). */
 bool kpc_targets_known(const char *cache_dir, const char *platform, const uint8_t id[16],
                        const char *target);

@@ -144,26 +144,6 @@ static kpc_status need_comgr(void)
 }
 
 /* ---- identity ----------------------------------------------------------------------- */
-static void add_build_id(XXH3_state_t *st, kpc_identity_files *files, const char *needle, char *desc,
-                         size_t desc_cap)
-{
-    uint8_t id[64];
-    char path[512];
-    size_t n = kpc_identity_loaded_build_id(needle, id, sizeof id, path, sizeof path);
-    XXH3_128bits_update(st, needle, strlen(needle) + 1);
-    XXH3_128bits_update(st, id, n);
-    if (n == 0) {
-        KPC_LOG(KPC_LOG_WARN, "no build id for %s among the loaded objects", needle);
-        return;
-    }
-    if (files->count < 32)
-        strlcpy(files->paths[files->count++], path, sizeof files->paths[0]);
-    char hex[129];
-    kpc__hex(id, n < 8 ? n : 8, hex);
-    size_t used = strlen(desc);
-    snprintf(desc + used, desc_cap - used, "%s%s:%s", used ? " " : "", needle, hex);
-}
-
 static int cmp_str(const void *a, const void *b)
 {
     return strcmp(*(char *const *)a, *(char *const *)b);
@@ -224,10 +204,10 @@ static kpc_status amd_identity(const char *cache_dir, uint8_t id[16], char *desc
         XXH3_state_t st;
         XXH3_128bits_reset(&st);
         kpc_identity_files files = {0};
-        add_build_id(&st, &files, "libamdhip64", desc, desc_cap);
-        add_build_id(&st, &files, "libamd_comgr", desc, desc_cap);
-        add_build_id(&st, &files, "libLLVM", desc, desc_cap);
-        add_build_id(&st, &files, "libhiprtc-builtins", desc, desc_cap);
+        kpc_identity_add_build_id(&st, &files, "libamdhip64", desc, desc_cap);
+        kpc_identity_add_build_id(&st, &files, "libamd_comgr", desc, desc_cap);
+        kpc_identity_add_build_id(&st, &files, "libLLVM", desc, desc_cap);
+        kpc_identity_add_build_id(&st, &files, "libhiprtc-builtins", desc, desc_cap);
         add_device_libs(&st, &files);
         XXH128_canonicalFromHash((XXH128_canonical_t *)id, XXH3_128bits_digest(&st));
         kpc_identity_remember(cache_dir, "amd", &files, id);

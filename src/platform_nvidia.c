@@ -238,26 +238,6 @@ static kpc_status need_cuda(void)
 }
 
 /* ---- identity ----------------------------------------------------------------------- */
-static void add_build_id(XXH3_state_t *st, kpc_identity_files *files, const char *needle, char *desc,
-                         size_t desc_cap)
-{
-    uint8_t id[64];
-    char path[512];
-    size_t n = kpc_identity_loaded_build_id(needle, id, sizeof id, path, sizeof path);
-    XXH3_128bits_update(st, needle, strlen(needle) + 1);
-    XXH3_128bits_update(st, id, n);
-    if (n == 0) {
-        KPC_LOG(KPC_LOG_WARN, "no build id for %s among the loaded objects", needle);
-        return;
-    }
-    if (files->count < 32)
-        strlcpy(files->paths[files->count++], path, sizeof files->paths[0]);
-    char hex[17];
-    kpc__hex(id, n < 8 ? n : 8, hex);
-    size_t used = strlen(desc);
-    snprintf(desc + used, desc_cap - used, " %s:%s", needle, hex);
-}
-
 static kpc_status nvidia_identity(const char *cache_dir, uint8_t id[16], char *desc, size_t desc_cap)
 {
     desc[0] = '\0';
@@ -273,8 +253,8 @@ static kpc_status nvidia_identity(const char *cache_dir, uint8_t id[16], char *d
     XXH3_128bits_update(&st, "nvrtc", 6);
     XXH3_128bits_update(&st, ver, sizeof ver);
     snprintf(desc, desc_cap, "nvrtc %d.%d", ver[0], ver[1]);
-    add_build_id(&st, &files, "libnvrtc.so", desc, desc_cap);
-    add_build_id(&st, &files, "libnvrtc-builtins.so", desc, desc_cap);
+    kpc_identity_add_build_id(&st, &files, "libnvrtc.so", desc, desc_cap);
+    kpc_identity_add_build_id(&st, &files, "libnvrtc-builtins.so", desc, desc_cap);
     /* the driver, where one is installed: a login node without one names its objects
      * differently from a GPU node (docs/platforms.md) */
     int driver = 0;
@@ -283,7 +263,7 @@ static kpc_status nvidia_identity(const char *cache_dir, uint8_t id[16], char *d
         XXH3_128bits_update(&st, &driver, sizeof driver);
         size_t used = strlen(desc);
         snprintf(desc + used, desc_cap - used, " driver %d", driver);
-        add_build_id(&st, &files, "libcuda.so", desc, desc_cap);
+        kpc_identity_add_build_id(&st, &files, "libcuda.so", desc, desc_cap);
     } else {
         XXH3_128bits_update(&st, "no driver", 10);
     }

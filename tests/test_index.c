@@ -1110,23 +1110,31 @@ START_TEST(stale_request_after_wait_takes_the_new_object)
 }
 END_TEST
 
+/* A fresh table in which this process claims k, and w children sleep on it (with the
+ * long slice: only a wake ends their sleep before the test's time runs out). */
+static kpc_index *claim_with_sleepers(const kpc_key *k, int w, pid_t *p)
+{
+    kpc_index *ix = index_open(64);
+    enum kpc_index_verdict v;
+    bool waited;
+    ck_assert_int_eq(kpc_index_begin(ix, k, 0, &v, &waited), KPC_OK);
+    ck_assert_int_eq(v, KPC_INDEX_BUILD);
+    begin_arg a = {*k, 0, LONG_SLICE_NS};
+    for (int i = 0; i < w; i++)
+        p[i] = spawn(begin_child, i, &a);
+    wait_for_waits(ix, w);
+    sleep_ms(20); /* let the last one reach futex_wait */
+    return ix;
+}
+
 /* Publication wakes every waiter at once: with a 300 s futex slice, only FUTEX_WAKE can
  * end their waits within the test's time. */
 START_TEST(publication_wakes_every_waiter)
 {
     enum { W = 4 };
-    kpc_index *ix = index_open(64);
     kpc_key k = key_of(5);
-    enum kpc_index_verdict v;
-    bool waited;
-    ck_assert_int_eq(kpc_index_begin(ix, &k, 0, &v, &waited), KPC_OK);
-    ck_assert_int_eq(v, KPC_INDEX_BUILD);
-    begin_arg a = {k, 0, LONG_SLICE_NS};
     pid_t p[W];
-    for (int i = 0; i < W; i++)
-        p[i] = spawn(begin_child, i, &a);
-    wait_for_waits(ix, W);
-    sleep_ms(20); /* let the last one reach futex_wait */
+    kpc_index *ix = claim_with_sleepers(&k, W, p);
     double t = now_s();
     kpc_index_publish(ix, &k, true, 1);
     for (int i = 0; i < W; i++) {
@@ -1146,28 +1154,21 @@ END_TEST
 START_TEST(unstored_build_sends_everyone_to_build_alone)
 {
     enum { W = 3 };
-    kpc_index *ix = index_open(64);
     kpc_key k = key_of(6);
-    enum kpc_index_verdict v;
-    bool waited;
-    ck_assert_int_eq(kpc_index_begin(ix, &k, 0, &v, &waited), KPC_OK);
-    ck_assert_int_eq(v, KPC_INDEX_BUILD);
-    begin_arg a = {k, 0, LONG_SLICE_NS};
     pid_t p[W];
-    for (int i = 0; i < W; i++)
-        p[i] = spawn(begin_child, i, &a);
-    wait_for_waits(ix, W);
-    sleep_ms(20); /* let the last one reach futex_wait */
+    kpc_index *ix = claim_with_sleepers(&k, W, p);
     kpc_index_unstored(ix, &k);
     for (int i = 0; i < W; i++) {
         assert_exited_0(reap(p[i]), "a waiter");
         ck_assert(sh->waited[i]);
         ck_assert_int_eq(sh->verdict[i], KPC_INDEX_SELF);
     }
-    a.slice_ns = 0;
+    begin_arg a = {k, 0, 0};
     ck_assert_int_eq(ts_run_children(1, begin_child, &a), 1);
     ck_assert_int_eq(sh->verdict[0], KPC_INDEX_SELF);
     ck_assert(!sh->waited[0]);
+    enum kpc_index_verdict v;
+    bool waited;
     ck_assert_int_eq(kpc_index_begin(ix, &k, KPC_INDEX_STALE, &v, &waited), KPC_OK);
     ck_assert_int_eq(v, KPC_INDEX_SELF);
     ck_assert(kpc_index_check(ix));
