@@ -9,7 +9,7 @@
 # this machine, between its markers). Nothing here asserts a timing; a missed goal is a
 # row marked "no".
 #
-#   scripts/bench.sh                    the full run (~10-15 min on 2 cores)
+#   scripts/bench.sh                    the full run (7 to 15 min on 2 cores)
 #   scripts/bench.sh --quick            fewer repeats and smaller sizes: a smoke test; it
 #                                       prints the table but leaves docs/ alone
 #   scripts/bench.sh --only storm,disk  some of: hit xproc storm index disk ccache
