@@ -301,7 +301,7 @@ struct kpc_context {
     uint8_t key_id[16];      /* compiler_id with the hidden options: what keys hash */
     int device; /* -1: compile-only */
     kpc_map *map;
-    kpc_key_prefix key_prefix; /* of compiler_id, the platform's name and target */
+    kpc_key_prefix key_prefix; /* of key_id, the platform's name and target */
 };
 
 /* The per-context map (context.c). acquire: KPC_OK with *prog (a hit, or a wait that

@@ -232,17 +232,19 @@ void kpc_record_free(kpc_record *r)
 }
 
 /* Remove path only if it is still the file we opened: a fresh file renamed over a bad
- * one in the meantime must survive. True if it was removed. */
-static bool remove_if_same(const char *path, int fd)
+ * one in the meantime must survive. */
+enum removal { REMOVED, REPLACED /* not ours any more, or gone */, NOT_REMOVED /* ours, still there */ };
+
+static enum removal remove_if_same(const char *path, int fd)
 {
     struct stat a, b;
     if (fstat(fd, &a) != 0 || lstat(path, &b) != 0 || a.st_dev != b.st_dev || a.st_ino != b.st_ino)
-        return false;
+        return REPLACED;
     if (S_ISDIR(b.st_mode) ? rmdir(path) != 0 : unlink(path) != 0) {
         KPC_LOG(KPC_LOG_WARN, "could not remove damaged %s: %s", path, strerror(errno));
-        return false;
+        return NOT_REMOVED;
     }
-    return true;
+    return REMOVED;
 }
 
 /* Read and fully check the record at an open fd. NULL when good, else why not. *sb
@@ -320,7 +322,7 @@ kpc_status kpc_store_read(kpc_store *st, const kpc_key *key, const char *target,
         if (s == KPC_E_CORRUPT) {
             KPC_LOG(KPC_LOG_WARN, "damaged cache file %s (%s): removed, it will be rebuilt", path, why);
             struct stat cur;
-            if (fstat(fd, &cur) == 0 && remove_if_same(path, fd) && S_ISREG(cur.st_mode))
+            if (fstat(fd, &cur) == 0 && remove_if_same(path, fd) == REMOVED && S_ISREG(cur.st_mode))
                 usage_add(st, -(int64_t)cur.st_size, -1);
         } else
             KPC_LOG(KPC_LOG_WARN, "%s: %s", path, why);
@@ -418,14 +420,11 @@ kpc_status kpc_store_remove_refused(kpc_store *st, const kpc_key *key, const cha
     kpc_record_free(&rec);
     /* another process may have replaced the refused file with a fresh build already:
      * only the bytes the runtime refused go, and only if that file is still in place */
-    struct stat cur;
-    if (!same || lstat(path, &cur) != 0 || cur.st_dev != sb.st_dev || cur.st_ino != sb.st_ino)
-        s = KPC_E_NOT_FOUND;
-    else if (remove_if_same(path, fd)) {
+    enum removal r = same ? remove_if_same(path, fd) : REPLACED;
+    if (r == REMOVED)
         usage_add(st, -(int64_t)sb.st_size, -1);
-        s = KPC_OK;
-    } else
-        s = KPC_E_IO; /* still there (a read-only directory): the caller must not read it */
+    /* NOT_REMOVED: still there (a read-only directory): the caller must not read it */
+    s = r == REMOVED ? KPC_OK : r == REPLACED ? KPC_E_NOT_FOUND : KPC_E_IO;
     close(fd);
     return s;
 }
@@ -514,10 +513,10 @@ static kpc_status walk(kpc_store *st, enum walk_mode mode, kpc_store_walk_fn fn,
                             ent.status = s == KPC_E_NOMEM ? KPC_E_NOMEM : KPC_E_CORRUPT;
                         kpc_record_free(&rec);
                         if (ent.status == KPC_E_CORRUPT) {
-                            struct stat cur;
-                            if (lstat(path, &cur) != 0 || cur.st_ino != sb.st_ino || cur.st_dev != sb.st_dev)
+                            enum removal r = remove_if_same(path, fd);
+                            if (r == REPLACED)
                                 ent.status = KPC_E_NOT_FOUND; /* replaced or removed meanwhile */
-                            else if ((ent.removed = remove_if_same(path, fd)) && S_ISREG(sb.st_mode))
+                            else if ((ent.removed = r == REMOVED) && S_ISREG(sb.st_mode))
                                 usage_add(st, -(int64_t)sb.st_size, -1);
                         }
                         close(fd);
