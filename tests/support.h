@@ -6,8 +6,24 @@
 #ifndef KPC_TEST_SUPPORT_H
 #define KPC_TEST_SUPPORT_H
 
-#include "../shm/index.h"
-#include "../src/kpc_internal.h"
+/* the tests reach every module (they link the test build of the library) */
+#include "base/fault.h"
+#include "base/log.h"
+#include "base/root.h"
+#include "base/util.h"
+#include "core/cache.h"
+#include "core/config.h"
+#include "core/context.h"
+#include "core/key.h"
+#include "core/map.h"
+#include "core/program.h"
+#include "platform/names.h"
+#include "platform/platform.h"
+#include "storage/claim.h"
+#include "storage/index.h"
+#include "storage/record.h"
+#include "storage/store.h"
+#include "storage/tier.h"
 
 #include <check.h>
 #include <stdbool.h>

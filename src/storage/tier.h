@@ -134,7 +134,7 @@ struct kpc_tier {
 /* What a tier's open function gets. cfg is the caller's (may be NULL: environment and
  * defaults only); a tier that is not configured answers KPC_E_NOT_FOUND and is skipped. */
 typedef struct kpc_tier_env {
-    const kpc_root *root;    /* the cache directory (NULL: no disk level) */
+    kpc_root *root;          /* the cache directory (NULL: no disk level) */
     const kpc_config *cfg;
     uint64_t disk_max_bytes;
 } kpc_tier_env;
@@ -161,6 +161,9 @@ kpc_status kpc_tier_read(kpc_tiers *ts, const kpc_key *key, const char *target, 
  * of a record found in tier X passes X. */
 kpc_status kpc_tier_write(kpc_tiers *ts, const kpc_tier *upto, const kpc_record *rec,
                           const void *first, const void *second);
+/* Copy rec (as read or begun from tier `from`: payload whole) into every writable tier
+ * above `from`. */
+void kpc_tier_backfill(kpc_tiers *ts, const kpc_tier *from, const kpc_record *rec);
 /* remove_same on every writable tier; the status of the first (the disk) decides. */
 kpc_status kpc_tier_remove_same(kpc_tiers *ts, const kpc_key *key, const char *target,
                                 const void *code, size_t size);
