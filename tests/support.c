@@ -201,6 +201,11 @@ static kpc_status fake_compile(const char *target, const kpc_source *src, kpc_bu
         b->log = strdup("fake: #error in source\n");
         return KPC_E_COMPILE;
     }
+    if (getenv("KPC_FAKE_LOCAL_FAULT")) { /* this process's environment, not the source */
+        b->log = strdup("fake: no usable TMPDIR\n");
+        b->local = true;
+        return KPC_E_COMPILE;
+    }
     /* a fake ELF header so the code-object checks work; then a hash of the request */
     b->code_size = 128;
     unsigned char *c = calloc(1, b->code_size);

@@ -57,7 +57,8 @@ kpc_source ts_src(const char *code, const char *name);
 void *ts_get_code(kpc_context *ctx, const kpc_source *src, size_t *size);
 
 /* The fake platform: compiles in microseconds (or sleeps "// sleep_ms=N" from the
- * source), fails for a source containing "#error", and counts its compiles in memory
+ * source), fails for a source containing "#error" (a compile error), fails every compile
+ * as a local fault (b->local) while KPC_FAKE_LOCAL_FAULT is set, and counts its compiles in memory
  * shared by every process forked after ts_fake_install(). */
 void ts_fake_install(void);
 void ts_fake_remove(void);

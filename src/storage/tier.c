@@ -10,6 +10,7 @@
 #include "base/log.h"
 #include "storage/store.h"
 
+#include <stdatomic.h>
 #include <string.h>
 
 /* Adding a tier: its open function here, in walk order. */
@@ -20,18 +21,35 @@ static const struct {
     {"disk", kpc_store_tier_open},
 };
 
+#ifdef KPC_TEST_HOOKS
+static _Atomic(kpc_tier_open_fn) test_tier;
+
+void kpc_tier_test_add(kpc_tier_open_fn open)
+{
+    atomic_store(&test_tier, open);
+}
+#endif
+
+static void open_one(const kpc_tier_env *env, const char *name, kpc_tier_open_fn open, kpc_tiers *out)
+{
+    kpc_tier *t = NULL;
+    kpc_status s = out->n < KPC_TIERS_MAX ? open(env, &t) : KPC_E_NOMEM;
+    if (s == KPC_OK)
+        out->t[out->n++] = t;
+    else if (s != KPC_E_NOT_FOUND)
+        KPC_LOG(KPC_LOG_WARN, "the %s tier is off for this process (%s)", name, kpc_status_str(s));
+}
+
 void kpc_tier_open_all(const kpc_tier_env *env, kpc_tiers *out)
 {
     memset(out, 0, sizeof *out);
-    for (size_t i = 0; i < sizeof tier_table / sizeof tier_table[0] && out->n < KPC_TIERS_MAX; i++) {
-        kpc_tier *t = NULL;
-        kpc_status s = tier_table[i].open(env, &t);
-        if (s == KPC_OK)
-            out->t[out->n++] = t;
-        else if (s != KPC_E_NOT_FOUND)
-            KPC_LOG(KPC_LOG_WARN, "the %s tier is off for this process (%s)", tier_table[i].name,
-                    kpc_status_str(s));
-    }
+    for (size_t i = 0; i < sizeof tier_table / sizeof tier_table[0]; i++)
+        open_one(env, tier_table[i].name, tier_table[i].open, out);
+#ifdef KPC_TEST_HOOKS
+    kpc_tier_open_fn extra = atomic_load(&test_tier);
+    if (extra)
+        open_one(env, "test", extra, out);
+#endif
 }
 
 void kpc_tier_close_all(kpc_tiers *ts)

@@ -170,4 +170,10 @@ kpc_status kpc_tier_remove_same(kpc_tiers *ts, const kpc_key *key, const char *t
 /* The coordinating tier, or NULL. */
 kpc_tier *kpc_tier_coordinator(kpc_tiers *ts);
 
+#ifdef KPC_TEST_HOOKS
+/* Open one more tier after the table's (a test's fake pack or cluster tier) in every
+ * kpc_tier_open_all from now on; NULL removes it. */
+void kpc_tier_test_add(kpc_tier_open_fn open);
+#endif
+
 #endif /* KPC_STORAGE_TIER_H */

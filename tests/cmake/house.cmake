@@ -8,3 +8,6 @@ add_test(NAME release_exports
   COMMAND ${CMAKE_CURRENT_SOURCE_DIR}/house/check_exports.sh $<TARGET_FILE:kpc> $<TARGET_FILE:kpc_static>
           $<TARGET_FILE:kpc_test_static> ${PROJECT_SOURCE_DIR}/include/kpc/kpc.h)
 set_tests_properties(check_includes check_includes_refuses release_exports PROPERTIES LABELS "house" TIMEOUT 60)
+# The seams (tiers with a fake pack and a fake cluster tier, the cache directory's
+# owner) and the failures that must not be shared (issue 13, points 1 and 10).
+kpc_check_test(test_house LABELS "house;threads" TIMEOUT 300)

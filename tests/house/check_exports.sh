@@ -5,7 +5,7 @@
 # usage: check_exports.sh LIBKPC_SO LIBKPC_A LIBKPC_TEST_A KPC_H
 set -euo pipefail
 so=$1 a=$2 test_a=$3 header=$4
-hooks='^(kpc__sys_fault_set|kpc__sys_fault|kpc_platform_set|kpc_index_check)$|^kpc_index_test_'
+hooks='^(kpc__sys_fault_set|kpc__sys_fault|kpc_platform_set|kpc_index_check)$|^kpc_(index|tier)_test_'
 fail=0
 
 # 1. the dynamic symbols: only functions kpc.h declares
@@ -27,7 +27,7 @@ for lib in "$so" "$a"; do
 done
 
 # 3. the control: the test build has them
-for h in kpc__sys_fault_set kpc_platform_set kpc_index_test_hold_lock kpc_index_check; do
+for h in kpc__sys_fault_set kpc_platform_set kpc_index_test_hold_lock kpc_index_check kpc_tier_test_add; do
   if ! nm "$test_a" | awk '$2 == "T" {print $3}' | grep -qx "$h"; then
     echo "check_exports: the test library $test_a lacks the hook $h (is the check still right?)" >&2
     fail=1
