@@ -530,7 +530,7 @@ static kpc_status nvidia_module_load(int device, const void *code, size_t size, 
     leave_ctx(pushed);
     if (r == CUDA_ERROR_NO_BINARY_FOR_GPU || r == CUDA_ERROR_INVALID_IMAGE || r == CUDA_ERROR_INVALID_PTX ||
         r == CUDA_ERROR_UNSUPPORTED_PTX_VERSION) {
-        /* a foreign or stale object: resolve.c removes it and builds it again */
+        /* a foreign or stale object: core/resolve.c removes it and builds it again */
         KPC_LOG(KPC_LOG_WARN, "cuModuleLoadData refused the image: %s", cu_name(r));
         return KPC_E_CORRUPT;
     }

@@ -11,3 +11,10 @@ set_tests_properties(check_includes check_includes_refuses release_exports PROPE
 # The seams (tiers with a fake pack and a fake cluster tier, the cache directory's
 # owner) and the failures that must not be shared (issue 13, points 1 and 10).
 kpc_check_test(test_house LABELS "house;threads" TIMEOUT 300)
+# The NVIDIA platform compiles against the seams here too, where CUDA is absent (stub
+# headers; the real build is scripts/test-nvidia.sh's).
+if(NOT KPC_PLATFORM STREQUAL "nvidia")
+  add_test(NAME check_nvidia_compiles
+    COMMAND ${CMAKE_CURRENT_SOURCE_DIR}/house/check_nvidia_compiles.sh ${PROJECT_SOURCE_DIR} ${CMAKE_C_COMPILER})
+  set_tests_properties(check_nvidia_compiles PROPERTIES LABELS "house" TIMEOUT 60)
+endif()
