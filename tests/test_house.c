@@ -8,6 +8,7 @@
  */
 #define _GNU_SOURCE
 #include "support.h"
+#include "platform/compile.h"
 
 #include <errno.h>
 #include <fcntl.h>
@@ -446,6 +447,115 @@ START_TEST(nul_first_byte_tool_real)
 }
 END_TEST
 
+/* ---- the shared compile steps: every failure's status, and no call on a missing program */
+enum { CC_OK = 0, CC_NOMEM = 7, CC_COMPILE = 8, CC_REFUSED = 9 };
+static struct {
+    int create, compile; /* what those steps answer */
+    const char *log;
+    int log_calls;
+} cc;
+
+static int cc_create(void **prog, const char *code, const char *name, const kpc_source *src)
+{
+    (void)code, (void)name, (void)src;
+    if (cc.create != CC_OK)
+        return cc.create; /* as hipRTC's create does for a NUL first byte: no program */
+    *prog = &cc;
+    return CC_OK;
+}
+static int cc_add_name(void *prog, const char *expr) { (void)prog, (void)expr; return CC_OK; }
+static int cc_compile(void *prog, int n, const char **opts)
+{
+    ck_assert_ptr_eq(prog, &cc);
+    ck_assert_int_eq(n, 1);
+    ck_assert_str_eq(opts[0], "--arch=t1");
+    return cc.compile;
+}
+static int cc_log_size(void *prog, size_t *size)
+{
+    ck_assert_ptr_eq(prog, &cc); /* never asked of a program that does not exist */
+    cc.log_calls++;
+    *size = strlen(cc.log);
+    return CC_OK;
+}
+static int cc_log(void *prog, char *out)
+{
+    ck_assert_ptr_eq(prog, &cc);
+    memcpy(out, cc.log, strlen(cc.log)); /* not terminated, as hipRTC's */
+    return CC_OK;
+}
+static int cc_code_size(void *prog, const char *target, size_t *size)
+{
+    (void)prog, (void)target;
+    *size = 4;
+    return CC_OK;
+}
+static int cc_code(void *prog, const char *target, void *out)
+{
+    (void)prog, (void)target;
+    memcpy(out, "CODE", 4);
+    return CC_OK;
+}
+static int cc_lowered(void *prog, const char *expr, const char **out)
+{
+    (void)prog, (void)expr;
+    *out = "lowered";
+    return CC_OK;
+}
+static void cc_destroy(void **prog) { ck_assert_ptr_eq(*prog, &cc); *prog = NULL; }
+static enum kpc_compile_class cc_classify(int r)
+{
+    return r == CC_OK ? KPC_COMPILE_OK : r == CC_NOMEM ? KPC_COMPILE_NOMEM : KPC_COMPILE_FAILED;
+}
+static const char *cc_error(int r) { return r == CC_NOMEM ? "OUT_OF_MEMORY" : "ERROR"; }
+
+static const kpc_compiler fake_compiler = {
+    .name = "fakeRTC", .arch_option = "--arch=", .default_name = "f.hip", .lock = NULL,
+    .create = cc_create, .add_name = cc_add_name, .compile = cc_compile, .log_size = cc_log_size,
+    .log = cc_log, .code_size = cc_code_size, .code = cc_code, .lowered = cc_lowered,
+    .destroy = cc_destroy, .classify = cc_classify, .error_string = cc_error,
+};
+
+static kpc_status run_cc(int create, int compile, const char *log, kpc_build *b)
+{
+    cc.create = create, cc.compile = compile, cc.log = log, cc.log_calls = 0;
+    kpc_source src = ts_src("x", NULL);
+    return kpc_compile_run(&fake_compiler, "t1", &src, b);
+}
+
+START_TEST(compile_steps_map_failures_once)
+{
+    kpc_build b;
+    /* success: code, names, the log */
+    ck_assert_int_eq(run_cc(CC_OK, CC_OK, "fine", &b), KPC_OK);
+    ck_assert_uint_eq(b.code_size, 4);
+    ck_assert_mem_eq(b.code, "CODE", 4);
+    ck_assert(kpc_names_valid(b.names, b.names_size));
+    ck_assert_str_eq(b.log, "fine");
+    kpc_platform_build_free(&b);
+    /* refused before compiling: KPC_E_INVALID, no log read from a program never made */
+    ck_assert_int_eq(run_cc(CC_REFUSED, CC_OK, "", &b), KPC_E_INVALID);
+    ck_assert_int_eq(cc.log_calls, 0);
+    ck_assert_ptr_null(b.code);
+    kpc_platform_build_free(&b);
+    /* out of memory, at create or at compile: KPC_E_NOMEM, never a compile error */
+    ck_assert_int_eq(run_cc(CC_NOMEM, CC_OK, "", &b), KPC_E_NOMEM);
+    kpc_platform_build_free(&b);
+    ck_assert_int_eq(run_cc(CC_OK, CC_NOMEM, "", &b), KPC_E_NOMEM);
+    kpc_platform_build_free(&b);
+    /* a compile error with diagnostics: shared; without: local, with the error's name */
+    ck_assert_int_eq(run_cc(CC_OK, CC_COMPILE, "f.hip:1: error: x\n", &b), KPC_E_COMPILE);
+    ck_assert(!b.local);
+    ck_assert_str_eq(b.log, "f.hip:1: error: x\n");
+    kpc_platform_build_free(&b);
+    ck_assert_int_eq(run_cc(CC_OK, CC_COMPILE, " \n", &b), KPC_E_COMPILE);
+    ck_assert(b.local);
+    ck_assert_str_eq(b.log, "fakeRTC: ERROR\n");
+    ck_assert_ptr_null(b.code);
+    kpc_platform_build_free(&b);
+}
+END_TEST
+
 /* ---- the cache directory's owner ---------------------------------------------------- */
 START_TEST(root_owns_the_paths)
 {
@@ -504,6 +614,7 @@ int main(void)
     TCase *faults = tcase_create("faults");
     tcase_add_checked_fixture(faults, setup, teardown);
     tcase_set_timeout(faults, 120);
+    tcase_add_test(faults, compile_steps_map_failures_once);
     tcase_add_test(faults, local_fault_is_not_shared_fake);
 #ifndef KPC_PLATFORM_NVIDIA
     tcase_add_test(faults, broken_tmpdir_does_not_poison_real);

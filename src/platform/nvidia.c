@@ -18,6 +18,10 @@
  * Identity: nvrtcVersion, the build ids of the loaded libnvrtc and libnvrtc-builtins,
  * and, where a driver is installed, cuDriverGetVersion and libcuda's build id (a driver
  * upgrade changes which PTX and cubins it accepts, so it renames every object).
+ *
+ * Over 500 lines for one responsibility: NVRTC and the CUDA driver are two libraries
+ * with their own loading, target rules and identity, and the driver needs primary
+ * contexts managed per device; all of it is this platform's own API calls.
  */
 #define _GNU_SOURCE
 #include "platform/compile.h"
