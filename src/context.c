@@ -390,6 +390,8 @@ static kpc_status compiler_identity(const kpc_platform *pf, const char *dir, uin
 static kpc_status context_new(kpc_cache *cache, const char *target, int device, kpc_context **out)
 {
     const kpc_platform *pf = cache->platform;
+    if (kpc_cache_check_process(cache, "kpc_context_create") != KPC_OK)
+        return KPC_E_INVALID;
     kpc_context *ctx = calloc(1, sizeof *ctx);
     if (ctx == NULL)
         return KPC_E_NOMEM;
@@ -522,7 +524,10 @@ kpc_status kpc_program_get(kpc_context *ctx, const kpc_source *src, kpc_program 
         KPC_LOG(KPC_LOG_ERROR, "kpc_program_get: NULL argument");
         return KPC_E_INVALID;
     }
-    kpc_status s = check_source(src);
+    kpc_status s = kpc_cache_check_process(ctx->cache, "kpc_program_get");
+    if (s != KPC_OK)
+        return s;
+    s = check_source(src);
     if (s != KPC_OK)
         return s;
     kpc_cache *cache = ctx->cache;
