@@ -1066,20 +1066,35 @@ typedef struct begin_arg {
     kpc_key key;
     unsigned flags;
     uint64_t slice_ns; /* non-0: the waiter's futex slice (only a wake ends it sooner) */
+    bool wait_go;      /* once attached: count itself in sh->ready, wait for sh->go */
 } begin_arg;
 
 #define LONG_SLICE_NS (300ull * 1000000000ull)
 
+/* A child's own handle on the index of dir (entries if it creates it), or NULL. */
+static kpc_index *child_index(size_t entries)
+{
+    char *r = realpath(dir, NULL);
+    kpc_index *ix = NULL;
+    if (r == NULL || kpc_index_open(r, entries, false, &ix) != KPC_OK)
+        ix = NULL;
+    free(r);
+    return ix;
+}
+
 static int begin_child(int i, void *arg)
 {
     const begin_arg *a = arg;
-    char *r = realpath(dir, NULL);
-    kpc_index *ix = NULL;
-    if (r == NULL || kpc_index_open(r, 64, false, &ix) != KPC_OK)
+    kpc_index *ix = child_index(64);
+    if (ix == NULL)
         return 10;
-    free(r);
     if (a->slice_ns)
         kpc_index_test_wait_slice(ix, a->slice_ns);
+    if (a->wait_go) {
+        atomic_fetch_add(&sh->ready, 1);
+        while (!atomic_load(&sh->go))
+            sleep_ms(1);
+    }
     enum kpc_index_verdict v = 0;
     bool waited = false;
     if (kpc_index_begin(ix, &a->key, a->flags, &v, &waited) != KPC_OK)
@@ -1116,7 +1131,7 @@ START_TEST(stale_request_after_wait_takes_the_new_object)
     ck_assert_int_eq(kpc_index_begin(ix, &k, KPC_INDEX_STALE, &v, &waited), KPC_OK);
     ck_assert_int_eq(v, KPC_INDEX_BUILD); /* this process rebuilds */
 
-    begin_arg a = {k, KPC_INDEX_STALE, 0}; /* another found the file bad too */
+    begin_arg a = {k, KPC_INDEX_STALE, 0, false}; /* another found the file bad too */
     pid_t p = spawn(begin_child, 0, &a);
     wait_for_waits(ix, 1);
     kpc_index_publish(ix, &k, true, 1);
@@ -1140,7 +1155,7 @@ static kpc_index *claim_with_sleepers(const kpc_key *k, int w, pid_t *p)
     bool waited;
     ck_assert_int_eq(kpc_index_begin(ix, k, 0, &v, &waited), KPC_OK);
     ck_assert_int_eq(v, KPC_INDEX_BUILD);
-    begin_arg a = {*k, 0, LONG_SLICE_NS};
+    begin_arg a = {*k, 0, LONG_SLICE_NS, false};
     for (int i = 0; i < w; i++)
         p[i] = spawn(begin_child, i, &a);
     wait_for_waits(ix, w);
@@ -1184,7 +1199,7 @@ START_TEST(unstored_build_sends_everyone_to_build_alone)
         ck_assert(sh->waited[i]);
         ck_assert_int_eq(sh->verdict[i], KPC_INDEX_SELF);
     }
-    begin_arg a = {k, 0, 0};
+    begin_arg a = {k, 0, 0, false};
     ck_assert_int_eq(ts_run_children(1, begin_child, &a), 1);
     ck_assert_int_eq(sh->verdict[0], KPC_INDEX_SELF);
     ck_assert(!sh->waited[0]);
@@ -1208,7 +1223,7 @@ START_TEST(failure_answers_later_requests)
     ck_assert_int_eq(v, KPC_INDEX_BUILD);
     kpc_index_publish(ix, &k, false, 0);
 
-    begin_arg a = {k, 0, 0};
+    begin_arg a = {k, 0, 0, false};
     ck_assert_int_eq(ts_run_children(1, begin_child, &a), 1);
     ck_assert_int_eq(sh->verdict[0], KPC_INDEX_FAILED);
     ck_assert(!sh->waited[0]);
@@ -1224,14 +1239,20 @@ START_TEST(failure_answers_later_requests)
 }
 END_TEST
 
+#define HOLD_LOCK 2u /* claim_and_die's flags: stop holding the table mutex, mid-insert */
+
+/* Claim a->key and exit without publishing or closing (a crash); with flags 1, stay
+ * building until killed; with HOLD_LOCK, stop (SIGSTOP) holding the table mutex in the
+ * middle of inserting it. */
 static int claim_and_die(int i, void *arg)
 {
     (void)i;
     const begin_arg *a = arg;
-    char *r = realpath(dir, NULL);
-    kpc_index *ix = NULL;
-    if (r == NULL || kpc_index_open(r, 64, false, &ix) != KPC_OK)
+    kpc_index *ix = child_index(64);
+    if (ix == NULL)
         return 10;
+    if (a->flags == HOLD_LOCK)
+        kpc_index_test_hold_lock(ix); /* kpc_index_begin never returns */
     enum kpc_index_verdict v;
     bool waited;
     if (kpc_index_begin(ix, &a->key, 0, &v, &waited) != KPC_OK || v != KPC_INDEX_BUILD)
@@ -1252,18 +1273,18 @@ START_TEST(dead_builder_taken_over)
     enum kpc_index_verdict v;
     bool waited;
 
-    begin_arg a = {key_of(3), 0, 0};
+    begin_arg a = {key_of(3), 0, 0, false};
     ck_assert_int_eq(ts_run_children(1, claim_and_die, &a), 1);
     ck_assert_int_eq(kpc_index_begin(ix, &a.key, 0, &v, &waited), KPC_OK);
     ck_assert_int_eq(v, KPC_INDEX_BUILD);
     ck_assert(!waited);
     kpc_index_publish(ix, &a.key, true, 1);
 
-    begin_arg b = {key_of(4), 1, 0};
+    begin_arg b = {key_of(4), 1, 0, false};
     pid_t builder = spawn(claim_and_die, 0, &b);
     while (!atomic_load(&sh->ready))
         sleep_ms(1);
-    pid_t w = spawn(begin_child, 1, &(begin_arg){key_of(4), 0, 0});
+    pid_t w = spawn(begin_child, 1, &(begin_arg){key_of(4), 0, 0, false});
     wait_for_waits(ix, 1);
     kill(builder, SIGKILL);
     reap(builder);
@@ -1564,11 +1585,9 @@ static void fill_every_slot(void)
 static int full_table_child(int i, void *arg)
 {
     int mode = *(const int *)arg;
-    char *r = realpath(dir, NULL);
-    kpc_index *ix = NULL;
-    if (r == NULL || kpc_index_open(r, 1, false, &ix) != KPC_OK)
+    kpc_index *ix = child_index(1);
+    if (ix == NULL)
         return 10;
-    free(r);
     kpc_key fresh = key_of(999), old = key_of(105);
     if (mode == 1)
         kpc_index_forget(ix, &old);
@@ -1599,45 +1618,6 @@ START_TEST(table_without_empty_slot_does_not_spin)
 }
 END_TEST
 
-/* Opens the index, says so, waits for go, then asks for the key. */
-static int attached_child(int i, void *arg)
-{
-    const begin_arg *a = arg;
-    char *r = realpath(dir, NULL);
-    kpc_index *ix = NULL;
-    if (r == NULL || kpc_index_open(r, 64, false, &ix) != KPC_OK)
-        return 10;
-    free(r);
-    atomic_fetch_add(&sh->ready, 1);
-    while (!atomic_load(&sh->go))
-        sleep_ms(1);
-    enum kpc_index_verdict v = 0;
-    bool waited = false;
-    if (kpc_index_begin(ix, &a->key, 0, &v, &waited) != KPC_OK)
-        return 11;
-    sh->verdict[i] = (int)v;
-    if (v == KPC_INDEX_BUILD)
-        kpc_index_publish(ix, &a->key, true, 1);
-    kpc_index_close(ix);
-    return 0;
-}
-
-/* Stops (SIGSTOP) holding the table mutex in the middle of inserting a->key. */
-static int hold_index_child(int i, void *arg)
-{
-    (void)i;
-    const begin_arg *a = arg;
-    char *r = realpath(dir, NULL);
-    kpc_index *ix = NULL;
-    if (r == NULL || kpc_index_open(r, 64, false, &ix) != KPC_OK)
-        return 10;
-    kpc_index_test_hold_lock(ix);
-    enum kpc_index_verdict v;
-    bool waited;
-    kpc_index_begin(ix, &a->key, 0, &v, &waited);
-    return 11; /* never reached */
-}
-
 /* Point 4: the slot count and capacity in the header are overwritten while processes are
  * attached, then the lock holder dies: the EOWNERDEAD wipe uses the sizes validated at
  * attach, so no repairer crashes (before: each one died in turn, 6 of 6). */
@@ -1645,14 +1625,14 @@ START_TEST(sizes_overwritten_repair_survives)
 {
     enum { W = 3 };
     precreate(0);
-    begin_arg a = {key_of(7), 0, 0};
+    begin_arg a = {key_of(7), 0, 0, true};
     pid_t p[W];
     for (int i = 0; i < W; i++)
-        p[i] = spawn(attached_child, i, &a);
+        p[i] = spawn(begin_child, i, &a);
     while (atomic_load(&sh->ready) < W)
         sleep_ms(1);
-    begin_arg h = {key_of(8), 0, 0};
-    pid_t holder = spawn(hold_index_child, 0, &h);
+    begin_arg h = {key_of(8), HOLD_LOCK, 0, false};
+    pid_t holder = spawn(claim_and_die, 0, &h);
     int st;
     ck_assert_int_eq(waitpid(holder, &st, WUNTRACED), holder);
     ck_assert_msg(WIFSTOPPED(st), "the holder did not stop at the hook (status %d)", st);
@@ -1706,7 +1686,7 @@ START_TEST(dead_builders_evicted_from_full_table)
     enum { CAP = 4 };
     kpc_index *ix = index_open(CAP);
     for (int i = 0; i < CAP; i++) {
-        begin_arg a = {key_of(200 + i), 0, 0};
+        begin_arg a = {key_of(200 + i), 0, 0, false};
         ck_assert_int_eq(ts_run_children(1, claim_and_die, &a), 1);
     }
     kpc_key k = key_of(300);
@@ -1715,7 +1695,7 @@ START_TEST(dead_builders_evicted_from_full_table)
     ck_assert_int_eq(kpc_index_begin(ix, &k, 0, &v, &waited), KPC_OK);
     ck_assert_int_eq(v, KPC_INDEX_BUILD);
     /* and it is coordinated: another process waits for this build and takes it */
-    begin_arg b = {k, 0, 0};
+    begin_arg b = {k, 0, 0, false};
     pid_t w = spawn(begin_child, 0, &b);
     wait_for_waits(ix, 1);
     kpc_index_publish(ix, &k, true, 1);
@@ -1884,16 +1864,11 @@ START_TEST(stopped_builder_waiters_give_up)
 END_TEST
 
 /* ---- faults, in threads ----------------------------------------------------------------- */
-/* Point 2 in threads: every thread's request succeeds; the timeout is logged once. */
-START_TEST(threads_damaged_lock_word)
+/* 4 threads (a context each) of cache c, whose index is damaged, ask for one source: all
+ * get the same object, and the damage (naming needle) is logged once. */
+static void threads_past_damage(kpc_cache *c, const char *needle)
 {
     enum { N = 4 };
-    setenv("KPC_SHM_LOCK_TIMEOUT_MS", "300", 1);
-    precreate(0);
-    uint32_t tid = NO_SUCH_TID;
-    segment_write(OFF_LOCK, &tid, 4);
-    kpc_cache *c = ts_open(dir, 0, 0);
-    ck_assert_ptr_nonnull(c->index);
     const char *codes[] = {ts_kernel_source(20)};
     thr t[N];
     ts_log_begin(KPC_LOG_WARN);
@@ -1903,36 +1878,37 @@ START_TEST(threads_damaged_lock_word)
         ck_assert_msg(t[i].status[0] == KPC_OK, "thread %d: %s", i, kpc_status_str((kpc_status)t[i].status[0]));
         ck_assert(t[i].hash[0] != 0 && t[i].hash[0] == t[0].hash[0]);
     }
-    ck_assert_msg(count_of(log, LOCK_TIMEOUT_MSG) == 1, "not logged once: \"%s\"", log);
+    ck_assert_msg(count_of(log, needle) == 1, "not logged once: \"%s\"", log);
     free(log);
+    kpc_stats st;
+    ck_assert_int_eq(kpc_stats_get(c, &st), KPC_OK);
+    ck_assert_uint_eq(st.capacity, 0); /* the index is off */
     kpc_cache_close(c);
+}
+
+/* Point 2 in threads: the table lock's word overwritten under an open cache. */
+START_TEST(threads_damaged_lock_word)
+{
+    setenv("KPC_SHM_LOCK_TIMEOUT_MS", "300", 1);
+    precreate(0);
+    uint32_t tid = NO_SUCH_TID;
+    segment_write(OFF_LOCK, &tid, 4);
+    kpc_cache *c = ts_open(dir, 0, 0);
+    ck_assert_ptr_nonnull(c->index);
+    threads_past_damage(c, LOCK_TIMEOUT_MSG);
 }
 END_TEST
 
 /* Point 5 in threads: the segment truncated under an open cache. */
 START_TEST(threads_truncated_segment)
 {
-    enum { N = 4 };
     precreate(0);
     kpc_cache *c = ts_open(dir, 0, 0);
     ck_assert_ptr_nonnull(c->index);
     char path[256];
     segment_path(dir, path, sizeof path);
     ck_assert_int_eq(truncate(path, 0), 0);
-    const char *codes[] = {ts_kernel_source(21)};
-    thr t[N];
-    ts_log_begin(KPC_LOG_WARN);
-    run_threads(c, N, false, t, 1, codes, 0);
-    char *log = ts_log_end();
-    for (int i = 0; i < N; i++) {
-        ck_assert_msg(t[i].status[0] == KPC_OK, "thread %d: %s", i, kpc_status_str((kpc_status)t[i].status[0]));
-        ck_assert(t[i].hash[0] != 0 && t[i].hash[0] == t[0].hash[0]);
-    }
-    ck_assert_msg(count_of(log, "truncated") == 1, "not logged once: \"%s\"", log);
-    free(log);
-    kpc_stats st;
-    ck_assert_int_eq(kpc_stats_get(c, &st), KPC_OK);
-    kpc_cache_close(c);
+    threads_past_damage(c, "truncated");
 }
 END_TEST
 
@@ -1959,7 +1935,7 @@ START_TEST(threads_stopped_builder)
     enum { N = 4 };
     setenv("KPC_BUILD_WAIT_MAX_MS", "300", 1);
     kpc_index *ix = index_open(64);
-    begin_arg a = {key_of(400), 1, 0};
+    begin_arg a = {key_of(400), 1, 0, false};
     pid_t builder = spawn(claim_and_die, 0, &a);
     while (!atomic_load(&sh->ready))
         sleep_ms(1);
