@@ -447,12 +447,11 @@ kpc_status kpc_index_begin(kpc_index *ix, const kpc_key *key, unsigned flags,
     ix_header *h = ix->h;
     bool was_waiting = false;
     *waited = false;
-    if (!ix_usable(ix))
-        return KPC_E_SHM;
-    atomic_fetch_add_explicit(&h->ixh_lookups, 1, memory_order_relaxed);
-    for (;;) {
-        if (ix_lock(ix, &h->ixh_lock) != KPC_OK)
+    for (bool first = true;; first = false) {
+        if (ix_lock(ix, &h->ixh_lock) != KPC_OK) /* it checks the segment's length too */
             return KPC_E_SHM;
+        if (first)
+            atomic_fetch_add_explicit(&h->ixh_lookups, 1, memory_order_relaxed);
         int64_t free_pos;
         int64_t pos = find(ix, key->bytes, &free_pos);
         if (pos < 0) {
@@ -731,12 +730,15 @@ static size_t sweep_temps(const char *name, kpc_index_temp_fn fn, void *arg)
     while ((e = readdir(d)) != NULL) {
         if (strncmp(e->d_name, prefix, (size_t)plen) != 0)
             continue;
-        int pid = 0;
-        unsigned long long start = 0;
-        int got = sscanf(e->d_name + plen, "%d-%llu-", &pid, &start);
-        /* a name without a start time (an older kpc): its pid alone must be gone */
-        bool alive = got == 2 ? kpc__proc_alive(pid, start)
-                              : got == 1 && kpc__proc_start_time(pid) != 0;
+        int pid = 0, end = 0;
+        unsigned long long start = 0, ns;
+        const char *tail = e->d_name + plen;
+        bool full = sscanf(tail, "%d-%llu-%llx%n", &pid, &start, &ns, &end) == 3 &&
+                    tail[end] == '\0';
+        /* another shape (an older kpc's <pid>-<ns>): its pid alone must be gone */
+        if (!full && sscanf(tail, "%d-", &pid) != 1)
+            continue;
+        bool alive = full ? kpc__proc_alive(pid, start) : kpc__proc_start_time(pid) != 0;
         if (alive)
             continue;
         char shm[300];
