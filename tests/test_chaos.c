@@ -130,7 +130,7 @@ static void make_references(void)
                 memcpy(sh->ref[i], b.code, b.code_size);
                 sh->ref_size[i] = b.code_size;
             }
-            kpc_build_free(&b);
+            kpc_platform_build_free(&b);
         }
         _exit(0);
     }
