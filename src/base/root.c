@@ -30,6 +30,10 @@ struct kpc_root {
     size_t v1_len;
     int fd, v1_fd;         /* held open for the life of the root */
     atomic_uint tmp_seq;   /* staging names unique within the process */
+    /* this process in staging names: pid and start time, so that a sweep can tell a
+     * dead writer's file (base/root.h); recomputed in a fork child */
+    _Atomic int tmp_pid;
+    _Atomic uint64_t tmp_start;
 };
 
 static kpc_status check_owner(const char *dir)
@@ -168,9 +172,44 @@ int kpc_root_tmp_path(kpc_root *r, const kpc_key *key, char *out, size_t cap)
 {
     char hex[KPC_KEY_HEX];
     kpc__hex(key->bytes, sizeof key->bytes, hex);
-    int n = snprintf(out, cap, "%s/%s.%d.%u.tmp", r->tmp, hex, (int)getpid(),
+    int pid = (int)getpid();
+    uint64_t start = atomic_load(&r->tmp_start);
+    if (atomic_load(&r->tmp_pid) != pid || start == 0) {
+        start = kpc__proc_start_time(pid);
+        atomic_store(&r->tmp_start, start);
+        atomic_store(&r->tmp_pid, pid);
+    }
+    int n = snprintf(out, cap, "%s/%s.%d.%llu.%u.tmp", r->tmp, hex, pid, (unsigned long long)start,
                      atomic_fetch_add(&r->tmp_seq, 1));
     return n > 0 && (size_t)n < cap ? 0 : -1;
+}
+
+bool kpc_root_tmp_writer(const char *name, int *pid, uint64_t *start)
+{
+    /* <32 hex>.<pid>.<start>.<seq>.tmp, every part whole */
+    size_t len = strlen(name);
+    if (len < 33 || name[32] != '.' || len < 4 || strcmp(name + len - 4, ".tmp") != 0)
+        return false;
+    for (int i = 0; i < 32; i++)
+        if (!((name[i] >= '0' && name[i] <= '9') || (name[i] >= 'a' && name[i] <= 'f')))
+            return false;
+    const char *p = name + 33;
+    char *end;
+    unsigned long long v[3];
+    for (int i = 0; i < 3; i++) {
+        if (*p < '0' || *p > '9')
+            return false;
+        errno = 0;
+        v[i] = strtoull(p, &end, 10);
+        if (errno != 0 || *end != '.')
+            return false;
+        p = end + 1;
+    }
+    if (p != name + len - 3 || v[0] == 0 || v[0] > INT_MAX)
+        return false;
+    *pid = (int)v[0];
+    *start = v[1];
+    return true;
 }
 
 int kpc_root_memo_path(const kpc_root *r, const char *name, char *out, size_t cap)

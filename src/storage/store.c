@@ -67,6 +67,7 @@ kpc_status kpc_store_open_root(kpc_root *root, uint64_t max_bytes, kpc_store **o
     store->root = root;
     store->max_bytes = max_bytes;
     kpc_store_share_usage(store, &store->local_bytes, &store->local_files, &store->local_known);
+    kpc_store_sweep_tmp(store, false); /* what killed writers left (issue 13, point 12) */
     *out = store;
     return KPC_OK;
 }

@@ -62,6 +62,11 @@ kpc_status kpc_store_prune(kpc_store *st, uint64_t target_bytes, const uint8_t *
  * (kpc_store_prune skips then): for `kpc prune`, whose limit may be lower. */
 kpc_status kpc_store_prune_wait(kpc_store *st, uint64_t target_bytes, const uint8_t *keep_compiler_id,
                                 kpc_prune_result *res);
+/* Remove the staging files in v1/tmp whose writer is dead (its pid and start time are in
+ * the name); by_age also removes other names older than an hour (an older kpc's). Safe
+ * at any time: a dead writer's file is never renamed. Returns how many went. Called at
+ * open (kpc_store_open_root) and by every prune. */
+uint64_t kpc_store_sweep_tmp(kpc_store *st, bool by_age);
 /* Walk the tree and count (exact; it also resets the shared estimate). */
 kpc_status kpc_store_usage(kpc_store *st, uint64_t *bytes, uint64_t *files);
 /* The estimate every write, removal and prune keeps (host-wide where there is an index);

@@ -223,23 +223,47 @@ static int by_mtime(const void *x, const void *y)
     return a->mtime < b->mtime ? -1 : a->mtime > b->mtime;
 }
 
-static void remove_stale_tmp(kpc_store *st, kpc_prune_result *res)
+uint64_t kpc_store_sweep_tmp(kpc_store *st, bool by_age)
 {
-    DIR *d = opendir(kpc_root_tmp_dir(st->root));
-    if (d == NULL)
-        return;
-    uint64_t now = kpc__wall_ns();
+    int v1 = kpc_root_v1_fd(st->root);
+    int fd = v1 < 0 ? -1 : openat(v1, "tmp", O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
+    DIR *d = fd < 0 ? NULL : fdopendir(fd);
+    if (d == NULL) {
+        if (fd >= 0)
+            close(fd);
+        return 0;
+    }
+    uint64_t now = kpc__wall_ns(), removed = 0;
     struct dirent *e;
     while ((e = readdir(d)) != NULL) {
-        struct stat sb;
-        if (e->d_name[0] == '.' || fstatat(dirfd(d), e->d_name, &sb, AT_SYMLINK_NOFOLLOW) != 0)
+        if (e->d_name[0] == '.')
             continue;
-        /* a writer that died left it; a live writer renames within seconds */
-        if ((uint64_t)sb.st_mtim.tv_sec * 1000000000ull + STALE_TMP_NS < now &&
-            unlinkat(dirfd(d), e->d_name, 0) == 0)
-            res->temp_removed++;
+        int pid;
+        uint64_t start;
+        bool stale;
+        if (kpc_root_tmp_writer(e->d_name, &pid, &start))
+            /* the writer renames its file within seconds, or dies: a dead writer's (pid
+             * and start time: a reused pid is not the writer) is never renamed */
+            stale = !kpc__proc_alive(pid, start);
+        else {
+            /* another kpc's name: by its age alone, and only where asked (prune) */
+            struct stat sb;
+            stale = by_age && fstatat(dirfd(d), e->d_name, &sb, AT_SYMLINK_NOFOLLOW) == 0 &&
+                    (uint64_t)sb.st_mtim.tv_sec * 1000000000ull + STALE_TMP_NS < now;
+        }
+        if (!stale)
+            continue;
+        if (unlinkat(dirfd(d), e->d_name, 0) == 0)
+            removed++;
+        else if (errno != ENOENT)
+            KPC_LOG(KPC_LOG_WARN, "unlink(%s/%s): %s: a dead writer's temp file stays",
+                    kpc_root_tmp_dir(st->root), e->d_name, strerror(errno));
     }
     closedir(d);
+    if (removed)
+        KPC_LOG(KPC_LOG_INFO, "removed %llu temp files of dead writers from %s", (unsigned long long)removed,
+                kpc_root_tmp_dir(st->root));
+    return removed;
 }
 
 static kpc_status prune(kpc_store *st, uint64_t target_bytes, const uint8_t *keep_compiler_id,
@@ -274,7 +298,7 @@ static kpc_status prune(kpc_store *st, uint64_t target_bytes, const uint8_t *kee
                 res->bytes_removed += a.items[i].size;
             }
     }
-    remove_stale_tmp(st, res);
+    res->temp_removed = kpc_store_sweep_tmp(st, true);
     if (s == KPC_OK) {
         atomic_store(st->bytes, a.bytes);
         atomic_store(st->files, res->files_before - res->files_removed);
