@@ -73,7 +73,9 @@ kpc_status kpc_store_usage(kpc_store *st, uint64_t *bytes, uint64_t *files);
  * one walk when none is known yet. What kpc_stats_get reports: it must not walk 100k files
  * per call (`kpc compile` calls it twice a file). */
 kpc_status kpc_store_usage_estimate(kpc_store *st, uint64_t *bytes, uint64_t *files);
-kpc_status kpc_store_clear(kpc_store *st, uint64_t *files_removed);
+/* Remove every record; KPC_E_IO (each failure logged, *files_failed counted) when any
+ * could not be removed or the walk met an error: never a silent success. */
+kpc_status kpc_store_clear(kpc_store *st, uint64_t *files_removed, uint64_t *files_failed);
 
 /* The disk tree as a storage tier (storage/tier.h): the tier owns a store on env->root
  * (KPC_E_NOT_FOUND without a root: no disk level). */
