@@ -23,6 +23,7 @@
 
 #include <stdbool.h>
 #include <stddef.h>
+#include <sys/types.h>
 
 typedef struct kpc_root kpc_root;
 
@@ -66,8 +67,13 @@ bool kpc_root_tmp_writer(const char *name, int *pid, uint64_t *start);
  * NULL) gets the lock's path for the caller's message. */
 int kpc_root_lock(const kpc_root *r, const char *name, bool nowait, const char **call, char *path,
                   size_t path_cap);
-/* <root>/v1/<name>: a memo file (the platform's identity and targets). */
-int kpc_root_memo_path(const kpc_root *r, const char *name, char *out, size_t cap);
+
+/* A memo file v1/<name> opened from the held v1/ (open(2) flags; O_CLOEXEC and
+ * O_NOFOLLOW added), renamed and removed there: the memos are reached like the records,
+ * never through the ancestors again. -1 with errno. */
+int kpc_root_open_memo(const kpc_root *r, const char *name, int flags, mode_t mode);
+int kpc_root_rename_memo(const kpc_root *r, const char *from, const char *to);
+int kpc_root_unlink_memo(const kpc_root *r, const char *name);
 
 /* The host-index segment name of a root's realpath: "/kpc-<uid>-<16 hex>". */
 void kpc_root_segment_name(const char *root_path, char *out, size_t cap);
