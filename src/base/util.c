@@ -93,7 +93,7 @@ kpc_status kpc__read_fd(int fd, size_t max, void **buf, size_t *size)
 kpc_status kpc__read_fd_stat(int fd, size_t max, void **buf, size_t *size, struct stat *stp)
 {
     struct stat st;
-    if (fstat(fd, &st) != 0)
+    if (kpc__sys_fault(KPC_SYS_READ) != 0 || fstat(fd, &st) != 0)
         return KPC_E_IO;
     *stp = st;
     if (!S_ISREG(st.st_mode))
@@ -106,7 +106,7 @@ kpc_status kpc__read_fd_stat(int fd, size_t max, void **buf, size_t *size, struc
         return KPC_E_NOMEM;
     size_t got = 0;
     while (got < want) {
-        ssize_t n = pread(fd, b + got, want - got, (off_t)got);
+        ssize_t n = kpc__sys_fault(KPC_SYS_READ) ? -1 : pread(fd, b + got, want - got, (off_t)got);
         if (n < 0 && errno == EINTR)
             continue;
         if (n < 0) {
