@@ -44,8 +44,11 @@
 #define REF_MAX (512u * 1024u)
 
 /* Where a worker asked to die (targeted kills); the figures count kills per phase. */
-enum phase { PH_RANDOM, PH_COMPILE, PH_TABLE_LOCK, PH_COUNT };
-static const char *const phase_names[PH_COUNT] = {"random", "in compile", "holding the table lock"};
+enum phase { PH_RANDOM, PH_COMPILE, PH_TABLE_LOCK, PH_MID_WRITE, PH_BEFORE_FSYNC, PH_BEFORE_RENAME,
+             PH_AFTER_RENAME, PH_PRUNE_LOCK, PH_COUNT };
+static const char *const phase_names[PH_COUNT] = {
+    "random", "in compile", "holding the table lock", "mid-write", "before fsync", "before rename",
+    "after rename", "holding a lock file"};
 
 typedef struct worker_slot {
     _Atomic int pid;
@@ -72,6 +75,7 @@ typedef struct chaos_cfg {
     int kill_min_ms, kill_max_ms; /* random kill interval */
     int churn_ms;                 /* a clear or prune every so often */
     uint64_t hang_ns;             /* no request finished in this long: a hang */
+    uint64_t disk_max_bytes;      /* the workers' disk limit (0: the default) */
 } chaos_cfg;
 
 static shared *sh;
@@ -162,6 +166,24 @@ static kpc_status chaos_compile(const char *target, const kpc_source *src, kpc_b
     return base_platform->compile(target, src, b);
 }
 
+/* The library's system-call hook (base/fault.h, test builds): the targeted kills at the
+ * phases of a write, and while the prune lock is held. Counts restart with each request. */
+static unsigned req_writes;
+static enum kpc_sys_call last_call = KPC_SYS_COUNT;
+
+static void chaos_hook(enum kpc_sys_call call, unsigned long nth)
+{
+    (void)nth;
+    int arm = me ? atomic_load(&me->armed) : PH_RANDOM;
+    if ((arm == PH_MID_WRITE && call == KPC_SYS_WRITE && ++req_writes == 2) || /* header written */
+        (arm == PH_BEFORE_FSYNC && call == KPC_SYS_FSYNC) ||
+        (arm == PH_BEFORE_RENAME && call == KPC_SYS_RENAME) ||
+        (arm == PH_AFTER_RENAME && last_call == KPC_SYS_RENAME) ||
+        (arm == PH_PRUNE_LOCK && last_call == KPC_SYS_FLOCK))
+        die_at((enum phase)arm);
+    last_call = call;
+}
+
 static uint64_t rnd_state; /* 0: seed on first use; a forked worker starts at 0 again */
 
 static uint64_t rnd(void)
@@ -175,7 +197,9 @@ static uint64_t rnd(void)
 
 static kpc_cache *worker_open(void)
 {
-    kpc_config c = {.struct_size = sizeof c, .cache_dir = dir, .shm_entries = cfg->shm_entries};
+    /* a small disk limit: writers prune often, and die holding the prune lock */
+    kpc_config c = {.struct_size = sizeof c, .cache_dir = dir, .shm_entries = cfg->shm_entries,
+                    .disk_max_bytes = cfg->disk_max_bytes};
     kpc_cache *cache = NULL;
     if (kpc_cache_open(&c, &cache) != KPC_OK)
         return NULL;
@@ -219,6 +243,7 @@ static void worker(int slot)
 {
     me = &sh->w[slot];
     kpc__log_level = KPC_LOG_ERROR;
+    kpc__sys_hook_set(chaos_hook);
     kpc_cache *cache = NULL;
     while (!atomic_load(&sh->stop)) {
         atomic_store(&me->heartbeat_ns, kpc__now_ns());
@@ -240,6 +265,8 @@ static void worker(int slot)
             else
                 kpc_index_test_hold_lock(cache->index); /* the parent sees the stop, kills */
         }
+        req_writes = 0;
+        last_call = KPC_SYS_COUNT;
         atomic_store(&me->armed, arm);
         one_request(cache);
         atomic_store(&me->armed, PH_RANDOM);
@@ -284,6 +311,7 @@ static int slot_of(pid_t pid)
 
 static pid_t tool_pid;
 static bool tool_is_clear;
+static uint64_t tool_kill_at; /* a clear or prune killed mid-walk at this time (0: none) */
 
 static void start_tool(void)
 {
@@ -291,6 +319,8 @@ static void start_tool(void)
     const char *tool = getenv("KPC_TOOL");
     ck_assert_ptr_nonnull(tool);
     tool_is_clear = rnd() % 3 == 0;
+    /* one in three is killed a few milliseconds in: mid-walk, holding the prune lock */
+    tool_kill_at = rnd() % 3 == 0 ? kpc__now_ns() + (1 + rnd() % 30) * 1000000ull : 0;
     snprintf(max_size, sizeof max_size, "%uK", (unsigned)(1 + rnd() % 8));
     fflush(NULL);
     tool_pid = fork();
@@ -506,11 +536,13 @@ static void run_chaos(const chaos_cfg *c)
                                                                                         cfg->kill_min_ms + 1))) *
                                   1000000ull;
         }
+        if (tool_pid > 0 && tool_kill_at && now >= tool_kill_at) {
+            kill(tool_pid, SIGKILL); /* reaped by reap() */
+            tool_kill_at = 0;
+            f.tool_kills++;
+        }
         if (now >= next_churn) {
-            if (tool_pid > 0 && rnd() % 4 == 0) { /* a pruner or clearer killed mid-walk */
-                kill(tool_pid, SIGKILL);
-                f.tool_kills++;
-            } else if (tool_pid == 0) {
+            if (tool_pid == 0) {
                 start_tool();
                 tool_is_clear ? f.clears++ : f.prunes++;
             }
@@ -608,7 +640,7 @@ START_TEST(chaos_fake)
                    .procs = env_int("KPC_CHAOS_PROCS", 8, 1, MAX_PROCS),
                    .sources = env_int("KPC_CHAOS_SOURCES", 24, 1, MAX_SOURCES),
                    .shm_entries = 16, .kill_min_ms = 5, .kill_max_ms = 60, .churn_ms = 400,
-                   .hang_ns = 20 * 1000000000ull};
+                   .hang_ns = 20 * 1000000000ull, .disk_max_bytes = 6 * 1024};
     run_chaos(&c);
 }
 END_TEST
