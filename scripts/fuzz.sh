@@ -26,7 +26,10 @@ for name in record segment; do
   mkdir -p "$work/$name/corpus" "$work/$name/tmp"
   cp tests/fuzz/corpus/$name/* "$work/$name/corpus/"
   # TMPDIR: the target's scratch cache dir lives (and dies) in the work dir
+  # the segment target also locks and walks what it attached, with bounds of a millisecond
+  # (a fuzzed lock word or a fuzzed live builder must cost 1 ms, not the defaults' 5 s)
   if ASAN_OPTIONS=detect_leaks=1:abort_on_error=0 UBSAN_OPTIONS=halt_on_error=1:print_stacktrace=1 \
+     KPC_FUZZ_SEGMENT_DEEP=1 KPC_SHM_LOCK_TIMEOUT_MS=1 KPC_BUILD_WAIT_MAX_MS=1 \
      TMPDIR="$work/$name/tmp" KPC_FUZZ_SEED_DIR="$work/$name/corpus" \
      build-fuzz/tests/fuzz/fuzz_$name -max_total_time="$seconds" -timeout=10 -print_final_stats=1 \
        -artifact_prefix="$PWD/build-fuzz/artifacts/$name-" "$work/$name/corpus" >"$work/$name.log" 2>&1; then

@@ -6,7 +6,12 @@
 #ifndef KPC_FUZZ_COMMON_H
 #define KPC_FUZZ_COMMON_H
 
-#include "kpc_internal.h"
+#include "base/log.h"
+#include "base/util.h"
+#include "core/key.h"
+#include "platform/names.h"
+#include "storage/record.h"
+#include "storage/store.h"
 
 #include <errno.h>
 #include <fcntl.h>

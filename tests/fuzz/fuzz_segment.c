@@ -8,18 +8,20 @@
  * are read and it is detached. Oracle: no crash, no out-of-bounds access (ASan/UBSan),
  * and only the statuses the attach may return (KPC_OK, KPC_E_CORRUPT).
  *
- * With KPC_FUZZ_SEGMENT_DEEP=1 an accepted segment's counters are read, its table is
- * walked under its lock (kpc_index_check) and it is asked for a key: the lock and slot
- * words come from the input, so this exercises the bounded locking and loops of the index
- * (issue 13, points 2-4). Off by default until those hold: a damaged lock word hangs
- * kpc_index_counters_get today (found by this target in seconds).
+ * With KPC_FUZZ_SEGMENT_DEEP=1 (scripts/fuzz.sh sets it, with lock and wait bounds of a
+ * millisecond) an accepted segment's counters are read, its table is walked under its
+ * lock (kpc_index_check) and it is asked for a key: the lock and slot words come from the
+ * input, so this exercises the bounded locking and loops of the index (issue 13, points
+ * 2-4). Before those were fixed, a damaged lock word hung kpc_index_counters_get (found
+ * by this target in seconds).
  *
  * Seed: a segment the library itself creates (its format value depends on the layout
  * of this build) is generated at start-up into $KPC_FUZZ_SEED_DIR when that is set.
  */
 #define _GNU_SOURCE
 #include "fuzz_common.h"
-#include "index.h"
+#include "base/root.h"
+#include "storage/index.h"
 
 #include <sys/mman.h>
 
@@ -56,7 +58,7 @@ int LLVMFuzzerInitialize(int *argc, char ***argv)
     fuzz_tmpdir(dir, sizeof dir);
     if (mkdir(dir, 0700) != 0 || realpath(dir, root) == NULL)
         abort();
-    kpc_index_name(root, name, sizeof name);
+    kpc_root_segment_name(root, name, sizeof name);
     atexit(unlink_segment);
     const char *d = getenv("KPC_FUZZ_SEGMENT_DEEP");
     deep = d && strcmp(d, "1") == 0;
