@@ -1,8 +1,6 @@
 /*
  * real.c - finding the real hipRTC or NVRTC, once per process, lazily (a hit never needs
- * it): the path in the vendor's variable (KPC_REAL_HIPRTC, KPC_REAL_NVRTC), else an
- * already loaded library of the soname list, else the first soname that loads, else the
- * first file of the soname list in the vendor's usual directories, by absolute path.
+ * it); the order is open_real's.
  *
  * Never ourselves: a candidate that exports kpc_dropin_marker is one of kpc's drop-ins
  * (under LD_LIBRARY_PATH, dlopen("libnvrtc.so.13") answers with kpc's own shim), so it is
@@ -20,6 +18,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 /* Exported by every drop-in (see the version scripts): how real.c tells kpc's libraries
  * from the real ones. */
@@ -50,6 +49,38 @@ static void *accept(void *h, const char *what)
     return h;
 }
 
+/* The first soname of the list in dir, by absolute path. */
+static void *open_in(const char *dir)
+{
+    void *h = NULL;
+    for (const char *const *s = vendor->sonames; h == NULL && *s; s++) {
+        char path[4096];
+        snprintf(path, sizeof path, "%s/%s", dir, *s);
+        if (access(path, F_OK) == 0)
+            h = accept(dlopen(path, RTLD_NOW | RTLD_LOCAL), path);
+    }
+    return h;
+}
+
+/* dir with a leading "$VAR" expanded; false when VAR is unset or empty. */
+static bool expand(const char *d, char *out, size_t cap)
+{
+    if (d[0] != '$')
+        return strlcpy(out, d, cap) < cap;
+    const char *slash = strchr(d, '/');
+    size_t n = slash ? (size_t)(slash - d - 1) : strlen(d + 1);
+    char var[64];
+    if (n >= sizeof var)
+        return false;
+    memcpy(var, d + 1, n);
+    var[n] = '\0';
+    const char *val = getenv(var);
+    return val && *val && (size_t)snprintf(out, cap, "%s%s", val, slash ? slash : "") < cap;
+}
+
+/* In order: the variable's path; a library of the list already loaded; the list in each
+ * LD_LIBRARY_PATH directory by path (what the loader would find after a shim there); in
+ * the vendor's usual directories; then by soname (ld.so.cache, the system's directories). */
 static void *open_real(void)
 {
     const char *env = getenv(vendor->real_env);
@@ -63,31 +94,18 @@ static void *open_real(void)
     void *h = NULL;
     for (const char *const *s = vendor->sonames; h == NULL && *s; s++)
         h = accept(dlopen(*s, RTLD_NOW | RTLD_LOCAL | RTLD_NOLOAD), *s);
-    for (const char *const *s = vendor->sonames; h == NULL && *s; s++)
-        h = accept(dlopen(*s, RTLD_NOW | RTLD_LOCAL), *s);
+    const char *llp = getenv("LD_LIBRARY_PATH");
+    char *paths = llp ? strdup(llp) : NULL, *save = NULL;
+    for (char *d = paths ? strtok_r(paths, ":", &save) : NULL; h == NULL && d; d = strtok_r(NULL, ":", &save))
+        h = open_in(d);
+    free(paths);
     for (const char *const *d = vendor->dirs; h == NULL && *d; d++) {
         char dir[2048];
-        if ((*d)[0] == '$') { /* "$VAR/sub" */
-            const char *slash = strchr(*d, '/');
-            size_t n = slash ? (size_t)(slash - *d - 1) : strlen(*d + 1);
-            char var[64];
-            if (n >= sizeof var)
-                continue;
-            memcpy(var, *d + 1, n);
-            var[n] = '\0';
-            const char *val = getenv(var);
-            if (val == NULL || *val == '\0')
-                continue;
-            snprintf(dir, sizeof dir, "%s%s", val, slash ? slash : "");
-        } else {
-            snprintf(dir, sizeof dir, "%s", *d);
-        }
-        for (const char *const *s = vendor->sonames; h == NULL && *s; s++) {
-            char path[4096];
-            snprintf(path, sizeof path, "%s/%s", dir, *s);
-            h = accept(dlopen(path, RTLD_NOW | RTLD_LOCAL), path);
-        }
+        if (expand(*d, dir, sizeof dir))
+            h = open_in(dir);
     }
+    for (const char *const *s = vendor->sonames; h == NULL && *s; s++)
+        h = accept(dlopen(*s, RTLD_NOW | RTLD_LOCAL), *s);
     if (h == NULL)
         KPC_LOG(KPC_LOG_ERROR, "%s: no real %s library found (set %s to its path)", vendor->name,
                 vendor->prefix, vendor->real_env);
