@@ -104,6 +104,7 @@ torch_run() { # name env...
   check "torch $name" env KPC_DROPIN_STATS="$tmp/$name.stats" "$@" "$py" tests/dropin/torch_jiterator.py \
     "$tmp/$name.pt" 2>"$tmp/$name.err"
   echo "   process wall time $(ms_since "$t0") ms"
+  [ -f "$tmp/$name.pt" ] || tail -15 "$tmp/$name.err"
   grep -E "not keyed|forwarding|error" "$tmp/$name.err" | sort | uniq -c | head -5
   echo "   $(stats_line "$tmp/$name.stats")"
 }

@@ -13,17 +13,18 @@ import time
 import torch
 from torch.cuda import jiterator
 
-KERNELS = {
-    "axpby": "template <typename T> T axpby(T x, T y, T a, T b) { return a * x + b * y; }",
-    "poly": "template <typename T> T poly(T x) { return ((x * T(3) - T(2)) * x + T(5)) * x - T(7); }",
-    "clampsq": "template <typename T> T clampsq(T x, T lo, T hi) { T c = x < lo ? lo : (x > hi ? hi : x); return c * c; }",
-    "gelu_like": "template <typename T> T gelu_like(T x) { return x * T(0.5) * (T(1) + tanh(T(0.79788456) * (x + T(0.044715) * x * x * x))); }",
+KERNELS = {  # name: (code, the defaults of its scalar arguments)
+    "axpby": ("template <typename T> T axpby(T x, T y, T a, T b) { return a * x + b * y; }", {"a": 1.0, "b": 1.0}),
+    "poly": ("template <typename T> T poly(T x) { return ((x * T(3) - T(2)) * x + T(5)) * x - T(7); }", {}),
+    "clampsq": ("template <typename T> T clampsq(T x, T lo, T hi) { T c = x < lo ? lo : (x > hi ? hi : x); return c * c; }",
+                {"lo": 0.0, "hi": 1.0}),
+    "gelu_like": ("template <typename T> T gelu_like(T x) { return x * T(0.5) * (T(1) + tanh(T(0.79788456) * (x + T(0.044715) * x * x * x))); }", {}),
 }
 
 
 def main(out):
     torch.manual_seed(0)
-    fns = {name: jiterator._create_jit_fn(code) for name, code in KERNELS.items()}
+    fns = {name: jiterator._create_jit_fn(code, **defaults) for name, (code, defaults) in KERNELS.items()}
     results, times = {}, {}
     total = time.perf_counter()
     for dtype in (torch.float32, torch.float64):
