@@ -6,9 +6,8 @@
 #      through the libnvrtc.so.N shim directory; every element checked, cubins compared;
 #   3. PyTorch's jiterator kernels (tests/dropin/torch_jiterator.py) with PyTorch's own
 #      kernel cache off (USE_PYTORCH_KERNEL_CACHE=0): without kpc, then twice through the
-#      shim (PyTorch dlopens NVRTC by soname: the shim directory first on LD_LIBRARY_PATH,
-#      else the shim preloaded); results compared bit for bit, the second run's kernels
-#      from kpc (KPC_DROPIN_STATS, kpc stats).
+#      shim, each of three ways to put it in front of PyTorch's NVRTC (below); results
+#      compared bit for bit, the second run's kernels from kpc (KPC_DROPIN_STATS, kpc stats).
 # docs/gpu-run.md records a run. Dependencies as gpu-run.sh takes them (gpu-deps.sh).
 # usage: scripts/gpu-dropin.sh [LOG_DIR]   Exits non-zero if a step failed.
 set -uo pipefail
@@ -118,30 +117,43 @@ assert not bad, bad
 print('   results equal bit for bit:', len(a), 'tensors')" "$tmp/$1.pt" "$tmp/$2.pt"
 }
 torch_run torch-reference
-# A: the shim directory first on LD_LIBRARY_PATH (PyTorch dlopens libnvrtc.so.N by soname);
-# B, where A is not reached (a libnvrtc loaded before, by path): the shim itself preloaded,
-# which then answers every later dlopen of that soname.
+# Three ways to put the shim in front of PyTorch's NVRTC:
+#   dir:     the shim directory first on LD_LIBRARY_PATH (dlopen by soname);
+#   preload: the shim itself in LD_PRELOAD (it then answers every later dlopen of its soname);
+#   site:    a directory first on PYTHONPATH holding nvidia/cuNN/lib/libnvrtc.so.NN -> the
+#            shim: PyTorch's __init__ preloads NVRTC by path, from the first sys.path entry
+#            that has it, and its C++ side then uses that library.
+echo "PyTorch's own NVRTC loading (torch/__init__.py):"
+grep -n "nvrtc" "$(dirname "$(dirname "$py")")"/lib/python3*/site-packages/torch/__init__.py | head -8
 served=""
-for mode in dir preload; do
+site=$tmp/kpc-site
+if [ -n "$venv_nvrtc" ]; then
+  rel=${venv_nvrtc#*/site-packages/}
+  mkdir -p "$site/$(dirname "$rel")"
+  ln -s "$shim/libnvrtc.so.$tmajor" "$site/$rel"
+fi
+for mode in dir preload site; do
   export KPC_CACHE_DIR=$tmp/cache-torch-$mode
-  if [ $mode = dir ]; then
-    menv=(LD_LIBRARY_PATH="$shim:${LD_LIBRARY_PATH:-}" KPC_REAL_NVRTC="$torch_real" KPC_LOG=info)
-  else
-    menv=(LD_PRELOAD="$shim/libnvrtc.so.$tmajor" KPC_REAL_NVRTC="$torch_real" KPC_LOG=info)
-  fi
+  case $mode in
+    dir) menv=(LD_LIBRARY_PATH="$shim:${LD_LIBRARY_PATH:-}") ;;
+    preload) menv=(LD_PRELOAD="$shim/libnvrtc.so.$tmajor") ;;
+    site) [ -n "$venv_nvrtc" ] || continue; menv=(PYTHONPATH="$site") ;;
+  esac
+  menv+=(KPC_REAL_NVRTC="$torch_real" KPC_LOG=info)
   torch_run "torch-$mode-cold" env "${menv[@]}"
   torch_run "torch-$mode-warm" env "${menv[@]}"
   check "torch $mode cold = reference" same_pt torch-reference "torch-$mode-cold"
   check "torch $mode warm = reference" same_pt torch-reference "torch-$mode-warm"
   "$build/kpc" stats | grep -E '^(lookups|hits|builds|build failures) '
-  "$build/kpc" ls | head -12
+  "$build/kpc" ls | head -10
   if grep -q "builds=0 " "$tmp/torch-$mode-warm.stats" 2>/dev/null && ! grep -q " kpc=0 " "$tmp/torch-$mode-warm.stats"; then
-    served=$mode
-    echo "PyTorch's kernels came from kpc with the shim ($mode)"
-    break
+    served="$served $mode"
+    echo "PyTorch's kernels came from kpc ($mode)"
+  else
+    echo "the shim ($mode) did not serve PyTorch's compiles"
   fi
-  echo "the shim ($mode) did not serve PyTorch's compiles"
 done
+echo "ways that served PyTorch:${served:- none}"
 [ -n "$served" ] || check "a warm PyTorch run answered from kpc" false
 for c in "$tmp"/cache-*; do "$build/kpc-shm-reset" --cache-dir "$c" --force >/dev/null 2>&1; done
 
