@@ -54,6 +54,7 @@ const rtc_vendor kpc_nvrtc_vendor = {
     .dirs = nv_dirs,
     .code_fns = {{"nvrtcGetCUBINSize", "nvrtcGetCUBIN"}, {"nvrtcGetPTXSize", "nvrtcGetPTX"}},
     .log_counts_nul = true,
+    .default_name = "default_program", /* NVRTC's name for a NULL one */
     .arch_option = nv_arch_option,
     .default_target = nv_default_target,
     .code_kind = nv_code_kind,

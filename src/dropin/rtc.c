@@ -300,7 +300,8 @@ int rtc_create(const rtc_vendor *v, void **prog, const char *src, const char *na
     const rtc_real *r;
     if (src == NULL && prog != NULL)
         return RTC_ERROR_INVALID_INPUT; /* hipRTC 5.2 aborts on a NULL source */
-    bool odd = prog == NULL || name == NULL || num_headers < 0 ||
+    /* a NULL name is NVRTC's "default_program"; what hipRTC makes of it is its own affair */
+    bool odd = prog == NULL || (name == NULL && v->default_name == NULL) || num_headers < 0 ||
                (num_headers > 0 && (headers == NULL || include_names == NULL));
     for (int i = 0; !odd && i < num_headers; i++)
         odd = headers[i] == NULL || include_names[i] == NULL;
@@ -314,11 +315,11 @@ int rtc_create(const rtc_vendor *v, void **prog, const char *src, const char *na
     p->magic = PROG_MAGIC;
     pthread_mutex_init(&p->lock, NULL);
     p->src = strdup(src);
-    p->name = strdup(name);
+    p->name = name ? strdup(name) : NULL; /* materialize hands the real library the same */
     p->num_headers = num_headers;
     p->headers = dup_strv(headers, (size_t)num_headers, &ok);
     p->include_names = dup_strv(include_names, (size_t)num_headers, &ok);
-    if (!ok || p->src == NULL || p->name == NULL) {
+    if (!ok || p->src == NULL || (name && p->name == NULL)) {
         prog_free(p);
         return RTC_ERROR_OUT_OF_MEMORY;
     }
@@ -388,7 +389,7 @@ static int compile_kpc(const rtc_vendor *v, rtc_prog *p)
         goto out;
     kpc_source src = {
         .code = p->src,
-        .name = p->name,
+        .name = p->name ? p->name : v->default_name,
         .options = rest,
         .num_options = num_rest,
         .header_names = (const char *const *)p->include_names,
@@ -424,9 +425,11 @@ int rtc_compile(const rtc_vendor *v, void *prog, int num_options, const char *co
 {
     rtc_prog *p = ours(prog);
     const rtc_real *r;
-    if (p == NULL)
-        return (r = rtc_real_get(v)) ? r->compile(prog, num_options, options) : RTC_ERROR_INTERNAL_ERROR;
     atomic_fetch_add(&n_compiles, 1);
+    if (p == NULL) { /* the real library's own program (KPC_DISABLE=1, odd create arguments) */
+        atomic_fetch_add(&n_forwarded, 1);
+        return (r = rtc_real_get(v)) ? r->compile(prog, num_options, options) : RTC_ERROR_INTERNAL_ERROR;
+    }
     bool odd = num_options < 0 || (num_options > 0 && options == NULL);
     for (int i = 0; !odd && i < num_options; i++)
         odd = options[i] == NULL;

@@ -42,6 +42,7 @@ typedef struct rtc_vendor {
     const char *const *dirs;    /* then these directories, by absolute path ("$VAR/sub" expands) */
     const char *code_fns[2][2]; /* {size, get} symbol names per code kind, NULL for none */
     bool log_counts_nul;        /* the log size counts a terminating NUL (NVRTC) */
+    const char *default_name;   /* the program name a NULL name stands for; NULL: forward it */
     /* True if opt sets the target; *target then points at its value inside opt. */
     bool (*arch_option)(const char *opt, const char **target);
     /* The target when no option names one: KPC_OK, or anything else to forward. */

@@ -10,7 +10,9 @@
 #   4. a compile error: NVRTC's status and log, cold and warm;
 #   5. -I, an invalid option and no -arch are forwarded: NVRTC's own answers;
 #   6. 8 threads x 4 programs in one process: 4 compiles;
-#   7. KPC_DISABLE=1: pure pass-through.
+#   7. KPC_DISABLE=1: pure pass-through;
+#   8. where CUDA is installed, the real NVRTC 13 through the shim, also loaded the way
+#      PyTorch loads it (by path first, then by soname; NULL program names).
 # usage: nvrtc.sh BUILD_DIR APP APP_DLOPEN APP_LINKED FAKE_CUDA_HOME
 set -euo pipefail
 build=$1 app=$2 app_dl=$3 app_linked=$4 fake_home=$5
@@ -138,6 +140,22 @@ if [ -n "$real_nvrtc" ]; then
   expect n1 builds 3; expect n2 builds 0; expect n2 disk_hits 3
   echo "real NVRTC ($real_nvrtc): cold $(cat "$tmp/n1.stats")"
   echo "real NVRTC: warm $(cat "$tmp/n2.stats")"
+  # as PyTorch loads NVRTC: by path first (its __init__), then dlopen by soname (its C++),
+  # with NULL program names: the shim directory is not reached (the soname is taken),
+  # the shim preloaded is
+  newcache torchlike
+  run tl0 good env LD_LIBRARY_PATH="$shim" NVRTC_APP_PRELOAD="$real_nvrtc" KPC_REAL_NVRTC="$real_nvrtc" \
+    ${san_only:+LD_PRELOAD=$san_only} "$app_dl" dlopen
+  same nv tl0
+  [ ! -s "$tmp/tl0.stats" ] || expect tl0 kpc 0
+  run tl1 good env LD_PRELOAD="${san_only:+$san_only:}$shim/libnvrtc.so.13" NVRTC_APP_PRELOAD="$real_nvrtc" \
+    KPC_REAL_NVRTC="$real_nvrtc" "$app_dl" dlopen
+  run tl2 good env LD_PRELOAD="${san_only:+$san_only:}$shim/libnvrtc.so.13" NVRTC_APP_PRELOAD="$real_nvrtc" \
+    KPC_REAL_NVRTC="$real_nvrtc" "$app_dl" dlopen
+  same nv tl1
+  same nv tl2
+  expect tl1 builds 3; expect tl2 builds 0; expect tl2 disk_hits 3; expect tl2 forwarded 0
+  echo "as PyTorch loads NVRTC, the shim preloaded: warm $(cat "$tmp/tl2.stats")"
 else
   echo "no CUDA here: skipped"
 fi

@@ -64,12 +64,12 @@ static void save(int n, const char *suffix, const void *bytes, size_t size)
     fclose(f);
 }
 
-static void compile(FILE *out, int n, const char *src, const char **exprs, int ne, const char **opts, int no,
-                    int want_ptx)
+static void compile(FILE *out, int n, const char *src, const char *name, const char **exprs, int ne,
+                    const char **opts, int no, int want_ptx)
 {
     nvrtcProgram p;
     const char *hs[] = {"#define K 3\n"}, *hn[] = {"params.h"};
-    fprintf(out, "%d create %d\n", n, nv.nvrtcCreateProgram(&p, src, "prog.cu", 1, hs, hn));
+    fprintf(out, "%d create %d\n", n, nv.nvrtcCreateProgram(&p, src, name, 1, hs, hn));
     for (int i = 0; i < ne; i++)
         fprintf(out, "%d add %s %d\n", n, exprs[i], nv.nvrtcAddNameExpression(p, exprs[i]));
     int c = nv.nvrtcCompileProgram(p, no, opts);
@@ -110,7 +110,7 @@ static void *thread_main(void *arg)
         snprintf(d, sizeof d, "-DSEED=%d", i);
         const char *opts[] = {"-arch=sm_90", d};
         const char *exprs[] = {"scale<float>"};
-        compile(out, i, templ, exprs, 1, opts, 2, 0);
+        compile(out, i, templ, "prog.cu", exprs, 1, opts, 2, 0);
     }
     return NULL;
 }
@@ -122,6 +122,13 @@ int main(int argc, char **argv)
         return 2;
     }
     if (argc > 3 && strcmp(argv[3], "dlopen") == 0) {
+        /* NVRTC_APP_PRELOAD=PATH: first load NVRTC by path, as PyTorch's __init__ does
+         * (ctypes.CDLL of site-packages/nvidia/cuNN/lib/libnvrtc.so.NN) */
+        const char *pre = getenv("NVRTC_APP_PRELOAD");
+        if (pre && *pre && dlopen(pre, RTLD_NOW | RTLD_GLOBAL) == NULL) {
+            fprintf(stderr, "dlopen %s: %s\n", pre, dlerror());
+            return 2;
+        }
         void *h = dlopen("libnvrtc.so.13", RTLD_NOW | RTLD_LOCAL);
         if (h == NULL) {
             fprintf(stderr, "dlopen: %s\n", dlerror());
@@ -152,21 +159,21 @@ int main(int argc, char **argv)
     if (strcmp(mode, "good") == 0) {
         const char *sm[] = {"--std=c++17", "--gpu-architecture=sm_90", "-default-device"};
         const char *cp[] = {"-arch=compute_90", "--use_fast_math"};
-        compile(report, 0, templ, exprs, 2, sm, 3, 0);
-        compile(report, 1, saxpy, NULL, 0, cp, 2, 1);
-        compile(report, 2, saxpy, NULL, 0, sm, 3, 1); /* the PTX of a cubin build */
+        compile(report, 0, templ, "prog.cu", exprs, 2, sm, 3, 0);
+        compile(report, 1, saxpy, NULL, NULL, 0, cp, 2, 1); /* no name, as PyTorch's jiterator */
+        compile(report, 2, saxpy, "prog.cu", NULL, 0, sm, 3, 1); /* the PTX of a cubin build */
         int major = 0, minor = 0;
         fprintf(report, "version %d %d.%d\n", nv.nvrtcVersion(&major, &minor), major, minor);
     } else if (strcmp(mode, "error") == 0) {
         const char *sm[] = {"-arch=sm_90"};
-        compile(report, 0, "#error broken\n", NULL, 0, sm, 1, 0);
+        compile(report, 0, "#error broken\n", "prog.cu", NULL, 0, sm, 1, 0);
     } else if (strcmp(mode, "forward") == 0) {
         const char *inc[] = {"-arch=sm_90", "-I/nonexistent/include"};
         const char *bogus[] = {"-arch=sm_90", "--bogus"};
         const char *none[] = {"-DX=1"};
-        compile(report, 0, saxpy, NULL, 0, inc, 2, 0);
-        compile(report, 1, saxpy, NULL, 0, bogus, 2, 0);
-        compile(report, 2, saxpy, NULL, 0, none, 1, 1);
+        compile(report, 0, saxpy, "prog.cu", NULL, 0, inc, 2, 0);
+        compile(report, 1, saxpy, "prog.cu", NULL, 0, bogus, 2, 0);
+        compile(report, 2, saxpy, "prog.cu", NULL, 0, none, 1, 1);
     } else if (strcmp(mode, "threads") == 0) {
         pthread_t t[8];
         FILE *outs[8];
