@@ -15,6 +15,7 @@
 #include <bsd/string.h>
 #include <dlfcn.h>
 #include <pthread.h>
+#include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -25,7 +26,7 @@
 __attribute__((visibility("default"))) const char kpc_dropin_marker[] = "kpc drop-in";
 
 static pthread_once_t once = PTHREAD_ONCE_INIT;
-static const rtc_vendor *vendor; /* the one vendor of this library (each links its own) */
+static _Atomic(const rtc_vendor *) vendor; /* the one vendor of this library (each links its own) */
 static rtc_real real;
 static bool found;
 
@@ -150,7 +151,7 @@ static void load(void)
 
 const rtc_real *rtc_real_get(const rtc_vendor *v)
 {
-    vendor = v;
+    atomic_store(&vendor, v); /* every caller stores the same one */
     pthread_once(&once, load);
     return found ? &real : NULL;
 }

@@ -63,8 +63,8 @@ static struct {
     } contexts[MAX_CONTEXTS];
 } g = {.lock = PTHREAD_MUTEX_INITIALIZER};
 
-static int disabled = -1; /* KPC_DISABLE=1: every call goes to the real library */
-static const rtc_vendor *stats_vendor;
+static atomic_int disabled = -1; /* KPC_DISABLE=1: every call goes to the real library */
+static _Atomic(const rtc_vendor *) stats_vendor; /* set by the first create: stats at exit */
 static _Atomic uint64_t n_compiles, n_kpc, n_forwarded, n_materialized;
 
 static void atfork_prepare(void) { pthread_mutex_lock(&g.lock); }
@@ -82,11 +82,13 @@ static void install_atfork(void) { pthread_atfork(atfork_prepare, atfork_parent,
 
 static bool is_disabled(void)
 {
-    if (disabled < 0) {
+    int d = atomic_load(&disabled);
+    if (d < 0) { /* threads racing here all read the same environment */
         const char *v = getenv("KPC_DISABLE");
-        disabled = v != NULL && strcmp(v, "1") == 0;
+        d = v != NULL && strcmp(v, "1") == 0;
+        atomic_store(&disabled, d);
     }
-    return disabled;
+    return d;
 }
 
 static rtc_prog *ours(void *prog)
@@ -150,7 +152,8 @@ static kpc_context *context_for(const rtc_vendor *v, const char *target)
 __attribute__((destructor)) static void write_stats(void)
 {
     const char *path = getenv("KPC_DROPIN_STATS");
-    if (path == NULL || *path == '\0' || stats_vendor == NULL)
+    const rtc_vendor *v = atomic_load(&stats_vendor);
+    if (path == NULL || *path == '\0' || v == NULL)
         return;
     kpc_stats st = {0};
     pthread_mutex_lock(&g.lock);
@@ -161,14 +164,14 @@ __attribute__((destructor)) static void write_stats(void)
     int n = snprintf(line, sizeof line,
                      "%s pid=%d compiles=%llu kpc=%llu forwarded=%llu materialized=%llu builds=%llu "
                      "build_failures=%llu disk_hits=%llu mem_hits=%llu waits=%llu\n",
-                     stats_vendor->name, (int)getpid(), (unsigned long long)n_compiles,
+                     v->name, (int)getpid(), (unsigned long long)n_compiles,
                      (unsigned long long)n_kpc, (unsigned long long)n_forwarded,
                      (unsigned long long)n_materialized, (unsigned long long)st.builds,
                      (unsigned long long)st.build_failures, (unsigned long long)st.disk_hits,
                      (unsigned long long)st.mem_hits, (unsigned long long)st.waits);
     int fd = open(path, O_WRONLY | O_CREAT | O_APPEND | O_CLOEXEC, 0644);
     if (fd < 0 || n <= 0 || kpc__write_all(fd, line, (size_t)n) != 0)
-        KPC_LOG(KPC_LOG_ERROR, "%s: cannot write KPC_DROPIN_STATS=%s", stats_vendor->name, path);
+        KPC_LOG(KPC_LOG_ERROR, "%s: cannot write KPC_DROPIN_STATS=%s", v->name, path);
     if (fd >= 0)
         close(fd);
 }
@@ -296,7 +299,7 @@ void *rtc_real_program(const rtc_vendor *v, void *prog)
 int rtc_create(const rtc_vendor *v, void **prog, const char *src, const char *name, int num_headers,
                const char *const *headers, const char *const *include_names)
 {
-    stats_vendor = v;
+    atomic_store(&stats_vendor, v);
     const rtc_real *r;
     if (src == NULL && prog != NULL)
         return RTC_ERROR_INVALID_INPUT; /* hipRTC 5.2 aborts on a NULL source */
