@@ -20,16 +20,7 @@
 
 #define HIPRTC_API __attribute__((visibility("default")))
 
-static bool hip_arch_option(const char *opt, const char **target)
-{
-    static const char *const prefixes[] = {"--offload-arch=", "--gpu-architecture=", NULL};
-    for (const char *const *p = prefixes; *p; p++)
-        if (strncmp(opt, *p, strlen(*p)) == 0) {
-            *target = opt + strlen(*p);
-            return true;
-        }
-    return false;
-}
+static const char *const hip_arch[] = {"--offload-arch=", "--gpu-architecture=", NULL};
 
 /* The current device's target, remembered per device (guarded by devices_lock). */
 static pthread_mutex_t devices_lock = PTHREAD_MUTEX_INITIALIZER;
@@ -79,7 +70,7 @@ static const rtc_vendor hip = {
     .dirs = hip_dirs,
     .code_fns = {{"hiprtcGetCodeSize", "hiprtcGetCode"}, {NULL, NULL}},
     .log_counts_nul = false, /* hipRTC's log is not NUL-terminated */
-    .arch_option = hip_arch_option,
+    .arch_prefixes = hip_arch,
     .default_target = hip_default_target,
     .code_kind = hip_code_kind,
 };

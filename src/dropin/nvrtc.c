@@ -18,16 +18,7 @@
 
 #define NVRTC_API __attribute__((visibility("default")))
 
-static bool nv_arch_option(const char *opt, const char **target)
-{
-    static const char *const prefixes[] = {"-arch=", "--gpu-architecture=", NULL};
-    for (const char *const *p = prefixes; *p; p++)
-        if (strncmp(opt, *p, strlen(*p)) == 0) {
-            *target = opt + strlen(*p);
-            return true;
-        }
-    return false;
-}
+static const char *const nv_arch[] = {"-arch=", "--gpu-architecture=", NULL};
 
 static kpc_status nv_default_target(kpc_cache *cache, char *out, size_t cap)
 {
@@ -55,7 +46,7 @@ const rtc_vendor kpc_nvrtc_vendor = {
     .code_fns = {{"nvrtcGetCUBINSize", "nvrtcGetCUBIN"}, {"nvrtcGetPTXSize", "nvrtcGetPTX"}},
     .log_counts_nul = true,
     .default_name = "default_program", /* NVRTC's name for a NULL one */
-    .arch_option = nv_arch_option,
+    .arch_prefixes = nv_arch,
     .default_target = nv_default_target,
     .code_kind = nv_code_kind,
     .prepare = kpc_nvrtc_platform_install,

@@ -166,11 +166,11 @@ static kpc_status nv_compile(const char *target, const kpc_source *src, kpc_buil
     free(code);
     free(opts);
     free(lowered);
-    if (s != KPC_OK) {
-        free(b->code);
-        free(b->names);
-        b->code = b->names = NULL;
-        b->code_size = b->names_size = 0;
+    if (s != KPC_OK) { /* no code, no names; the log stays for the caller */
+        char *log = b->log;
+        b->log = NULL;
+        kpc_build_free(b);
+        b->log = log;
     }
     return s;
 }

@@ -362,8 +362,11 @@ static bool split_options(const rtc_vendor *v, int n, const char *const *opts, c
     *target = NULL;
     *num_rest = 0;
     for (int i = 0; i < n; i++) {
-        const char *t;
-        if (v->arch_option(opts[i], &t)) {
+        const char *t = NULL;
+        for (const char *const *a = v->arch_prefixes; t == NULL && *a; a++)
+            if (strncmp(opts[i], *a, strlen(*a)) == 0)
+                t = opts[i] + strlen(*a);
+        if (t != NULL) {
             if (*target != NULL || *t == '\0')
                 return false; /* two targets: let the real compiler judge */
             *target = t;

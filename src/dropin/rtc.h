@@ -43,8 +43,7 @@ typedef struct rtc_vendor {
     const char *code_fns[2][2]; /* {size, get} symbol names per code kind, NULL for none */
     bool log_counts_nul;        /* the log size counts a terminating NUL (NVRTC) */
     const char *default_name;   /* the program name a NULL name stands for; NULL: forward it */
-    /* True if opt sets the target; *target then points at its value inside opt. */
-    bool (*arch_option)(const char *opt, const char **target);
+    const char *const *arch_prefixes; /* options naming the target: "--offload-arch=" ... */
     /* The target when no option names one: KPC_OK, or anything else to forward. */
     kpc_status (*default_target)(kpc_cache *cache, char *out, size_t cap);
     /* The code kind the cache holds for target. */
