@@ -22,7 +22,7 @@ run() {
   local name=$1 mode=$2; shift 2
   mkdir -p "$tmp/$name"
   env KPC_DROPIN_STATS="$tmp/$name.stats" "$@" "$mode" "$tmp/$name" 2>"$tmp/$name.err" ||
-    { cat "$tmp/$name.err" >&2; fail "$name exited $?"; }
+    { local rc=$?; cat "$tmp/$name.err" >&2; fail "$name exited $rc"; }
 }
 norm_log() { sed -E 's#/tmp/comgr-[0-9a-zA-Z]+#/tmp/comgr-X#g' "$1"; }
 
@@ -109,7 +109,7 @@ same real x1
 [ ! -d "$KPC_CACHE_DIR/v1" ] || [ -z "$(find "$KPC_CACHE_DIR" -name '*.co' 2>/dev/null)" ] || fail "KPC_DISABLE=1 cached"
 
 echo "== 8. the link API, forwarded untouched"
-run real_link link env LD_PRELOAD="$fake" "$app"
+run real_link link env LD_PRELOAD="${san:+$san:}$fake" "$app"
 grep -q "link complete 0" "$tmp/real_link/report" || fail "the fake link API failed: $(cat "$tmp/real_link/report")"
 run k1 link env KPC_REAL_HIPRTC="$fake" LD_PRELOAD="$preload" "$app"
 same real_link k1

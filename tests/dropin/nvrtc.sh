@@ -28,7 +28,7 @@ run() { # run NAME MODE env... APP [dlopen]
   local args=("$@") extra=()
   if [ "${args[-1]}" = dlopen ]; then extra=(dlopen); unset 'args[-1]'; fi
   env KPC_DROPIN_STATS="$tmp/$name.stats" FAKE_RTC_COUNT="$tmp/$name.count" "${args[@]}" \
-    "$mode" "$tmp/$name" "${extra[@]}" 2>"$tmp/$name.err" || { cat "$tmp/$name.err" >&2; fail "$name failed"; }
+    "$mode" "$tmp/$name" "${extra[@]}" 2>"$tmp/$name.err" || { local rc=$?; cat "$tmp/$name.err" >&2; fail "$name exited $rc"; }
 }
 compiles() { [ -f "$tmp/$1.count" ] && wc -l <"$tmp/$1.count" | tr -d ' ' || echo 0; }
 expect_compiles() { [ "$(compiles "$1")" = "$2" ] || fail "$1: the fake compiled $(compiles "$1") times, expected $2"; }
