@@ -28,6 +28,7 @@ typedef struct fprog {
     char *src, *name;
     uint64_t inputs; /* hash of source, name and headers */
     char *exprs[16];
+    char lowered[16][128]; /* valid until the program is destroyed, as NVRTC's */
     int num_exprs;
     int compiled; /* 0 no, 1 yes, -1 failed */
     char target[32];
@@ -44,11 +45,9 @@ static uint64_t fnv(uint64_t h, const char *s, size_t n)
 
 API const char *F(GetErrorString)(int r)
 {
-    static char buf[16][48];
-    static int next;
-    char *b = buf[next++ % 16];
-    snprintf(b, 48, "FAKE_RTC_RESULT_%d", r);
-    return b;
+    static _Thread_local char buf[48]; /* threads call it at once */
+    snprintf(buf, sizeof buf, "FAKE_RTC_RESULT_%d", r);
+    return buf;
 }
 
 API int F(Version)(int *major, int *minor)
@@ -244,10 +243,8 @@ API int F(GetLoweredName)(fprog *p, const char *e, const char **out)
         return 9;
     for (int i = 0; i < p->num_exprs; i++)
         if (strcmp(p->exprs[i], e) == 0) {
-            static char names[64][128];
-            static int next;
-            char *n = names[next++ % 64];
-            snprintf(n, 128, "_Z%zu%s_fake", strlen(e), e);
+            char *n = p->lowered[i];
+            snprintf(n, sizeof p->lowered[i], "_Z%zu%s_fake", strlen(e), e);
             for (char *c = n; *c; c++)
                 if (*c == '<' || *c == '>' || *c == ':' || *c == ',' || *c == ' ')
                     *c = '_';
