@@ -9,9 +9,9 @@
  * answers (the link API, bitcode, ROCm 5.3 and later) goes to the real library untouched.
  */
 #define _GNU_SOURCE
-#include "rtc.h"
+#include "dropin/rtc.h"
 
-#include "kpc_internal.h"
+#include "base/log.h"
 
 #include <bsd/string.h>
 #include <dlfcn.h>
@@ -79,54 +79,54 @@ static const rtc_vendor hip = {
 HIPRTC_API hiprtcResult hiprtcCreateProgram(hiprtcProgram *prog, const char *src, const char *name,
                                             int numHeaders, const char **headers, const char **includeNames)
 {
-    return rtc_create(&hip, (void **)prog, src, name, numHeaders, headers, includeNames);
+    return kpc_rtc_create(&hip, (void **)prog, src, name, numHeaders, headers, includeNames);
 }
 
 HIPRTC_API hiprtcResult hiprtcAddNameExpression(hiprtcProgram prog, const char *name_expression)
 {
-    return rtc_add_name(&hip, prog, name_expression);
+    return kpc_rtc_add_name(&hip, prog, name_expression);
 }
 
 HIPRTC_API hiprtcResult hiprtcCompileProgram(hiprtcProgram prog, int numOptions, const char **options)
 {
-    return rtc_compile(&hip, prog, numOptions, options);
+    return kpc_rtc_compile(&hip, prog, numOptions, options);
 }
 
 HIPRTC_API hiprtcResult hiprtcGetCodeSize(hiprtcProgram prog, size_t *codeSizeRet)
 {
-    return rtc_code_size(&hip, prog, RTC_CODE_BINARY, codeSizeRet);
+    return kpc_rtc_code_size(&hip, prog, RTC_CODE_BINARY, codeSizeRet);
 }
 
 HIPRTC_API hiprtcResult hiprtcGetCode(hiprtcProgram prog, char *code)
 {
-    return rtc_code(&hip, prog, RTC_CODE_BINARY, code);
+    return kpc_rtc_code(&hip, prog, RTC_CODE_BINARY, code);
 }
 
 HIPRTC_API hiprtcResult hiprtcGetLoweredName(hiprtcProgram prog, const char *name_expression,
                                              const char **lowered_name)
 {
-    return rtc_lowered(&hip, prog, name_expression, lowered_name);
+    return kpc_rtc_lowered(&hip, prog, name_expression, lowered_name);
 }
 
 HIPRTC_API hiprtcResult hiprtcGetProgramLogSize(hiprtcProgram prog, size_t *logSizeRet)
 {
-    return rtc_log_size(&hip, prog, logSizeRet);
+    return kpc_rtc_log_size(&hip, prog, logSizeRet);
 }
 
 HIPRTC_API hiprtcResult hiprtcGetProgramLog(hiprtcProgram prog, char *log)
 {
-    return rtc_log(&hip, prog, log);
+    return kpc_rtc_log(&hip, prog, log);
 }
 
 HIPRTC_API hiprtcResult hiprtcDestroyProgram(hiprtcProgram *prog)
 {
-    return rtc_destroy(&hip, (void **)prog);
+    return kpc_rtc_destroy(&hip, (void **)prog);
 }
 
 /* ---- forwarded untouched ---------------------------------------------------------------- */
 HIPRTC_API const char *hiprtcGetErrorString(hiprtcResult result)
 {
-    const char *(*f)(hiprtcResult) = (const char *(*)(hiprtcResult))rtc_real_sym(&hip, "hiprtcGetErrorString");
+    const char *(*f)(hiprtcResult) = (const char *(*)(hiprtcResult))kpc_real_sym(&hip, "hiprtcGetErrorString");
     return f ? f(result) : "HIPRTC_ERROR_INTERNAL_ERROR (kpc-hiprtc: no real hipRTC)";
 }
 
@@ -135,14 +135,14 @@ HIPRTC_API RTC_FORWARD(&hip, hiprtcVersion, (int *major, int *minor), (major, mi
 /* bitcode (-fgpu-rdc is never keyed, so such a program is already the real one's) */
 HIPRTC_API hiprtcResult hiprtcGetBitcodeSize(hiprtcProgram prog, size_t *bitcode_size)
 {
-    int (*f)(void *, size_t *) = (int (*)(void *, size_t *))rtc_real_sym(&hip, "hiprtcGetBitcodeSize");
-    return f ? f(rtc_real_program(&hip, prog), bitcode_size) : RTC_ERROR_INTERNAL_ERROR;
+    int (*f)(void *, size_t *) = (int (*)(void *, size_t *))kpc_real_sym(&hip, "hiprtcGetBitcodeSize");
+    return f ? f(kpc_rtc_real_program(&hip, prog), bitcode_size) : RTC_ERROR_INTERNAL_ERROR;
 }
 
 HIPRTC_API hiprtcResult hiprtcGetBitcode(hiprtcProgram prog, char *bitcode)
 {
-    int (*f)(void *, char *) = (int (*)(void *, char *))rtc_real_sym(&hip, "hiprtcGetBitcode");
-    return f ? f(rtc_real_program(&hip, prog), bitcode) : RTC_ERROR_INTERNAL_ERROR;
+    int (*f)(void *, char *) = (int (*)(void *, char *))kpc_real_sym(&hip, "hiprtcGetBitcode");
+    return f ? f(kpc_rtc_real_program(&hip, prog), bitcode) : RTC_ERROR_INTERNAL_ERROR;
 }
 
 /* the link API (ROCm 5.3 and later) */

@@ -10,9 +10,9 @@
  * with the NUL); the other form, LTO IR and the like come from the real program.
  */
 #define _GNU_SOURCE
-#include "nvrtc_dropin.h"
+#include "dropin/nvrtc_dropin.h"
 
-#include "kpc_internal.h"
+#include "base/log.h"
 
 #include <string.h>
 
@@ -49,7 +49,6 @@ const rtc_vendor kpc_nvrtc_vendor = {
     .arch_prefixes = nv_arch,
     .default_target = nv_default_target,
     .code_kind = nv_code_kind,
-    .prepare = kpc_nvrtc_platform_install,
 };
 #define NV (&kpc_nvrtc_vendor)
 
@@ -58,64 +57,64 @@ NVRTC_API nvrtcResult nvrtcCreateProgram(nvrtcProgram *prog, const char *src, co
                                          int numHeaders, const char *const *headers,
                                          const char *const *includeNames)
 {
-    return rtc_create(NV, (void **)prog, src, name, numHeaders, headers, includeNames);
+    return kpc_rtc_create(NV, (void **)prog, src, name, numHeaders, headers, includeNames);
 }
 
 NVRTC_API nvrtcResult nvrtcAddNameExpression(nvrtcProgram prog, const char *const name_expression)
 {
-    return rtc_add_name(NV, prog, name_expression);
+    return kpc_rtc_add_name(NV, prog, name_expression);
 }
 
 NVRTC_API nvrtcResult nvrtcCompileProgram(nvrtcProgram prog, int numOptions, const char *const *options)
 {
-    return rtc_compile(NV, prog, numOptions, options);
+    return kpc_rtc_compile(NV, prog, numOptions, options);
 }
 
 NVRTC_API nvrtcResult nvrtcGetCUBINSize(nvrtcProgram prog, size_t *cubinSizeRet)
 {
-    return rtc_code_size(NV, prog, RTC_CODE_BINARY, cubinSizeRet);
+    return kpc_rtc_code_size(NV, prog, RTC_CODE_BINARY, cubinSizeRet);
 }
 
 NVRTC_API nvrtcResult nvrtcGetCUBIN(nvrtcProgram prog, char *cubin)
 {
-    return rtc_code(NV, prog, RTC_CODE_BINARY, cubin);
+    return kpc_rtc_code(NV, prog, RTC_CODE_BINARY, cubin);
 }
 
 NVRTC_API nvrtcResult nvrtcGetPTXSize(nvrtcProgram prog, size_t *ptxSizeRet)
 {
-    return rtc_code_size(NV, prog, RTC_CODE_TEXT, ptxSizeRet);
+    return kpc_rtc_code_size(NV, prog, RTC_CODE_TEXT, ptxSizeRet);
 }
 
 NVRTC_API nvrtcResult nvrtcGetPTX(nvrtcProgram prog, char *ptx)
 {
-    return rtc_code(NV, prog, RTC_CODE_TEXT, ptx);
+    return kpc_rtc_code(NV, prog, RTC_CODE_TEXT, ptx);
 }
 
 NVRTC_API nvrtcResult nvrtcGetLoweredName(nvrtcProgram prog, const char *const name_expression,
                                           const char **lowered_name)
 {
-    return rtc_lowered(NV, prog, name_expression, lowered_name);
+    return kpc_rtc_lowered(NV, prog, name_expression, lowered_name);
 }
 
 NVRTC_API nvrtcResult nvrtcGetProgramLogSize(nvrtcProgram prog, size_t *logSizeRet)
 {
-    return rtc_log_size(NV, prog, logSizeRet);
+    return kpc_rtc_log_size(NV, prog, logSizeRet);
 }
 
 NVRTC_API nvrtcResult nvrtcGetProgramLog(nvrtcProgram prog, char *log)
 {
-    return rtc_log(NV, prog, log);
+    return kpc_rtc_log(NV, prog, log);
 }
 
 NVRTC_API nvrtcResult nvrtcDestroyProgram(nvrtcProgram *prog)
 {
-    return rtc_destroy(NV, (void **)prog);
+    return kpc_rtc_destroy(NV, (void **)prog);
 }
 
 /* ---- forwarded untouched ---------------------------------------------------------------- */
 NVRTC_API const char *nvrtcGetErrorString(nvrtcResult result)
 {
-    const char *(*f)(nvrtcResult) = (const char *(*)(nvrtcResult))rtc_real_sym(NV, "nvrtcGetErrorString");
+    const char *(*f)(nvrtcResult) = (const char *(*)(nvrtcResult))kpc_real_sym(NV, "nvrtcGetErrorString");
     return f ? f(result) : "NVRTC_ERROR_INTERNAL_ERROR (kpc-nvrtc: no real NVRTC)";
 }
 
@@ -129,8 +128,8 @@ NVRTC_API RTC_FORWARD(NV, nvrtcSetPCHHeapSize, (size_t size), (size))
 #define FORWARD_PROG(fn, params, args)                                                          \
     NVRTC_API nvrtcResult fn params                                                             \
     {                                                                                           \
-        nvrtcResult(*real_fn) params = (nvrtcResult(*) params)rtc_real_sym(NV, #fn);            \
-        prog = rtc_real_program(NV, prog);                                                      \
+        nvrtcResult(*real_fn) params = (nvrtcResult(*) params)kpc_real_sym(NV, #fn);            \
+        prog = kpc_rtc_real_program(NV, prog);                                                      \
         return real_fn ? real_fn args : RTC_ERROR_INTERNAL_ERROR;                               \
     }
 FORWARD_PROG(nvrtcGetLTOIRSize, (nvrtcProgram prog, size_t *size), (prog, size))

@@ -1,23 +1,24 @@
 /*
- * nvrtc_platform.c - the kpc platform of libkpc-nvrtc: kpc's miss compiles through the
- * real NVRTC the drop-in forwards to (real.c), not through a libnvrtc found by soname,
- * which under the LD_LIBRARY_PATH shim would be the drop-in itself. Compile-only: the
- * drop-in makes no device contexts.
+ * nvrtc_platform.c - the platform built into libkpc-nvrtc's own copy of kpc (in place of
+ * platform/amd.c or platform/nvidia.c): kpc's miss compiles through the real NVRTC the
+ * drop-in forwards to (dropin/real.c), not through a libnvrtc found by soname, which under
+ * the LD_LIBRARY_PATH shim would be the drop-in itself. The compile steps are kpc's own
+ * (platform/compile.c) over the real library's calls. Compile-only: the drop-in makes no
+ * device contexts.
  *
  * Identity: nvrtcVersion and the build ids of the real library and of the
  * libnvrtc-builtins beside it, computed in every process that misses (that process has
  * the real NVRTC loaded anyway), never remembered by file: the real library's path may
  * change with KPC_REAL_NVRTC. The platform is named "nvrtc" so that its identity and
  * target files never mix with those of kpc's own NVIDIA platform.
- *
- * A compile that NVRTC refuses for another reason than the source (an invalid option:
- * NVRTC_ERROR_INVALID_OPTION) is KPC_E_INVALID, not cached: the drop-in then forwards it
- * and the application gets NVRTC's own status.
  */
 #define _GNU_SOURCE
-#include "nvrtc_dropin.h"
+#include "dropin/nvrtc_dropin.h"
 
-#include "kpc_internal.h"
+#include "base/log.h"
+#include "platform/compile.h"
+#include "platform/identity.h"
+#include "platform/platform.h"
 
 #include <bsd/string.h>
 #include <ctype.h>
@@ -31,12 +32,12 @@
 
 static const rtc_real *need(void)
 {
-    return rtc_real_get(&kpc_nvrtc_vendor);
+    return kpc_real_get(&kpc_nvrtc_vendor);
 }
 
-static kpc_status nv_identity(const char *cache_dir, uint8_t id[16], char *desc, size_t cap)
+static kpc_status nv_identity(const kpc_root *root, uint8_t id[16], char *desc, size_t cap)
 {
-    (void)cache_dir;
+    (void)root;
     const rtc_real *r = need();
     if (r == NULL)
         return KPC_E_UNAVAILABLE;
@@ -71,10 +72,10 @@ static kpc_status nv_identity(const char *cache_dir, uint8_t id[16], char *desc,
 
 /* sm_XX / compute_XX with a number NVRTC lists; suffixed targets (sm_90a) are left to the
  * real NVRTC (forwarded), which judges them itself. */
-static kpc_status nv_target_normalize(const char *cache_dir, const uint8_t id[16], const char *target,
+static kpc_status nv_target_normalize(const kpc_root *root, const uint8_t id[16], const char *target,
                                       char *out, size_t cap)
 {
-    (void)cache_dir, (void)id;
+    (void)root, (void)id;
     const char *num = strncmp(target, "sm_", 3) == 0        ? target + 3
                       : strncmp(target, "compute_", 8) == 0 ? target + 8
                                                             : NULL;
@@ -98,81 +99,65 @@ static kpc_status nv_target_normalize(const char *cache_dir, const uint8_t id[16
     return KPC_OK;
 }
 
-static char *program_log(const rtc_real *r, void *prog)
+/* ---- the compile: kpc's steps over the real NVRTC's calls ------------------------------- */
+static int kind_of(const char *target)
 {
-    size_t size = 0;
-    if (r->log_size(prog, &size) != RTC_SUCCESS)
-        size = 0;
-    char *log = malloc(size + 1);
-    if (log && (size == 0 || r->log(prog, log) != RTC_SUCCESS))
-        size = 0;
-    if (log)
-        log[size] = '\0'; /* NVRTC counts the NUL; one more does no harm */
-    return log;
+    return strncmp(target, "compute_", 8) == 0 ? RTC_CODE_TEXT : RTC_CODE_BINARY;
 }
+
+static int c_create(void **prog, const char *code, const char *name, const kpc_source *src)
+{
+    return need()->create(prog, code, name, (int)src->num_headers, src->header_sources, src->header_names);
+}
+static int c_add_name(void *prog, const char *expr) { return need()->add_name(prog, expr); }
+static int c_compile(void *prog, int n, const char **opts) { return need()->compile(prog, n, opts); }
+static int c_log_size(void *prog, size_t *size) { return need()->log_size(prog, size); }
+static int c_log(void *prog, char *out) { return need()->log(prog, out); }
+static int c_code_size(void *prog, const char *target, size_t *size)
+{
+    int (*f)(void *, size_t *) = need()->code_size[kind_of(target)];
+    return f ? f(prog, size) : RTC_ERROR_INVALID_INPUT;
+}
+static int c_code(void *prog, const char *target, void *out)
+{
+    int (*f)(void *, char *) = need()->code[kind_of(target)];
+    return f ? f(prog, out) : RTC_ERROR_INVALID_INPUT;
+}
+static int c_lowered(void *prog, const char *expr, const char **out) { return need()->lowered(prog, expr, out); }
+static void c_destroy(void **prog) { need()->destroy(prog); }
+static enum kpc_compile_class c_classify(int r)
+{
+    return r == RTC_SUCCESS ? KPC_COMPILE_OK : r == RTC_ERROR_OUT_OF_MEMORY ? KPC_COMPILE_NOMEM : KPC_COMPILE_FAILED;
+}
+static const char *c_error_string(int r)
+{
+    const char *(*f)(int) = (const char *(*)(int))kpc_real_sym(&kpc_nvrtc_vendor, "nvrtcGetErrorString");
+    return f ? f(r) : "NVRTC_ERROR";
+}
+
+static const kpc_compiler nvrtc_compiler = {
+    .name = "NVRTC",
+    .arch_option = "--gpu-architecture=",
+    .default_name = "default_program",
+    .lock = NULL, /* NVRTC compiles on several threads at once */
+    .create = c_create,
+    .add_name = c_add_name,
+    .compile = c_compile,
+    .log_size = c_log_size,
+    .log = c_log,
+    .code_size = c_code_size,
+    .code = c_code,
+    .lowered = c_lowered,
+    .destroy = c_destroy,
+    .classify = c_classify,
+    .error_string = c_error_string,
+};
 
 static kpc_status nv_compile(const char *target, const kpc_source *src, kpc_build *b)
 {
-    const rtc_real *r = need();
-    if (r == NULL)
+    if (need() == NULL)
         return KPC_E_UNAVAILABLE;
-    memset(b, 0, sizeof *b);
-    size_t len = src->code_len ? src->code_len : strlen(src->code);
-    char *code = malloc(len + 1);
-    const char **opts = calloc(src->num_options + 1, sizeof *opts);
-    const char **lowered = calloc(src->num_name_expressions + 1, sizeof *lowered);
-    char arch[96];
-    kpc_status s = code && opts && lowered ? KPC_OK : KPC_E_NOMEM;
-    void *prog = NULL;
-    int res = RTC_ERROR_OUT_OF_MEMORY;
-    if (s == KPC_OK) {
-        memcpy(code, src->code, len);
-        code[len] = '\0';
-        for (size_t i = 0; i < src->num_options; i++)
-            opts[i] = src->options[i];
-        snprintf(arch, sizeof arch, "--gpu-architecture=%s", target);
-        opts[src->num_options] = arch;
-        res = r->create(&prog, code, src->name ? src->name : "kpc_source.cu", (int)src->num_headers,
-                        src->header_sources, src->header_names);
-    }
-    for (size_t i = 0; res == RTC_SUCCESS && i < src->num_name_expressions; i++)
-        res = r->add_name(prog, src->name_expressions[i]);
-    if (res == RTC_SUCCESS)
-        res = r->compile(prog, (int)src->num_options + 1, opts);
-    if (prog)
-        b->log = program_log(r, prog);
-    int kind = strncmp(target, "compute_", 8) == 0 ? RTC_CODE_TEXT : RTC_CODE_BINARY;
-    size_t size = 0;
-    if (res == RTC_SUCCESS && (r->code_size[kind] == NULL || r->code_size[kind](prog, &size) != RTC_SUCCESS ||
-                               size == 0))
-        s = KPC_E_INVALID; /* no such code from this NVRTC: the real program answers */
-    if (res == RTC_SUCCESS && s == KPC_OK && (b->code = malloc(size)) == NULL)
-        s = KPC_E_NOMEM;
-    if (res == RTC_SUCCESS && s == KPC_OK && r->code[kind](prog, b->code) != RTC_SUCCESS)
-        s = KPC_E_INVALID;
-    b->code_size = s == KPC_OK ? size : 0;
-    for (size_t i = 0; res == RTC_SUCCESS && s == KPC_OK && i < src->num_name_expressions; i++)
-        if (r->lowered(prog, src->name_expressions[i], &lowered[i]) != RTC_SUCCESS)
-            lowered[i] = "";
-    if (res == RTC_SUCCESS && s == KPC_OK)
-        s = kpc_prog_names_encode(src->name_expressions, lowered, src->num_name_expressions, &b->names,
-                                  &b->names_size);
-    if (prog)
-        r->destroy(&prog);
-    if (s == KPC_OK && res == RTC_ERROR_COMPILATION && b->log && b->log[0])
-        s = KPC_E_COMPILE;
-    else if (s == KPC_OK && res != RTC_SUCCESS)
-        s = KPC_E_INVALID; /* not the source's fault: the real NVRTC answers it */
-    free(code);
-    free(opts);
-    free(lowered);
-    if (s != KPC_OK) { /* no code, no names; the log stays for the caller */
-        char *log = b->log;
-        b->log = NULL;
-        kpc_build_free(b);
-        b->log = log;
-    }
-    return s;
+    return kpc_compile_run(&nvrtc_compiler, target, src, b);
 }
 
 static kpc_status nv_device_target(int device, char *out, size_t cap)
@@ -198,7 +183,7 @@ static kpc_status nv_module_function(int device, void *module, const char *name,
     return KPC_E_UNAVAILABLE;
 }
 
-static const kpc_platform nvrtc_platform = {
+const kpc_platform kpc_platform_builtin = {
     .name = "nvrtc",
     .identity = nv_identity,
     .key_env = NULL,
@@ -209,8 +194,3 @@ static const kpc_platform nvrtc_platform = {
     .module_unload = nv_module_unload,
     .module_function = nv_module_function,
 };
-
-void kpc_nvrtc_platform_install(void)
-{
-    kpc_platform_set(&nvrtc_platform);
-}

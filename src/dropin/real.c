@@ -8,9 +8,9 @@
  * RTLD_NEXT: in the linked mode there is no "next" to speak of.
  */
 #define _GNU_SOURCE
-#include "rtc.h"
+#include "dropin/rtc.h"
 
-#include "kpc_internal.h"
+#include "base/log.h"
 
 #include <bsd/string.h>
 #include <dlfcn.h>
@@ -149,16 +149,16 @@ static void load(void)
         KPC_LOG(KPC_LOG_INFO, "%s: the real library is %s", vendor->name, real.path);
 }
 
-const rtc_real *rtc_real_get(const rtc_vendor *v)
+const rtc_real *kpc_real_get(const rtc_vendor *v)
 {
     atomic_store(&vendor, v); /* every caller stores the same one */
     pthread_once(&once, load);
     return found ? &real : NULL;
 }
 
-void *rtc_real_sym(const rtc_vendor *v, const char *name)
+void *kpc_real_sym(const rtc_vendor *v, const char *name)
 {
-    rtc_real_get(v);
+    kpc_real_get(v);
     if (real.handle == NULL)
         return NULL;
     void *f = dlsym(real.handle, name);

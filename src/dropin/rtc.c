@@ -16,9 +16,10 @@
  * threads use different programs at once); the cache and the context list have one.
  */
 #define _GNU_SOURCE
-#include "rtc.h"
+#include "dropin/rtc.h"
 
-#include "kpc_internal.h"
+#include "base/log.h"
+#include "base/util.h"
 
 #include <bsd/string.h>
 #include <fcntl.h>
@@ -102,8 +103,6 @@ static kpc_cache *cache_get(const rtc_vendor *v) /* g.lock held */
 {
     pthread_once(&fork_once, install_atfork);
     if (g.cache == NULL && !g.cache_failed) {
-        if (v->prepare)
-            v->prepare();
         kpc_status s = kpc_cache_open(NULL, &g.cache);
         if (s != KPC_OK) {
             KPC_LOG(KPC_LOG_ERROR, "%s: kpc_cache_open: %s; forwarding every compile", v->name,
@@ -177,7 +176,7 @@ __attribute__((destructor)) static void write_stats(void)
 }
 
 /* ---- options -------------------------------------------------------------------------- */
-bool rtc_option_keyable(const char *opt)
+bool kpc_rtc_option_keyable(const char *opt)
 {
     /* reads or writes files, or changes what the program API hands back */
     static const char *const refused[] = {
@@ -251,7 +250,7 @@ static int materialize(const rtc_vendor *v, rtc_prog *p)
 {
     if (p->state == P_REAL)
         return RTC_SUCCESS;
-    const rtc_real *r = rtc_real_get(v);
+    const rtc_real *r = kpc_real_get(v);
     if (r == NULL)
         return RTC_ERROR_INTERNAL_ERROR;
     void *real = NULL;
@@ -283,7 +282,7 @@ static void *real_of(const rtc_vendor *v, rtc_prog *p, int *res)
     return *res == RTC_SUCCESS ? p->real : NULL;
 }
 
-void *rtc_real_program(const rtc_vendor *v, void *prog)
+void *kpc_rtc_real_program(const rtc_vendor *v, void *prog)
 {
     rtc_prog *p = ours(prog);
     if (p == NULL)
@@ -296,7 +295,7 @@ void *rtc_real_program(const rtc_vendor *v, void *prog)
 }
 
 /* ---- the API ---------------------------------------------------------------------------- */
-int rtc_create(const rtc_vendor *v, void **prog, const char *src, const char *name, int num_headers,
+int kpc_rtc_create(const rtc_vendor *v, void **prog, const char *src, const char *name, int num_headers,
                const char *const *headers, const char *const *include_names)
 {
     atomic_store(&stats_vendor, v);
@@ -309,7 +308,7 @@ int rtc_create(const rtc_vendor *v, void **prog, const char *src, const char *na
     for (int i = 0; !odd && i < num_headers; i++)
         odd = headers[i] == NULL || include_names[i] == NULL;
     if (is_disabled() || odd) /* the real library's own program, and its own answer */
-        return (r = rtc_real_get(v)) ? r->create(prog, src, name, num_headers, headers, include_names)
+        return (r = kpc_real_get(v)) ? r->create(prog, src, name, num_headers, headers, include_names)
                                      : RTC_ERROR_INTERNAL_ERROR;
     rtc_prog *p = calloc(1, sizeof *p);
     if (p == NULL)
@@ -330,12 +329,12 @@ int rtc_create(const rtc_vendor *v, void **prog, const char *src, const char *na
     return RTC_SUCCESS;
 }
 
-int rtc_add_name(const rtc_vendor *v, void *prog, const char *expr)
+int kpc_rtc_add_name(const rtc_vendor *v, void *prog, const char *expr)
 {
     rtc_prog *p = ours(prog);
     const rtc_real *r;
     if (p == NULL)
-        return (r = rtc_real_get(v)) ? r->add_name(prog, expr) : RTC_ERROR_INTERNAL_ERROR;
+        return (r = kpc_real_get(v)) ? r->add_name(prog, expr) : RTC_ERROR_INTERNAL_ERROR;
     int res = RTC_SUCCESS;
     pthread_mutex_lock(&p->lock);
     if (p->state == P_NEW && expr != NULL) {
@@ -349,7 +348,7 @@ int rtc_add_name(const rtc_vendor *v, void *prog, const char *expr)
     } else { /* NULL, or after the compile: the real library says what it says */
         void *real = real_of(v, p, &res);
         if (real)
-            res = rtc_real_get(v)->add_name(real, expr);
+            res = kpc_real_get(v)->add_name(real, expr);
     }
     pthread_mutex_unlock(&p->lock);
     return res;
@@ -370,7 +369,7 @@ static bool split_options(const rtc_vendor *v, int n, const char *const *opts, c
             if (*target != NULL || *t == '\0')
                 return false; /* two targets: let the real compiler judge */
             *target = t;
-        } else if (rtc_option_keyable(opts[i])) {
+        } else if (kpc_rtc_option_keyable(opts[i])) {
             rest[(*num_rest)++] = opts[i];
         } else {
             KPC_LOG(KPC_LOG_INFO, "%s: option \"%s\" is not keyed: forwarding the compile", v->name,
@@ -427,14 +426,14 @@ out:
     return res;
 }
 
-int rtc_compile(const rtc_vendor *v, void *prog, int num_options, const char *const *options)
+int kpc_rtc_compile(const rtc_vendor *v, void *prog, int num_options, const char *const *options)
 {
     rtc_prog *p = ours(prog);
     const rtc_real *r;
     atomic_fetch_add(&n_compiles, 1);
     if (p == NULL) { /* the real library's own program (KPC_DISABLE=1, odd create arguments) */
         atomic_fetch_add(&n_forwarded, 1);
-        return (r = rtc_real_get(v)) ? r->compile(prog, num_options, options) : RTC_ERROR_INTERNAL_ERROR;
+        return (r = kpc_real_get(v)) ? r->compile(prog, num_options, options) : RTC_ERROR_INTERNAL_ERROR;
     }
     bool odd = num_options < 0 || (num_options > 0 && options == NULL);
     for (int i = 0; !odd && i < num_options; i++)
@@ -452,23 +451,23 @@ int rtc_compile(const rtc_vendor *v, void *prog, int num_options, const char *co
             p->state = P_NEW;
             res = materialize(v, p);
             if (res == RTC_SUCCESS)
-                res = rtc_real_get(v)->compile(p->real, num_options, options);
+                res = kpc_real_get(v)->compile(p->real, num_options, options);
             atomic_fetch_add(&n_forwarded, 1);
         }
     } else {
         void *real = real_of(v, p, &res);
         if (real)
-            res = rtc_real_get(v)->compile(real, num_options, options);
+            res = kpc_real_get(v)->compile(real, num_options, options);
         atomic_fetch_add(&n_forwarded, 1);
     }
     pthread_mutex_unlock(&p->lock);
     return res;
 }
 
-int rtc_code_size(const rtc_vendor *v, void *prog, int kind, size_t *size)
+int kpc_rtc_code_size(const rtc_vendor *v, void *prog, int kind, size_t *size)
 {
     rtc_prog *p = ours(prog);
-    const rtc_real *r = p ? NULL : rtc_real_get(v);
+    const rtc_real *r = p ? NULL : kpc_real_get(v);
     if (p == NULL)
         return r && r->code_size[kind] ? r->code_size[kind](prog, size) : RTC_ERROR_INTERNAL_ERROR;
     int res;
@@ -479,16 +478,16 @@ int rtc_code_size(const rtc_vendor *v, void *prog, int kind, size_t *size)
     } else {
         void *real = real_of(v, p, &res);
         if (real)
-            res = rtc_real_get(v)->code_size[kind](real, size);
+            res = kpc_real_get(v)->code_size[kind](real, size);
     }
     pthread_mutex_unlock(&p->lock);
     return res;
 }
 
-int rtc_code(const rtc_vendor *v, void *prog, int kind, char *code)
+int kpc_rtc_code(const rtc_vendor *v, void *prog, int kind, char *code)
 {
     rtc_prog *p = ours(prog);
-    const rtc_real *r = p ? NULL : rtc_real_get(v);
+    const rtc_real *r = p ? NULL : kpc_real_get(v);
     if (p == NULL)
         return r && r->code[kind] ? r->code[kind](prog, code) : RTC_ERROR_INTERNAL_ERROR;
     int res;
@@ -501,18 +500,18 @@ int rtc_code(const rtc_vendor *v, void *prog, int kind, char *code)
     } else {
         void *real = real_of(v, p, &res);
         if (real)
-            res = rtc_real_get(v)->code[kind](real, code);
+            res = kpc_real_get(v)->code[kind](real, code);
     }
     pthread_mutex_unlock(&p->lock);
     return res;
 }
 
-int rtc_lowered(const rtc_vendor *v, void *prog, const char *expr, const char **lowered)
+int kpc_rtc_lowered(const rtc_vendor *v, void *prog, const char *expr, const char **lowered)
 {
     rtc_prog *p = ours(prog);
     const rtc_real *r;
     if (p == NULL)
-        return (r = rtc_real_get(v)) ? r->lowered(prog, expr, lowered) : RTC_ERROR_INTERNAL_ERROR;
+        return (r = kpc_real_get(v)) ? r->lowered(prog, expr, lowered) : RTC_ERROR_INTERNAL_ERROR;
     int res;
     pthread_mutex_lock(&p->lock);
     const char *name = p->state == P_KPC && expr && lowered ? kpc_program_lowered_name(p->kprog, expr) : NULL;
@@ -522,7 +521,7 @@ int rtc_lowered(const rtc_vendor *v, void *prog, const char *expr, const char **
     } else {
         void *real = real_of(v, p, &res);
         if (real)
-            res = rtc_real_get(v)->lowered(real, expr, lowered);
+            res = kpc_real_get(v)->lowered(real, expr, lowered);
     }
     pthread_mutex_unlock(&p->lock);
     return res;
@@ -535,12 +534,12 @@ static size_t kpc_log_size(const rtc_vendor *v, const rtc_prog *p)
     return n + (v->log_counts_nul ? 1 : 0);
 }
 
-int rtc_log_size(const rtc_vendor *v, void *prog, size_t *size)
+int kpc_rtc_log_size(const rtc_vendor *v, void *prog, size_t *size)
 {
     rtc_prog *p = ours(prog);
     const rtc_real *r;
     if (p == NULL)
-        return (r = rtc_real_get(v)) ? r->log_size(prog, size) : RTC_ERROR_INTERNAL_ERROR;
+        return (r = kpc_real_get(v)) ? r->log_size(prog, size) : RTC_ERROR_INTERNAL_ERROR;
     int res;
     pthread_mutex_lock(&p->lock);
     if ((p->state == P_KPC || p->state == P_FAILED) && size != NULL) {
@@ -549,18 +548,18 @@ int rtc_log_size(const rtc_vendor *v, void *prog, size_t *size)
     } else {
         void *real = real_of(v, p, &res);
         if (real)
-            res = rtc_real_get(v)->log_size(real, size);
+            res = kpc_real_get(v)->log_size(real, size);
     }
     pthread_mutex_unlock(&p->lock);
     return res;
 }
 
-int rtc_log(const rtc_vendor *v, void *prog, char *log)
+int kpc_rtc_log(const rtc_vendor *v, void *prog, char *log)
 {
     rtc_prog *p = ours(prog);
     const rtc_real *r;
     if (p == NULL)
-        return (r = rtc_real_get(v)) ? r->log(prog, log) : RTC_ERROR_INTERNAL_ERROR;
+        return (r = kpc_real_get(v)) ? r->log(prog, log) : RTC_ERROR_INTERNAL_ERROR;
     int res;
     pthread_mutex_lock(&p->lock);
     if ((p->state == P_KPC || p->state == P_FAILED) && log != NULL) {
@@ -571,21 +570,21 @@ int rtc_log(const rtc_vendor *v, void *prog, char *log)
     } else {
         void *real = real_of(v, p, &res);
         if (real)
-            res = rtc_real_get(v)->log(real, log);
+            res = kpc_real_get(v)->log(real, log);
     }
     pthread_mutex_unlock(&p->lock);
     return res;
 }
 
-int rtc_destroy(const rtc_vendor *v, void **prog)
+int kpc_rtc_destroy(const rtc_vendor *v, void **prog)
 {
     rtc_prog *p = prog ? ours(*prog) : NULL;
     const rtc_real *r;
     if (p == NULL)
-        return (r = rtc_real_get(v)) ? r->destroy(prog) : RTC_ERROR_INTERNAL_ERROR;
+        return (r = kpc_real_get(v)) ? r->destroy(prog) : RTC_ERROR_INTERNAL_ERROR;
     int res = RTC_SUCCESS;
     if (p->real)
-        res = rtc_real_get(v)->destroy(&p->real);
+        res = kpc_real_get(v)->destroy(&p->real);
     prog_free(p);
     *prog = NULL;
     return res;

@@ -12,7 +12,7 @@
 #define KPC_DROPIN_RTC_H
 
 #include "kpc/kpc.h"
-#include "rtc_abi.h"
+#include "dropin/rtc_abi.h"
 
 #include <stdbool.h>
 #include <stddef.h>
@@ -48,41 +48,39 @@ typedef struct rtc_vendor {
     kpc_status (*default_target)(kpc_cache *cache, char *out, size_t cap);
     /* The code kind the cache holds for target. */
     int (*code_kind)(const char *target);
-    /* Called once before the cache is opened (NVRTC installs its compile platform). */
-    void (*prepare)(void);
 } rtc_vendor;
 
 /* real.c: the real library, found once (thread-safe); NULL when none (logged). */
-const rtc_real *rtc_real_get(const rtc_vendor *v);
+const rtc_real *kpc_real_get(const rtc_vendor *v);
 /* A symbol of the real library (dlsym on its handle); NULL when absent (logged). */
-void *rtc_real_sym(const rtc_vendor *v, const char *name);
+void *kpc_real_sym(const rtc_vendor *v, const char *name);
 
 /* rtc.c: the program API. prog handles made by rtc_create are the engine's; a handle it
  * did not make (KPC_DISABLE=1 makes none) is passed to the real library as it is. */
-int rtc_create(const rtc_vendor *v, void **prog, const char *src, const char *name, int num_headers,
+int kpc_rtc_create(const rtc_vendor *v, void **prog, const char *src, const char *name, int num_headers,
                const char *const *headers, const char *const *include_names);
-int rtc_add_name(const rtc_vendor *v, void *prog, const char *expr);
-int rtc_compile(const rtc_vendor *v, void *prog, int num_options, const char *const *options);
-int rtc_code_size(const rtc_vendor *v, void *prog, int kind, size_t *size);
-int rtc_code(const rtc_vendor *v, void *prog, int kind, char *code);
-int rtc_lowered(const rtc_vendor *v, void *prog, const char *expr, const char **lowered);
-int rtc_log_size(const rtc_vendor *v, void *prog, size_t *size);
-int rtc_log(const rtc_vendor *v, void *prog, char *log);
-int rtc_destroy(const rtc_vendor *v, void **prog);
+int kpc_rtc_add_name(const rtc_vendor *v, void *prog, const char *expr);
+int kpc_rtc_compile(const rtc_vendor *v, void *prog, int num_options, const char *const *options);
+int kpc_rtc_code_size(const rtc_vendor *v, void *prog, int kind, size_t *size);
+int kpc_rtc_code(const rtc_vendor *v, void *prog, int kind, char *code);
+int kpc_rtc_lowered(const rtc_vendor *v, void *prog, const char *expr, const char **lowered);
+int kpc_rtc_log_size(const rtc_vendor *v, void *prog, size_t *size);
+int kpc_rtc_log(const rtc_vendor *v, void *prog, char *log);
+int kpc_rtc_destroy(const rtc_vendor *v, void **prog);
 /* The real program behind prog, for the API's other calls (bitcode, LTO IR...): made
  * (and compiled, if prog was) on first need; NULL prog or a foreign handle as it is. */
-void *rtc_real_program(const rtc_vendor *v, void *prog);
+void *kpc_rtc_real_program(const rtc_vendor *v, void *prog);
 
 /* The one place that decides whether kpc may key an option (a non-target option).
  * Anything that reads files by path (-I, -include), writes files, changes what the API
  * returns (-fgpu-rdc, -dlto, -rdc=true) or is unknown is forwarded: false. */
-bool rtc_option_keyable(const char *opt);
+bool kpc_rtc_option_keyable(const char *opt);
 
 /* Forwarders for the API's calls kpc does not touch. */
 #define RTC_FORWARD(v, fn, params, args)                                                        \
     int fn params                                                                                \
     {                                                                                            \
-        int(*real_fn) params = (int(*) params)rtc_real_sym(v, #fn);                              \
+        int(*real_fn) params = (int(*) params)kpc_real_sym(v, #fn);                              \
         return real_fn ? real_fn args : RTC_ERROR_INTERNAL_ERROR;                                \
     }
 
