@@ -410,8 +410,10 @@ static int compile_kpc(const rtc_vendor *v, rtc_prog *p)
         p->kind = v->code_kind(kpc_context_target(ctx));
         p->state = P_KPC;
         res = RTC_SUCCESS;
-    } else if (s == KPC_E_COMPILE && kpc_last_log()[0] != '\0' &&
-               strncmp(kpc_last_log(), "hipRTC: ", 8) != 0) { /* not a log kpc made up */
+    } else if (s == KPC_E_COMPILE && kpc_last_log()[0] != '\0' && strncmp(kpc_last_log(), "hipRTC: ", 8) != 0 &&
+               strncmp(kpc_last_log(), "NVRTC: ", 7) != 0) {
+        /* a compiler's own diagnostics; the "hipRTC: "/"NVRTC: " line platform/compile.c
+         * writes when the compiler said nothing is forwarded: the real one answers */
         p->log = strdup(kpc_last_log());
         if (p->log) {
             p->state = P_FAILED;
