@@ -345,21 +345,10 @@ static uint64_t age_of(const worker_slot *w, uint64_t now)
     return hb < now ? now - hb : 0;
 }
 
-/* The process is stopped (state T in /proc/PID/stat). */
+/* The process is stopped (state T). */
 static bool proc_stopped(pid_t pid)
 {
-    char path[64], buf[512];
-    snprintf(path, sizeof path, "/proc/%d/stat", (int)pid);
-    int fd = open(path, O_RDONLY | O_CLOEXEC);
-    if (fd < 0)
-        return false;
-    ssize_t n = read(fd, buf, sizeof buf - 1);
-    close(fd);
-    if (n <= 0)
-        return false;
-    buf[n] = '\0';
-    char *p = strrchr(buf, ')');
-    return p && p[1] == ' ' && p[2] == 'T';
+    return kpc__proc_state(pid) == 'T';
 }
 
 /* Reap whatever ended; kill what stopped (a table-lock holder) or hangs. */
@@ -482,22 +471,6 @@ static int final_pass(void)
     return WIFEXITED(st) ? WEXITSTATUS(st) : 128 + WTERMSIG(st);
 }
 
-static size_t count_tmp(void)
-{
-    char root[4096], path[4200];
-    ck_assert_ptr_nonnull(realpath(dir, root));
-    snprintf(path, sizeof path, "%s/v1/tmp", root);
-    DIR *d = opendir(path);
-    if (d == NULL)
-        return 0;
-    size_t n = 0;
-    struct dirent *e;
-    while ((e = readdir(d)) != NULL)
-        n += e->d_name[0] != '.';
-    closedir(d);
-    return n;
-}
-
 static void run_chaos(const chaos_cfg *c)
 {
     cfg = c;
@@ -588,7 +561,7 @@ static void run_chaos(const chaos_cfg *c)
     free(out), free(err);
     const char *prune[] = {tool, "prune", "--cache-dir", dir, "--max-size", "1G", NULL};
     int prune_rc = ts_exec(prune, NULL, NULL, NULL);
-    size_t tmp_left = count_tmp();
+    int tmp_left = ts_tmp_entries(dir);
 
     uint64_t kills = 0;
     for (int i = 0; i < PH_COUNT; i++)
@@ -599,7 +572,7 @@ static void run_chaos(const chaos_cfg *c)
     for (int i = 0; i < PH_COUNT; i++)
         printf("%s%llu %s", i ? ", " : "", (unsigned long long)f.kills[i], phase_names[i]);
     printf("), %llu clears, %llu prunes, %llu tools killed, %llu tool failures; wrong objects %llu, "
-           "failed requests %llu, hangs %llu, crashes %llu; final pass %s, verify %s, temp files left %zu\n",
+           "failed requests %llu, hangs %llu, crashes %llu; final pass %s, verify %s, temp files left %d\n",
            (unsigned long long)f.clears, (unsigned long long)f.prunes, (unsigned long long)f.tool_kills,
            (unsigned long long)f.tool_failures, (unsigned long long)atomic_load(&sh->wrong),
            (unsigned long long)atomic_load(&sh->errors), (unsigned long long)f.hangs,
@@ -623,7 +596,7 @@ static void run_chaos(const chaos_cfg *c)
     ck_assert_int_eq(final, 0);
     ck_assert_msg(verify_rc == 0, "kpc verify after the storm: exit %d\n%s", verify_rc, verify_out);
     ck_assert_int_eq(prune_rc, 0);
-    ck_assert_uint_eq(tmp_left, 0);
+    ck_assert_int_eq(tmp_left, 0);
 }
 
 static int env_int(const char *name, int def, int lo, int hi)
