@@ -42,5 +42,5 @@ if [ -f /usr/local/cuda/include/nvrtc.h ] && [ -x scripts/test-nvidia.sh ]; then
   scripts/test-nvidia.sh
 fi
 
-echo "== build-fuzz/: libFuzzer on the record and segment parsers (clang; ${KPC_FUZZ_SECONDS:-30} s each)"
+echo "== build-fuzz/: libFuzzer on the record and segment parsers (clang; ${KPC_FUZZ_SECONDS:-20} s each)"
 scripts/fuzz.sh

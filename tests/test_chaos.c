@@ -17,7 +17,7 @@
  * bound (no stuck slot), `kpc verify` finds nothing damaged, and v1/tmp is empty after a
  * prune (dead writers' temp files are swept). The figures are printed.
  *
- *   KPC_CHAOS_SECONDS   the fake-platform storm's length (default 20; the hipRTC run
+ *   KPC_CHAOS_SECONDS   the fake-platform storm's length (default 16; the hipRTC run
  *                       takes half of it); a release run sets minutes
  *   KPC_CHAOS_PROCS     workers (default 8 fake, 3 hipRTC)
  *   KPC_CHAOS_SOURCES   sources (default 24 fake, 4 hipRTC)
@@ -609,7 +609,7 @@ static int env_int(const char *name, int def, int lo, int hi)
 START_TEST(chaos_fake)
 {
     chaos_cfg c = {.name = "fake", .fake = true,
-                   .seconds = env_int("KPC_CHAOS_SECONDS", 20, 1, 24 * 3600),
+                   .seconds = env_int("KPC_CHAOS_SECONDS", 16, 1, 24 * 3600),
                    .procs = env_int("KPC_CHAOS_PROCS", 8, 1, MAX_PROCS),
                    .sources = env_int("KPC_CHAOS_SOURCES", 24, 1, MAX_SOURCES),
                    .shm_entries = 16, .kill_min_ms = 5, .kill_max_ms = 60, .churn_ms = 400,
@@ -620,7 +620,7 @@ END_TEST
 
 START_TEST(chaos_hiprtc)
 {
-    int seconds = env_int("KPC_CHAOS_SECONDS", 20, 1, 24 * 3600) / 2;
+    int seconds = env_int("KPC_CHAOS_SECONDS", 16, 1, 24 * 3600) / 2;
     chaos_cfg c = {.name = "hiprtc", .fake = false, .seconds = seconds < 1 ? 1 : seconds,
                    .procs = env_int("KPC_CHAOS_PROCS", 3, 1, MAX_PROCS),
                    .sources = env_int("KPC_CHAOS_SOURCES", 4, 1, MAX_SOURCES),
@@ -634,7 +634,7 @@ int main(void)
 {
     Suite *s = suite_create("chaos");
     /* the storm's length plus the checks after it */
-    double timeout = (double)env_int("KPC_CHAOS_SECONDS", 20, 1, 24 * 3600) * 2 + 120;
+    double timeout = (double)env_int("KPC_CHAOS_SECONDS", 16, 1, 24 * 3600) * 2 + 120;
     TCase *fake = tcase_create("fake"), *hiprtc = tcase_create("hiprtc");
     tcase_set_timeout(fake, timeout);
     tcase_set_timeout(hiprtc, timeout);
