@@ -5,6 +5,7 @@
 #define _GNU_SOURCE
 #include "../shm/index.h"
 #include "kpc_internal.h"
+#include "storage/remote.h"
 
 #include <stdlib.h>
 #include <string.h>
@@ -42,8 +43,18 @@ kpc_status kpc_cache_open(const kpc_config *cfg, kpc_cache **out)
             c->index = NULL;
         }
     }
-    KPC_LOG(KPC_LOG_DEBUG, "cache open: platform %s, disk %s, host index %s", c->platform->name,
-            c->store ? kpc_store_root(c->store) : "off", c->index ? "on" : "off");
+    /* the cluster tier: a bad URL or secret is the caller's error (as a bad size is);
+     * a build without hiredis logs and goes on without it */
+    if (set->remote[0]) {
+        s = kpc_remote_open(set->remote, &c->remote);
+        if (s == KPC_E_INVALID || s == KPC_E_NOMEM) {
+            kpc_cache_close(c);
+            return s;
+        }
+    }
+    KPC_LOG(KPC_LOG_DEBUG, "cache open: platform %s, disk %s, host index %s, remote %s", c->platform->name,
+            c->store ? kpc_store_root(c->store) : "off", c->index ? "on" : "off",
+            c->remote ? kpc_remote_describe(c->remote) : "off");
     *out = c;
     return KPC_OK;
 }
@@ -55,6 +66,7 @@ void kpc_cache_close(kpc_cache *cache)
     int live = atomic_load(&cache->contexts);
     if (live != 0)
         KPC_LOG(KPC_LOG_WARN, "kpc_cache_close: %d context(s) still open", live);
+    kpc_remote_close(cache->remote);
     kpc_index_close(cache->index);
     kpc_store_close(cache->store);
     free(cache);
@@ -87,5 +99,16 @@ kpc_status kpc_stats_get(kpc_cache *cache, kpc_stats *out)
     }
     if (cache->store)
         kpc_store_usage_estimate(cache->store, &out->disk_bytes, &out->disk_files);
+    if (cache->remote) {
+        kpc_remote_counters rc;
+        kpc_remote_counters_get(cache->remote, &rc);
+        out->remote_hits = rc.hits;
+        out->remote_misses = rc.misses;
+        out->remote_builds = rc.builds;
+        out->remote_waits = rc.waits;
+        out->remote_takeovers = rc.takeovers;
+        out->remote_errors = rc.errors;
+        out->remote_refused = rc.refused;
+    }
     return KPC_OK;
 }

@@ -136,6 +136,12 @@ kpc_status kpc__settings_resolve(const kpc_config *cfg, kpc_settings *s)
     } else
         s->shm_entries = DEFAULT_SHM_ENTRIES;
 
+    const char *remote = CFG_HAS(cfg, remote) && cfg->remote != NULL ? cfg->remote : getenv("KPC_REMOTE");
+    if (remote != NULL && strlcpy(s->remote, remote, sizeof s->remote) >= sizeof s->remote) {
+        KPC_LOG(KPC_LOG_ERROR, "%s is too long", cfg && CFG_HAS(cfg, remote) && cfg->remote ? "kpc_config.remote" : "KPC_REMOTE");
+        return KPC_E_INVALID;
+    }
+
     if (s->cache_dir[0] == '\0')
         s->flags |= KPC_NO_DISK;
     if (s->flags & KPC_NO_DISK)

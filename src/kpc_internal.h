@@ -38,6 +38,7 @@ typedef struct kpc_settings {
     size_t mem_max_programs;
     size_t shm_entries;
     unsigned flags;
+    char remote[1024]; /* the cluster tier's URL; "" for none */
 } kpc_settings;
 /* Fill s from cfg, then the environment, then the defaults; KPC_E_INVALID (logged) for
  * a malformed value. */
@@ -231,6 +232,15 @@ kpc_status kpc_store_read(kpc_store *st, const kpc_key *key, const char *target,
 /* Publish atomically (O_EXCL temp file, fsync, rename); then keep the size limit. */
 kpc_status kpc_store_write(kpc_store *st, const kpc_record *rec, const void *code,
                            const void *names_or_log, size_t second_size);
+/* The record bytes exactly as a file holds them (header, then code and names, or the
+ * log text for a LOG record), malloc'd: what the remote tier stores. */
+kpc_status kpc_store_record_encode(const kpc_record *rec, const void *code, const void *names_or_log,
+                                   size_t second_size, void **out, size_t *size);
+/* Check record bytes held in memory with every check a file gets (magic, version, sizes,
+ * key, kind, target, both checksums, the name table); NULL when good (out->payload then
+ * holds the payload), else why not. */
+const char *kpc_store_record_check(const void *bytes, size_t size, const kpc_key *key,
+                                   const char *target, uint32_t kind, kpc_record *out);
 /* Remove the code record of key if it still holds exactly code (the bytes a runtime
  * refused): KPC_OK when removed, KPC_E_NOT_FOUND when gone or already replaced,
  * KPC_E_IO when it holds them but could not be removed. */
@@ -287,6 +297,7 @@ struct kpc_cache {
     const kpc_platform *platform;
     kpc_store *store;  /* NULL: disk level off */
     kpc_index *index;  /* NULL: host index off */
+    struct kpc_remote *remote; /* NULL: no cluster tier (storage/remote.h) */
     /* process counters */
     _Atomic uint64_t mem_misses, disk_hits, builds, build_failures, waits;
     atomic_int contexts;

@@ -9,6 +9,10 @@
  *                                   claim the slot and compile again)
  *               SELF             -> built elsewhere but not storable (disk full or
  *                                   read-only): compile for ourselves, in parallel
+ *   cluster     -> the builder (the host's claimant; without an index, every process)
+ *                  asks the remote tier before compiling: a fetched record is checked,
+ *                  written to disk and published READY; a shared failure is published
+ *                  FAILED; else it compiles under the cluster lease and publishes there too
  *   no index    -> the same without the coordination: read the file, else compile
  *   device      -> load the module; an image the runtime refuses is removed from disk
  *                  and the index and built once more (the stale-cache bulwark)
@@ -18,6 +22,7 @@
 #define _GNU_SOURCE
 #include "../shm/index.h"
 #include "kpc_internal.h"
+#include "storage/remote.h"
 
 #include <stdio.h>
 #include <stdlib.h>
@@ -71,9 +76,24 @@ static char *failed_log(kpc_context *ctx, const kpc_key *key)
     return NULL;
 }
 
-/* Compile, store and publish. claimed: this process holds the index slot. */
+/* Share a record with the cluster under lease (NULL: none held). */
+static void publish_remote(kpc_cache *cache, kpc_remote_lease *lease, const kpc_record *rec,
+                           const void *first, const void *second, size_t second_size)
+{
+    void *bytes;
+    size_t size;
+    if (kpc_store_record_encode(rec, first, second, second_size, &bytes, &size) != KPC_OK) {
+        kpc_remote_release(cache->remote, lease);
+        return;
+    }
+    kpc_remote_publish(cache->remote, lease, &rec->key, rec->kind, bytes, size);
+    free(bytes);
+}
+
+/* Compile, store and publish. claimed: this process holds the index slot; lease: it
+ * holds the cluster's lease too (NULL: none). */
 static kpc_status build(kpc_context *ctx, const kpc_key *key, const kpc_source *src, bool claimed,
-                        kpc_program **out, char **log)
+                        kpc_remote_lease *lease, kpc_program **out, char **log)
 {
     kpc_cache *cache = ctx->cache;
     kpc_index *ix = claimed ? cache->index : NULL;
@@ -89,10 +109,11 @@ static kpc_status build(kpc_context *ctx, const kpc_key *key, const kpc_source *
                 ctx->target);
         const char *text = b.log ? b.log : "";
         bool stored = false;
-        if (cache->store) {
-            fill_record(&rec, ctx, key, src, KPC_RECORD_LOG);
+        fill_record(&rec, ctx, key, src, KPC_RECORD_LOG);
+        if (cache->store)
             stored = kpc_store_write(cache->store, &rec, text, NULL, 0) == KPC_OK;
-        }
+        if (lease)
+            publish_remote(cache, lease, &rec, text, NULL, 0);
         if (ix && stored)
             kpc_index_publish(ix, key, false, 0);
         else if (ix)
@@ -103,6 +124,8 @@ static kpc_status build(kpc_context *ctx, const kpc_key *key, const kpc_source *
         return s;
     }
     if (s != KPC_OK) {
+        if (lease)
+            kpc_remote_release(cache->remote, lease);
         if (ix)
             kpc_index_abandon(ix, key);
         *log = b.log;
@@ -114,12 +137,13 @@ static kpc_status build(kpc_context *ctx, const kpc_key *key, const kpc_source *
     KPC_LOG(KPC_LOG_INFO, "built %s for %s in %.1f ms (%zu bytes)", src->name ? src->name : "(unnamed)",
             ctx->target, (double)(kpc__now_ns() - t0) / 1e6, b.code_size);
     bool stored = false;
-    if (cache->store) {
-        fill_record(&rec, ctx, key, src, KPC_RECORD_CODE);
-        rec.code_size = b.code_size;
-        rec.names_size = b.names_size;
+    fill_record(&rec, ctx, key, src, KPC_RECORD_CODE);
+    rec.code_size = b.code_size;
+    rec.names_size = b.names_size;
+    if (cache->store)
         stored = kpc_store_write(cache->store, &rec, b.code, b.names, b.names_size) == KPC_OK;
-    }
+    if (lease)
+        publish_remote(cache, lease, &rec, b.code, b.names, b.names_size);
     if (ix && stored)
         kpc_index_publish(ix, key, true, b.code_size);
     else if (ix)
@@ -127,6 +151,53 @@ static kpc_status build(kpc_context *ctx, const kpc_key *key, const kpc_source *
     free(b.log);
     b.log = NULL;
     return kpc_prog_new(key, &b, out) == KPC_OK ? KPC_OK : (kpc_build_free(&b), KPC_E_NOMEM);
+}
+
+/* Ask the cluster tier (the caller is the key's builder on this host). KPC_OK with *out
+ * (fetched, back-filled to disk and published READY), KPC_E_COMPILE with *log (a build
+ * that failed on some host lately: published FAILED), or KPC_E_NOT_FOUND: compile, under
+ * *lease when the cluster's lease is ours (NULL: host-local). */
+static kpc_status from_remote(kpc_context *ctx, const kpc_key *key, bool claimed, kpc_program **out,
+                              char **log, kpc_remote_lease **lease)
+{
+    kpc_cache *cache = ctx->cache;
+    kpc_record rec;
+    enum kpc_remote_verdict v = kpc_remote_begin(cache->remote, key, ctx->target, ctx->compiler_id, &rec, lease);
+    if (v == KPC_REMOTE_BUILD || v == KPC_REMOTE_OFF)
+        return KPC_E_NOT_FOUND;
+    bool stored = false;
+    kpc_status s;
+    if (v == KPC_REMOTE_FAILED) {
+        char *text = malloc(rec.code_size + 1);
+        if (text == NULL) {
+            kpc_record_free(&rec);
+            return KPC_E_NOT_FOUND;
+        }
+        memcpy(text, rec.payload, rec.code_size);
+        text[rec.code_size] = '\0';
+        if (cache->store)
+            stored = kpc_store_write(cache->store, &rec, text, NULL, 0) == KPC_OK;
+        kpc_record_free(&rec);
+        if (claimed && stored)
+            kpc_index_publish(cache->index, key, false, 0);
+        else if (claimed)
+            kpc_index_unstored(cache->index, key);
+        *log = text;
+        return KPC_E_COMPILE;
+    }
+    if (cache->store)
+        stored = kpc_store_write(cache->store, &rec, rec.payload, (char *)rec.payload + rec.code_size,
+                                 rec.names_size) == KPC_OK;
+    uint64_t size = rec.code_size;
+    s = prog_from_record(key, &rec, out);
+    kpc_record_free(&rec);
+    if (claimed && s == KPC_OK && stored)
+        kpc_index_publish(cache->index, key, true, size);
+    else if (claimed && s == KPC_OK)
+        kpc_index_unstored(cache->index, key);
+    else if (claimed)
+        kpc_index_abandon(cache->index, key);
+    return s;
 }
 
 /* Get the program without loading it: from disk, or built. from_disk tells which. */
@@ -182,12 +253,19 @@ static kpc_status obtain(kpc_context *ctx, const kpc_key *key, const kpc_source 
             }
         }
         /* claimed only for BUILD: READY with no disk to read from, or SELF, builds for
-         * ourselves */
-        return build(ctx, key, src, claimed, out, log);
+         * ourselves; the builder asks the cluster first (never for an object the runtime
+         * refused: the cluster may hold the same bytes) */
+        kpc_remote_lease *lease = NULL;
+        if (cache->remote && verdict == KPC_INDEX_BUILD && !skip_disk) {
+            kpc_status r = from_remote(ctx, key, claimed, out, log, &lease);
+            if (r != KPC_E_NOT_FOUND)
+                return r;
+        }
+        return build(ctx, key, src, claimed, lease, out, log);
     }
     KPC_LOG(KPC_LOG_WARN, "the host index kept answering READY (or FAILED) for a file that is not "
             "there: building without it");
-    return build(ctx, key, src, false, out, log);
+    return build(ctx, key, src, false, NULL, out, log);
 }
 
 kpc_status kpc__resolve(kpc_context *ctx, const kpc_key *key, const kpc_source *src, kpc_program **out,

@@ -247,6 +247,69 @@ static enum removal remove_if_same(const char *path, int fd)
     return REMOVED;
 }
 
+/* Check a whole record in buf (taken over: kept as out->payload, payload moved to its
+ * head, on success; freed otherwise). NULL when good, else why not. The one parser of
+ * records, for files and for records fetched from the remote tier alike. */
+static const char *check_record(uint8_t *buf, size_t size, const kpc_key *key, const char *target,
+                                uint32_t kind, kpc_record *out)
+{
+    const char *why = decode_header(buf, size, out);
+    if (why == NULL && key && memcmp(out->key.bytes, key->bytes, 16) != 0)
+        why = "the key does not match the file name";
+    if (why == NULL && out->kind != kind)
+        why = "wrong record kind";
+    if (why == NULL && target && strcmp(out->target, target) != 0)
+        why = "the target does not match";
+    if (why == NULL && size != HEADER_SIZE + out->code_size + out->names_size)
+        why = size < HEADER_SIZE + out->code_size + out->names_size ? "truncated" : "trailing bytes";
+    if (why == NULL && XXH3_64bits(buf + HEADER_SIZE, size - HEADER_SIZE) != rd64(buf + H_SUM))
+        why = "payload checksum mismatch";
+    if (why == NULL && kind == KPC_RECORD_CODE &&
+        !kpc_prog_names_valid(buf + HEADER_SIZE + out->code_size, out->names_size))
+        why = "bad lowered-name table";
+    if (why == NULL && kind == KPC_RECORD_CODE && out->code_size == 0)
+        why = "empty code object";
+    if (why != NULL) {
+        free(buf);
+        return why;
+    }
+    memmove(buf, buf + HEADER_SIZE, size - HEADER_SIZE);
+    out->payload = buf;
+    return NULL;
+}
+
+const char *kpc_store_record_check(const void *bytes, size_t size, const kpc_key *key,
+                                   const char *target, uint32_t kind, kpc_record *out)
+{
+    memset(out, 0, sizeof *out);
+    uint8_t *buf = malloc(size ? size : 1);
+    if (buf == NULL)
+        return "out of memory";
+    memcpy(buf, bytes, size);
+    return check_record(buf, size, key, target, kind, out);
+}
+
+kpc_status kpc_store_record_encode(const kpc_record *rec, const void *first, const void *second,
+                                   size_t second_size, void **out, size_t *out_size)
+{
+    kpc_record r = *rec;
+    if (rec->kind == KPC_RECORD_LOG) {
+        r.code_size = strlen(first);
+        r.names_size = second_size = 0;
+    }
+    size_t size = HEADER_SIZE + r.code_size + second_size;
+    uint8_t *buf = malloc(size);
+    if (buf == NULL)
+        return KPC_E_NOMEM;
+    memcpy(buf + HEADER_SIZE, first, r.code_size);
+    if (second_size)
+        memcpy(buf + HEADER_SIZE + r.code_size, second, second_size);
+    encode_header(buf, &r, XXH3_64bits(buf + HEADER_SIZE, size - HEADER_SIZE));
+    *out = buf;
+    *out_size = size;
+    return KPC_OK;
+}
+
 /* Read and fully check the record at an open fd. NULL when good, else why not. *sb
  * gets the file's fstat when the read got that far. */
 static const char *read_record(int fd, const kpc_key *key, const char *target, uint32_t kind,
@@ -259,32 +322,9 @@ static const char *read_record(int fd, const kpc_key *key, const char *target, u
         return "not a regular file, or too large";
     if (*status != KPC_OK)
         return *status == KPC_E_NOMEM ? "out of memory" : "read failed";
-    *status = KPC_E_CORRUPT;
-    const char *why = decode_header(buf, size, out);
-    if (why == NULL && key && memcmp(out->key.bytes, key->bytes, 16) != 0)
-        why = "the key does not match the file name";
-    if (why == NULL && out->kind != kind)
-        why = "wrong record kind";
-    if (why == NULL && target && strcmp(out->target, target) != 0)
-        why = "the target does not match";
-    if (why == NULL && size != HEADER_SIZE + out->code_size + out->names_size)
-        why = size < HEADER_SIZE + out->code_size + out->names_size ? "truncated" : "trailing bytes";
-    if (why == NULL &&
-        XXH3_64bits((uint8_t *)buf + HEADER_SIZE, size - HEADER_SIZE) != rd64((uint8_t *)buf + H_SUM))
-        why = "payload checksum mismatch";
-    if (why == NULL && kind == KPC_RECORD_CODE &&
-        !kpc_prog_names_valid((uint8_t *)buf + HEADER_SIZE + out->code_size, out->names_size))
-        why = "bad lowered-name table";
-    if (why == NULL && kind == KPC_RECORD_CODE && out->code_size == 0)
-        why = "empty code object";
-    if (why != NULL) {
-        free(buf);
-        return why;
-    }
-    memmove(buf, (uint8_t *)buf + HEADER_SIZE, size - HEADER_SIZE);
-    out->payload = buf;
-    *status = KPC_OK;
-    return NULL;
+    const char *why = check_record(buf, size, key, target, kind, out);
+    *status = why ? KPC_E_CORRUPT : KPC_OK;
+    return why;
 }
 
 kpc_status kpc_store_read(kpc_store *st, const kpc_key *key, const char *target, uint32_t kind,

@@ -1,0 +1,82 @@
+/*
+ * remote.h - the cluster tier: records and build leases in a Redis server shared by the
+ * hosts of a cluster (through hiredis), below the disk tree.
+ *
+ * Only the process holding a key's host-index claim calls kpc_remote_begin for it, so
+ * Redis sees about one request per key per host. The records are the disk record bytes
+ * (store.c's format, checked by store.c's parser), with a keyed MAC appended when a
+ * secret is configured. Protocol and guarantees: docs/cluster.md.
+ *
+ * Every call is bounded by the connect and command timeouts; after a failure the tier
+ * is off for this process for a back-off period (logged once per period, counted), and
+ * the caller goes on host-local. A build without hiredis compiles a stub: open answers
+ * KPC_E_UNAVAILABLE and kpc_remote_built() is false.
+ */
+#ifndef KPC_STORAGE_REMOTE_H
+#define KPC_STORAGE_REMOTE_H
+
+#include "../kpc_internal.h"
+
+typedef struct kpc_remote kpc_remote;
+typedef struct kpc_remote_lease kpc_remote_lease;
+
+/* redis://[[USER]:PASSWORD@]HOST[:PORT][/DB] or redis+unix:///path/to/socket[?db=N] */
+typedef struct kpc_remote_url {
+    char host[256];
+    int port;
+    char unix_path[1024];
+    char user[128];
+    char password[256];
+    int db;
+} kpc_remote_url;
+/* KPC_E_INVALID (logged, without the password) for a malformed URL. */
+kpc_status kpc_remote_url_parse(const char *url, kpc_remote_url *out);
+/* The URL with the password replaced by "***": what logs and stats may show. */
+void kpc_remote_url_redacted(const kpc_remote_url *u, char *out, size_t cap);
+
+/* True when this build has the tier (hiredis and libsodium were found). */
+bool kpc_remote_built(void);
+
+/* Open the tier for url; reads KPC_REMOTE_TIMEOUT_MS (300), KPC_REMOTE_LEASE_MS (30000),
+ * KPC_REMOTE_BACKOFF_MS (10000), KPC_REMOTE_SECRET_FILE, KPC_HOST_ID. Connects lazily.
+ * KPC_E_INVALID (bad URL or value, or a secret file that cannot be read), KPC_E_UNAVAILABLE
+ * (not built), KPC_E_NOMEM. */
+kpc_status kpc_remote_open(const char *url, kpc_remote **out);
+/* Flush this process's counters into the cluster-wide ones, disconnect, free. */
+void kpc_remote_close(kpc_remote *r);
+/* The redacted URL. */
+const char *kpc_remote_describe(const kpc_remote *r);
+/* This host's identity: KPC_HOST_ID, else hostname:boot id. */
+const char *kpc_remote_host_id(const kpc_remote *r);
+
+enum kpc_remote_verdict {
+    KPC_REMOTE_HIT = 1, /* rec: a checked code record */
+    KPC_REMOTE_FAILED,  /* rec: a checked log record: the build failed on some host < 30 s ago */
+    KPC_REMOTE_BUILD,   /* *lease is ours: compile, then kpc_remote_publish or _release */
+    KPC_REMOTE_OFF,     /* the tier is off or just failed: go on host-local */
+};
+/* Ask the cluster for key; waits (blocking on the key's "done" list, not polling) while
+ * another host holds the lease, and takes the build over when that lease expires. */
+enum kpc_remote_verdict kpc_remote_begin(kpc_remote *r, const kpc_key *key, const char *target,
+                                         const uint8_t compiler_id[16], kpc_record *rec,
+                                         kpc_remote_lease **lease);
+/* Store the record bytes (kpc_store_record_encode) under the lease's key, a LOG record
+ * for 30 s only, release the lease if still ours, wake the waiters; frees the lease.
+ * The lease may be NULL (nothing held): the record is stored all the same. */
+void kpc_remote_publish(kpc_remote *r, kpc_remote_lease *lease, const kpc_key *key, uint32_t kind,
+                        const void *bytes, size_t size);
+/* Give the lease up without a record (the compiler could not run); frees it. */
+void kpc_remote_release(kpc_remote *r, kpc_remote_lease *lease);
+
+typedef struct kpc_remote_counters {
+    uint64_t hits, misses, builds, waits, takeovers, errors, refused;
+} kpc_remote_counters;
+/* This process's counters. */
+void kpc_remote_counters_get(kpc_remote *r, kpc_remote_counters *c);
+/* The cluster-wide counters every process adds its own to when it closes the tier. */
+kpc_status kpc_remote_cluster_counters(kpc_remote *r, kpc_remote_counters *c);
+
+/* The Redis key of a kpc key: "kpc:1:{<32 hex>}:<suffix>" (suffix co, log, lease, done). */
+void kpc_remote_key_name(const kpc_key *key, const char *suffix, char *out, size_t cap);
+
+#endif /* KPC_STORAGE_REMOTE_H */
