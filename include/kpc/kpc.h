@@ -110,7 +110,8 @@ typedef struct kpc_stats {
      * after this process's next prune. `kpc stats` counts the files exactly. */
     uint64_t disk_bytes, disk_files;
     /* the cluster tier, this process (0 where it is off): records fetched (hits), keys
-     * found absent (misses), builds published under a lease, waits for another host's
+     * absent that this process took the lease of (misses), builds published under a
+     * lease, waits for another host's
      * build, leases taken over from a dead holder, Redis errors (each switches the tier
      * off for a back-off period), and fetched records refused by the checks */
     uint64_t remote_hits, remote_misses, remote_builds, remote_waits, remote_takeovers,

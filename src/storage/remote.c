@@ -624,8 +624,6 @@ enum kpc_remote_verdict kpc_remote_begin(kpc_remote *r, const kpc_key *key, cons
             if (bad == NULL) {
                 if (what == 1)
                     count(r, C_HITS);
-                else if (!waited)
-                    count(r, C_MISSES);
                 verdict = what == 1 ? KPC_REMOTE_HIT : KPC_REMOTE_FAILED;
                 break;
             }
@@ -637,8 +635,7 @@ enum kpc_remote_verdict kpc_remote_begin(kpc_remote *r, const kpc_key *key, cons
         }
         if (what == 3) {
             freeReplyObject(rep);
-            if (!waited)
-                count(r, C_MISSES);
+            count(r, C_MISSES);
             if (waited && timed_out) {
                 count(r, C_TAKEOVERS);
                 KPC_LOG(KPC_LOG_INFO, "remote tier: the lease on %s (%s) expired: taking the build over",
@@ -658,7 +655,6 @@ enum kpc_remote_verdict kpc_remote_begin(kpc_remote *r, const kpc_key *key, cons
             snprintf(holder, sizeof holder, "%s", rep->element[1]->str);
         freeReplyObject(rep);
         if (!waited) {
-            count(r, C_MISSES);
             count(r, C_WAITS);
             KPC_LOG(KPC_LOG_DEBUG, "remote tier: %s is being built by %s: waiting", hex, holder);
         }
