@@ -14,7 +14,7 @@
 typedef struct tc_redis {
     pid_t pid;
     int port;
-    char dir[256]; /* its working directory (removed by stop) */
+    char dir[256]; /* its working directory: it never writes there (no persistence) */
     char url[64];  /* redis://127.0.0.1:PORT */
 } tc_redis;
 

@@ -176,6 +176,18 @@ void kpc_remote_publish(kpc_remote *r, kpc_remote_lease *lease, const kpc_key *k
     (void)r, (void)lease, (void)key, (void)kind, (void)bytes, (void)size;
 }
 void kpc_remote_release(kpc_remote *r, kpc_remote_lease *lease) { (void)r, (void)lease; }
+kpc_status kpc_remote_renew(kpc_remote *r, kpc_remote_lease *lease)
+{
+    (void)r, (void)lease;
+    return KPC_E_UNAVAILABLE;
+}
+kpc_status kpc_remote_read(kpc_remote *r, const kpc_key *key, const char *target,
+                           const uint8_t *compiler_id, uint32_t kind, kpc_record *rec)
+{
+    (void)r, (void)key, (void)target, (void)compiler_id, (void)kind;
+    memset(rec, 0, sizeof *rec);
+    return KPC_E_UNAVAILABLE;
+}
 void kpc_remote_counters_get(kpc_remote *r, kpc_remote_counters *c) { (void)r; memset(c, 0, sizeof *c); }
 kpc_status kpc_remote_cluster_counters(kpc_remote *r, kpc_remote_counters *c)
 {
@@ -469,7 +481,7 @@ static const char *check_value(kpc_remote *r, const char *name, const redisReply
             return "authentication tag does not match (written without the secret, or altered)";
     }
     const char *why = kpc_store_record_check(v->str, size, key, target, kind, rec);
-    if (why == NULL && memcmp(rec->compiler_id, compiler_id, 16) != 0) {
+    if (why == NULL && compiler_id && memcmp(rec->compiler_id, compiler_id, 16) != 0) {
         kpc_record_free(rec);
         why = "another compiler's record";
     }
@@ -772,6 +784,67 @@ void kpc_remote_release(kpc_remote *r, kpc_remote_lease *lease)
     }
     freeReplyObject(rep);
     conn_put(r, cn, false);
+}
+
+kpc_status kpc_remote_renew(kpc_remote *r, kpc_remote_lease *lease)
+{
+    if (!tier_on(r))
+        return KPC_E_UNAVAILABLE;
+    struct conn *cn = conn_get(r);
+    if (cn == NULL)
+        return KPC_E_UNAVAILABLE;
+    char ms[16];
+    snprintf(ms, sizeof ms, "%u", r->lease_ms);
+    const char *keys[1] = {lease->lease_name};
+    const char *args[2] = {lease->value, ms};
+    const char *why = NULL;
+    redisReply *rep = eval(cn->c, RENEW_LUA, 1, keys, 2, args, NULL, &why);
+    if (rep == NULL) {
+        tier_failed(r, "renew", why);
+        conn_put(r, cn, true);
+        return KPC_E_UNAVAILABLE;
+    }
+    bool held = rep->type == REDIS_REPLY_INTEGER && rep->integer == 1;
+    freeReplyObject(rep);
+    conn_put(r, cn, false);
+    return held ? KPC_OK : KPC_E_NOT_FOUND;
+}
+
+kpc_status kpc_remote_read(kpc_remote *r, const kpc_key *key, const char *target,
+                           const uint8_t *compiler_id, uint32_t kind, kpc_record *rec)
+{
+    memset(rec, 0, sizeof *rec);
+    if (!tier_on(r))
+        return KPC_E_UNAVAILABLE;
+    struct conn *cn = conn_get(r);
+    if (cn == NULL)
+        return KPC_E_UNAVAILABLE;
+    char name[96];
+    kpc_remote_key_name(key, kind == KPC_RECORD_LOG ? "log" : "co", name, sizeof name);
+    const char *argv[2] = {"GET", name};
+    size_t lens[2] = {3, strlen(name)};
+    const char *why = NULL;
+    redisReply *rep = command(cn->c, 2, argv, lens, &why);
+    if (rep == NULL) {
+        tier_failed(r, "read", why);
+        conn_put(r, cn, true);
+        return KPC_E_UNAVAILABLE;
+    }
+    kpc_status s = KPC_E_NOT_FOUND;
+    if (rep->type == REDIS_REPLY_STRING) {
+        const char *bad = check_value(r, name, rep, key, target, compiler_id, kind, rec);
+        if (bad == NULL) {
+            count(r, C_HITS);
+            s = KPC_OK;
+        } else {
+            count(r, C_REFUSED);
+            KPC_LOG(KPC_LOG_WARN, "remote tier: refused record %s for %s: %s", name, target, bad);
+            s = KPC_E_CORRUPT;
+        }
+    }
+    freeReplyObject(rep);
+    conn_put(r, cn, false);
+    return s;
 }
 
 /* ---- counters ----------------------------------------------------------------------------------- */
