@@ -258,6 +258,9 @@ static kpc_status obtain(kpc_context *ctx, const kpc_key *key, const kpc_source 
         kpc_remote_lease *lease = NULL;
         if (cache->remote && verdict == KPC_INDEX_BUILD && !skip_disk) {
             kpc_status r = from_remote(ctx, key, claimed, out, log, &lease);
+            /* a fetched object is a cached one: if the runtime refuses it, it is removed
+             * from disk and rebuilt like a file (the rebuild skips the cluster) */
+            *from_disk = r == KPC_OK;
             if (r != KPC_E_NOT_FOUND)
                 return r;
         }
