@@ -433,6 +433,31 @@ static pid_t lease_holder(void)
     return pid;
 }
 
+/* Clients blocked on a done list now (CLIENT LIST: cmd=blpop). */
+static int blocked_waiters(void)
+{
+    redisContext *c = redisConnect("127.0.0.1", redis.port);
+    redisReply *rep = c ? redisCommand(c, "CLIENT LIST") : NULL;
+    int n = 0;
+    if (rep && rep->type == REDIS_REPLY_STRING)
+        for (const char *p = rep->str; (p = strstr(p, "cmd=blpop")) != NULL; p++)
+            n++;
+    if (rep)
+        freeReplyObject(rep);
+    if (c)
+        redisFree(c);
+    return n;
+}
+
+/* Wait until a host's claimant blocks on the holder's lease (so that the kill is a
+ * takeover, not a late start). */
+static void await_waiter(void)
+{
+    for (int i = 0; i < 6000 && blocked_waiters() == 0; i++)
+        sleep_ms(5);
+    ck_assert_int_gt(blocked_waiters(), 0);
+}
+
 /* kill -9 the lease holder mid-compile: another host takes over once the lease expires. */
 static void takeover(storm *s, int lease_ms)
 {
@@ -446,7 +471,7 @@ static void takeover(storm *s, int lease_ms)
     ck_assert_int_gt(holder, 0);
     /* the other hosts start while it compiles, and wait on its lease */
     pid_t others = tc_hosts_start(1, 3, 2, base, false, storm_rank, s);
-    sleep_ms(100);
+    await_waiter();
     double t0 = now_s();
     ck_assert_int_eq(kill(holder, SIGKILL), 0);
     ck_assert_int_eq(tc_hosts_wait(victim_host), 1); /* its one rank died */
@@ -669,7 +694,7 @@ START_TEST(takeover_real)
         sleep_ms(5);
     ck_assert_int_gt(holder, 0);
     pid_t others = tc_hosts_start(1, 2, 2, base, false, slow_rank, s);
-    sleep_ms(100);
+    await_waiter();
     double t0 = now_s();
     kill(holder, SIGKILL);
     ck_assert_int_eq(tc_hosts_wait(victim_host), 1);

@@ -10,6 +10,12 @@ endif()
 kpc_check_test(test_remote LABELS remote TIMEOUT 600 SOURCES cluster_support.c)
 target_link_libraries(test_remote PRIVATE PkgConfig::HIREDIS)
 set_tests_properties(test_remote PROPERTIES RUN_SERIAL TRUE)
+# the unit case again, labelled "threads" (a lease's renewal thread, the waiters) so that
+# CI runs it under TSan too
+get_test_property(test_remote ENVIRONMENT KPC_REMOTE_TEST_ENV)
+add_test(NAME test_remote_unit COMMAND test_remote)
+set_tests_properties(test_remote_unit PROPERTIES TIMEOUT 120 LABELS "remote;threads"
+  ENVIRONMENT "${KPC_REMOTE_TEST_ENV};CK_RUN_CASE=unit")
 
 # The same storm launched by mpirun (tests/mpi_cluster.sh): H=4 hosts x P=8 ranks x K=8
 # real hipRTC sources. The ranks of different hosts are in
