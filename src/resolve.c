@@ -162,7 +162,7 @@ static kpc_status from_remote(kpc_context *ctx, const kpc_key *key, bool claimed
 {
     kpc_cache *cache = ctx->cache;
     kpc_record rec;
-    enum kpc_remote_verdict v = kpc_remote_begin(cache->remote, key, ctx->target, ctx->compiler_id, &rec, lease);
+    enum kpc_remote_verdict v = kpc_remote_begin(cache->remote, key, ctx->target, ctx->compiler_id, &rec, lease, NULL);
     if (v == KPC_REMOTE_BUILD || v == KPC_REMOTE_OFF)
         return KPC_E_NOT_FOUND;
     bool stored = false;

@@ -279,7 +279,7 @@ START_TEST(module_protocol)
     kpc_record rec;
     kpc_remote_lease *lease = NULL;
     /* a miss: the lease is ours, and its value names host, pid, start time and token */
-    ck_assert_int_eq(kpc_remote_begin(a, &key, ts_target(), cid, &rec, &lease), KPC_REMOTE_BUILD);
+    ck_assert_int_eq(kpc_remote_begin(a, &key, ts_target(), cid, &rec, &lease, NULL), KPC_REMOTE_BUILD);
     ck_assert_ptr_nonnull(lease);
     char lname[96], co[96];
     kpc_remote_key_name(&key, "lease", lname, sizeof lname);
@@ -296,7 +296,7 @@ START_TEST(module_protocol)
     /* released: compare-and-delete takes it away only while it is still ours */
     kpc_remote_release(a, lease);
     ck_assert_int_eq(tc_redis_int(&redis, "EXISTS %s", lname), 0);
-    ck_assert_int_eq(kpc_remote_begin(a, &key, ts_target(), cid, &rec, &lease), KPC_REMOTE_BUILD);
+    ck_assert_int_eq(kpc_remote_begin(a, &key, ts_target(), cid, &rec, &lease, NULL), KPC_REMOTE_BUILD);
     ck_assert(tc_redis_set(&redis, lname, "someone else", 12));
     kpc_remote_release(a, lease);
     ck_assert_int_eq(tc_redis_int(&redis, "EXISTS %s", lname), 1);
@@ -305,14 +305,14 @@ START_TEST(module_protocol)
     void *bytes;
     size_t size;
     make_record(&key, cid, &bytes, &size);
-    ck_assert_int_eq(kpc_remote_begin(a, &key, ts_target(), cid, &rec, &lease), KPC_REMOTE_BUILD);
+    ck_assert_int_eq(kpc_remote_begin(a, &key, ts_target(), cid, &rec, &lease, NULL), KPC_REMOTE_BUILD);
     kpc_remote_publish(a, lease, &key, KPC_RECORD_CODE, bytes, size);
     ck_assert_int_eq(tc_redis_int(&redis, "EXISTS %s", lname), 0);
     char *stored = tc_redis_get(&redis, co, &n);
     ck_assert_uint_eq(n, size);
     ck_assert_mem_eq(stored, bytes, size); /* the disk record bytes, exactly */
     free(stored);
-    ck_assert_int_eq(kpc_remote_begin(b, &key, ts_target(), cid, &rec, &lease), KPC_REMOTE_HIT);
+    ck_assert_int_eq(kpc_remote_begin(b, &key, ts_target(), cid, &rec, &lease, NULL), KPC_REMOTE_HIT);
     ck_assert_uint_eq(rec.code_size, 64);
     ck_assert_mem_eq(rec.payload, "\x7f" "ELF", 4);
     kpc_record_free(&rec);
@@ -320,9 +320,9 @@ START_TEST(module_protocol)
     uint8_t other[16];
     memset(other, 0x11, 16);
     ts_log_begin(KPC_LOG_ERROR);
-    ck_assert_int_eq(kpc_remote_begin(b, &key, ts_target(), other, &rec, &lease), KPC_REMOTE_BUILD);
+    ck_assert_int_eq(kpc_remote_begin(b, &key, ts_target(), other, &rec, &lease, NULL), KPC_REMOTE_BUILD);
     kpc_remote_release(b, lease);
-    ck_assert_int_eq(kpc_remote_begin(b, &key, ts_target2(), cid, &rec, &lease), KPC_REMOTE_BUILD);
+    ck_assert_int_eq(kpc_remote_begin(b, &key, ts_target2(), cid, &rec, &lease, NULL), KPC_REMOTE_BUILD);
     kpc_remote_release(b, lease);
     free(ts_log_end());
     kpc_remote_counters c;
@@ -331,14 +331,14 @@ START_TEST(module_protocol)
     ck_assert_uint_eq(c.refused, 2);
     /* a lease held by a dead holder expires and is taken over */
     kpc_key key2 = {{9}};
-    ck_assert_int_eq(kpc_remote_begin(b, &key2, ts_target(), cid, &rec, &lease), KPC_REMOTE_BUILD);
+    ck_assert_int_eq(kpc_remote_begin(b, &key2, ts_target(), cid, &rec, &lease, NULL), KPC_REMOTE_BUILD);
     kpc_remote_lease *lost = lease;
     kpc_remote_key_name(&key2, "lease", lname, sizeof lname);
     ck_assert_int_eq(tc_redis_int(&redis, "PEXPIRE %s 100", lname), 1);
     ck_assert(tc_redis_set(&redis, lname, "host=dead pid=1 start=1 token=0", 31));
     ck_assert_int_eq(tc_redis_int(&redis, "PEXPIRE %s 150", lname), 1);
     ts_log_begin(KPC_LOG_ERROR); /* b's renewer finds its lease lost: a warning */
-    ck_assert_int_eq(kpc_remote_begin(a, &key2, ts_target(), cid, &rec, &lease), KPC_REMOTE_BUILD);
+    ck_assert_int_eq(kpc_remote_begin(a, &key2, ts_target(), cid, &rec, &lease, NULL), KPC_REMOTE_BUILD);
     kpc_remote_counters_get(a, &c);
     ck_assert_uint_eq(c.takeovers, 1);
     ck_assert_uint_eq(c.waits, 1);

@@ -163,11 +163,13 @@ void kpc_remote_close(kpc_remote *r) { (void)r; }
 const char *kpc_remote_describe(const kpc_remote *r) { (void)r; return "not built"; }
 const char *kpc_remote_host_id(const kpc_remote *r) { (void)r; return ""; }
 enum kpc_remote_verdict kpc_remote_begin(kpc_remote *r, const kpc_key *key, const char *target,
-                                         const uint8_t compiler_id[16], kpc_record *rec,
-                                         kpc_remote_lease **lease)
+                                         const uint8_t *compiler_id, kpc_record *rec,
+                                         kpc_remote_lease **lease, bool *waited_out)
 {
     (void)r, (void)key, (void)target, (void)compiler_id, (void)rec;
     *lease = NULL;
+    if (waited_out)
+        *waited_out = false;
     return KPC_REMOTE_OFF;
 }
 void kpc_remote_publish(kpc_remote *r, kpc_remote_lease *lease, const kpc_key *key, uint32_t kind,
@@ -466,7 +468,7 @@ static void mac(const kpc_remote *r, const char *name, const void *bytes, size_t
 
 /* Check a value fetched from name; NULL when good (rec filled), else why it is refused. */
 static const char *check_value(kpc_remote *r, const char *name, const redisReply *v, const kpc_key *key,
-                               const char *target, const uint8_t compiler_id[16], uint32_t kind, kpc_record *rec)
+                               const char *target, const uint8_t *compiler_id, uint32_t kind, kpc_record *rec)
 {
     if (v->type != REDIS_REPLY_STRING)
         return "not a string";
@@ -583,10 +585,12 @@ static kpc_remote_lease *lease_new(kpc_remote *r, const kpc_key *key, const char
 
 /* ---- begin / publish / release ----------------------------------------------------------------- */
 enum kpc_remote_verdict kpc_remote_begin(kpc_remote *r, const kpc_key *key, const char *target,
-                                         const uint8_t compiler_id[16], kpc_record *rec,
-                                         kpc_remote_lease **lease)
+                                         const uint8_t *compiler_id, kpc_record *rec,
+                                         kpc_remote_lease **lease, bool *waited_out)
 {
     *lease = NULL;
+    if (waited_out)
+        *waited_out = false;
     memset(rec, 0, sizeof *rec);
     if (!tier_on(r))
         return KPC_REMOTE_OFF;
@@ -702,6 +706,8 @@ enum kpc_remote_verdict kpc_remote_begin(kpc_remote *r, const kpc_key *key, cons
         }
     }
     conn_put(r, cn, false);
+    if (waited_out)
+        *waited_out = waited;
     return verdict;
 }
 

@@ -56,10 +56,12 @@ enum kpc_remote_verdict {
     KPC_REMOTE_OFF,     /* the tier is off or just failed: go on host-local */
 };
 /* Ask the cluster for key; waits (blocking on the key's "done" list, not polling) while
- * another host holds the lease, and takes the build over when that lease expires. */
+ * another host holds the lease, and takes the build over when that lease expires.
+ * compiler_id (may be NULL: the key covers it) must match the record's; *waited (may be
+ * NULL) tells whether it slept on another host's build. */
 enum kpc_remote_verdict kpc_remote_begin(kpc_remote *r, const kpc_key *key, const char *target,
-                                         const uint8_t compiler_id[16], kpc_record *rec,
-                                         kpc_remote_lease **lease);
+                                         const uint8_t *compiler_id, kpc_record *rec,
+                                         kpc_remote_lease **lease, bool *waited);
 /* Store the record bytes (kpc_store_record_encode) under the lease's key, a LOG record
  * for 30 s only, release the lease if still ours, wake the waiters; frees the lease.
  * The lease may be NULL (nothing held): the record is stored all the same. */
