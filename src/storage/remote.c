@@ -19,11 +19,15 @@
  * thread at a time; a lease's lock guards its stop flag.
  */
 #define _GNU_SOURCE
-#include "remote.h"
+#include "storage/remote.h"
+#include "base/log.h"
 
 #include <errno.h>
 #include <fcntl.h>
 #include <limits.h>
+#include <pthread.h>
+#include <stdatomic.h>
+#include <stddef.h>
 #include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -145,8 +149,18 @@ void kpc_remote_url_redacted(const kpc_remote_url *u, char *out, size_t cap)
 void kpc_remote_key_name(const kpc_key *key, const char *suffix, char *out, size_t cap)
 {
     char hex[KPC_KEY_HEX];
-    kpc_key_hex(key, hex);
+    kpc__hex(key->bytes, sizeof key->bytes, hex);
     snprintf(out, cap, "kpc:1:{%s}:%s", hex, suffix);
+}
+
+/* The URL a cache is configured with: kpc_config.remote, else KPC_REMOTE; NULL for none. */
+static const char *tier_url(const kpc_config *cfg)
+{
+    const char *url = cfg != NULL && cfg->struct_size >= offsetof(kpc_config, remote) + sizeof cfg->remote &&
+                              cfg->remote != NULL
+                          ? cfg->remote
+                          : getenv("KPC_REMOTE");
+    return url != NULL && url[0] != '\0' ? url : NULL;
 }
 
 #ifndef KPC_HAVE_REMOTE
@@ -156,7 +170,6 @@ kpc_status kpc_remote_open(const char *url, kpc_remote **out)
 {
     (void)url;
     *out = NULL;
-    KPC_LOG(KPC_LOG_WARN, "KPC_REMOTE is set but this kpc was built without hiredis: no remote tier");
     return KPC_E_UNAVAILABLE;
 }
 void kpc_remote_close(kpc_remote *r) { (void)r; }
@@ -196,6 +209,19 @@ kpc_status kpc_remote_cluster_counters(kpc_remote *r, kpc_remote_counters *c)
     (void)r;
     memset(c, 0, sizeof *c);
     return KPC_E_UNAVAILABLE;
+}
+kpc_status kpc_remote_tier_open(const kpc_tier_env *env, kpc_tier **out)
+{
+    *out = NULL;
+    static atomic_flag said = ATOMIC_FLAG_INIT;
+    if (tier_url(env->cfg) != NULL && !atomic_flag_test_and_set(&said))
+        KPC_LOG(KPC_LOG_WARN, "KPC_REMOTE is set but this kpc was built without hiredis: no remote tier");
+    return KPC_E_NOT_FOUND;
+}
+kpc_remote *kpc_remote_of_tier(kpc_tier *t)
+{
+    (void)t;
+    return NULL;
 }
 #else
 /* ---- the tier ------------------------------------------------------------------------------ */
@@ -482,7 +508,12 @@ static const char *check_value(kpc_remote *r, const char *name, const redisReply
         if (sodium_memcmp(tag, v->str + size, TAG_BYTES) != 0)
             return "authentication tag does not match (written without the secret, or altered)";
     }
-    const char *why = kpc_store_record_check(v->str, size, key, target, kind, rec);
+    memset(rec, 0, sizeof *rec);
+    void *copy = malloc(size ? size : 1);
+    if (copy == NULL)
+        return "out of memory";
+    memcpy(copy, v->str, size);
+    const char *why = kpc_record_take(copy, size, key, target, kind, rec); /* store.c's checks */
     if (why == NULL && compiler_id && memcmp(rec->compiler_id, compiler_id, 16) != 0) {
         kpc_record_free(rec);
         why = "another compiler's record";
@@ -602,7 +633,7 @@ enum kpc_remote_verdict kpc_remote_begin(kpc_remote *r, const kpc_key *key, cons
     kpc_remote_key_name(key, "log", log, sizeof log);
     kpc_remote_key_name(key, "lease", lname, sizeof lname);
     kpc_remote_key_name(key, "done", done, sizeof done);
-    kpc_key_hex(key, hex);
+    kpc__hex(key->bytes, sizeof key->bytes, hex);
     uint8_t rnd[16];
     char token[33], value[512], lease_ms[16], slice[32], done_ttl[16];
     randombytes_buf(rnd, sizeof rnd);
@@ -1043,5 +1074,102 @@ void kpc_remote_close(kpc_remote *r)
     pthread_mutex_destroy(&r->pool_lock);
     sodium_memzero(r, sizeof *r);
     free(r);
+}
+
+/* ---- the cluster tier on the storage seam (storage/tier.h) ------------------------------------
+ * Coordinating only: it has no read and no write op, so the walk never touches Redis and
+ * no record reaches Redis but through finish under a lease: only the process holding a
+ * key's host claim talks to Redis about it (claim.c calls begin only then). Its lease
+ * needs no keeper (renew_ns 0): a thread of the lease's own renews it (renew works too). */
+typedef struct remote_tier {
+    kpc_tier t; /* first: the seam's view */
+    kpc_remote *r;
+} remote_tier;
+
+static kpc_remote *of(kpc_tier *t) { return ((remote_tier *)t)->r; }
+
+static kpc_status tier_begin(kpc_tier *t, const kpc_key *key, const char *target, kpc_tier_begin *res)
+{
+    memset(res, 0, sizeof *res);
+    kpc_remote_lease *lease = NULL;
+    switch (kpc_remote_begin(of(t), key, target, NULL, &res->rec, &lease, &res->waited)) {
+    case KPC_REMOTE_HIT:
+        res->verdict = KPC_TIER_HIT;
+        return KPC_OK;
+    case KPC_REMOTE_FAILED:
+        res->verdict = KPC_TIER_FAILED;
+        return KPC_OK;
+    case KPC_REMOTE_BUILD:
+        res->verdict = KPC_TIER_BUILD;
+        res->lease = (kpc_tier_lease *)lease;
+        res->renew_ns = 0;
+        return KPC_OK;
+    case KPC_REMOTE_OFF:
+        break;
+    }
+    return KPC_E_UNAVAILABLE;
+}
+
+static kpc_status tier_renew(kpc_tier *t, kpc_tier_lease *lease)
+{
+    return kpc_remote_renew(of(t), (kpc_remote_lease *)lease);
+}
+
+static void tier_finish(kpc_tier *t, kpc_tier_lease *tl, enum kpc_tier_outcome how, const kpc_record *rec,
+                        const void *first, const void *second)
+{
+    kpc_remote_lease *lease = (kpc_remote_lease *)tl;
+    size_t payload = rec ? rec->code_size + rec->names_size : 0;
+    uint8_t *buf = how != KPC_TIER_ABANDON && rec ? malloc(KPC_RECORD_HEADER + payload) : NULL;
+    if (buf == NULL) {
+        kpc_remote_release(of(t), lease);
+        return;
+    }
+    /* the disk record's bytes exactly: header, then the code (or log) and the names */
+    kpc_record_header(buf, rec, first, second);
+    memcpy(buf + KPC_RECORD_HEADER, first, rec->code_size);
+    if (rec->names_size)
+        memcpy(buf + KPC_RECORD_HEADER + rec->code_size, second, rec->names_size);
+    kpc_remote_publish(of(t), lease, &rec->key, rec->kind, buf, KPC_RECORD_HEADER + payload);
+    free(buf);
+}
+
+static void tier_close(kpc_tier *t)
+{
+    kpc_remote_close(of(t));
+    free(t);
+}
+
+static const kpc_tier_ops remote_ops = {
+    .begin = tier_begin,
+    .renew = tier_renew,
+    .finish = tier_finish,
+    .close = tier_close,
+};
+
+kpc_status kpc_remote_tier_open(const kpc_tier_env *env, kpc_tier **out)
+{
+    *out = NULL;
+    const char *url = tier_url(env->cfg);
+    if (url == NULL)
+        return KPC_E_NOT_FOUND;
+    remote_tier *rt = calloc(1, sizeof *rt);
+    if (rt == NULL)
+        return KPC_E_NOMEM;
+    kpc_status s = kpc_remote_open(url, &rt->r);
+    if (s != KPC_OK) {
+        free(rt);
+        return s;
+    }
+    rt->t.ops = &remote_ops;
+    rt->t.name = "redis";
+    rt->t.flags = KPC_TIER_COORDINATES;
+    *out = &rt->t;
+    return KPC_OK;
+}
+
+kpc_remote *kpc_remote_of_tier(kpc_tier *t)
+{
+    return t && t->ops == &remote_ops ? of(t) : NULL;
 }
 #endif /* KPC_HAVE_REMOTE */

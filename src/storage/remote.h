@@ -2,8 +2,10 @@
  * remote.h - the cluster tier: records and build leases in a Redis server shared by the
  * hosts of a cluster (through hiredis), below the disk tree.
  *
- * Only the process holding a key's host-index claim calls kpc_remote_begin for it, so
- * Redis sees about one request per key per host. The records are the disk record bytes
+ * On the storage seam it is the coordinating tier (kpc_remote_tier_open, in the table of
+ * storage/tier.c), with begin, renew and finish and no read or write: only the process
+ * holding a key's host claim calls begin for it (storage/claim.c), so Redis sees about
+ * one request per key per host. The records are the disk record bytes
  * (store.c's format, checked by store.c's parser), with a keyed MAC appended when a
  * secret is configured. Protocol and guarantees: docs/cluster.md.
  *
@@ -15,7 +17,13 @@
 #ifndef KPC_STORAGE_REMOTE_H
 #define KPC_STORAGE_REMOTE_H
 
-#include "../kpc_internal.h"
+#include "base/util.h"
+#include "storage/record.h"
+#include "storage/tier.h"
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
 
 typedef struct kpc_remote kpc_remote;
 typedef struct kpc_remote_lease kpc_remote_lease;
@@ -85,6 +93,12 @@ typedef struct kpc_remote_counters {
 void kpc_remote_counters_get(kpc_remote *r, kpc_remote_counters *c);
 /* The cluster-wide counters every process adds its own to when it closes the tier. */
 kpc_status kpc_remote_cluster_counters(kpc_remote *r, kpc_remote_counters *c);
+
+/* The tier (storage/tier.h): KPC_E_NOT_FOUND when neither kpc_config.remote nor
+ * KPC_REMOTE names a server (or this build has no hiredis: logged once). */
+kpc_status kpc_remote_tier_open(const kpc_tier_env *env, kpc_tier **out);
+/* The tier's remote, for the counters; NULL for another tier or NULL. */
+kpc_remote *kpc_remote_of_tier(kpc_tier *t);
 
 /* The Redis key of a kpc key: "kpc:1:{<32 hex>}:<suffix>" (suffix co, log, lease, done). */
 void kpc_remote_key_name(const kpc_key *key, const char *suffix, char *out, size_t cap);
