@@ -70,7 +70,7 @@ enum kpc_remote_verdict {
 enum kpc_remote_verdict kpc_remote_begin(kpc_remote *r, const kpc_key *key, const char *target,
                                          const uint8_t *compiler_id, kpc_record *rec,
                                          kpc_remote_lease **lease, bool *waited);
-/* Store the record bytes (kpc_store_record_encode) under the lease's key, a LOG record
+/* Store the record bytes (storage/record.h: header, then payload) under the lease's key, a LOG record
  * for 30 s only, release the lease if still ours, wake the waiters; frees the lease.
  * The lease may be NULL (nothing held): the record is stored all the same. */
 void kpc_remote_publish(kpc_remote *r, kpc_remote_lease *lease, const kpc_key *key, uint32_t kind,
