@@ -347,7 +347,7 @@ START_TEST(module_protocol)
     ck_assert_int_eq(tc_redis_int(&redis, "PEXPIRE %s 100", lname), 1);
     ck_assert(tc_redis_set(&redis, lname, "host=dead pid=1 start=1 token=0", 31));
     ck_assert_int_eq(tc_redis_int(&redis, "PEXPIRE %s 150", lname), 1);
-    ts_log_begin(KPC_LOG_ERROR); /* b's renewer finds its lease lost: a warning */
+    ts_log_begin(KPC_LOG_ERROR);
     ck_assert_int_eq(kpc_remote_begin(a, &key2, ts_target(), cid, &rec, &lease, NULL), KPC_REMOTE_BUILD);
     kpc_remote_counters_get(a, &c);
     ck_assert_uint_eq(c.takeovers, 1);

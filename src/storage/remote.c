@@ -10,13 +10,13 @@
  *   kpc:1:stats      a hash of cluster-wide counters, added to as processes close
  *
  * Invariants: every read, check-and-lease, publish and release is one Lua script, so it
- * is atomic on the server; a lease is renewed (compare-and-pexpire) by a thread of its
- * own and deleted only by compare-and-delete, so a holder that lost its lease never
- * deletes the next holder's. A record is trusted only after store.c's parser and, with
+ * is atomic on the server; a lease is renewed (compare-and-pexpire, by claim.c's keeper
+ * thread) and deleted only by compare-and-delete, so a holder that lost its lease never
+ * deletes the next holder's. A record is trusted only after record.c's parser and, with
  * a secret, the MAC accept it. Every socket call has a timeout; SIGPIPE is blocked in
  * the calling thread around each call (a server gone mid-write must not kill the rank).
  * Locks: r->pool_lock guards the idle-connection list; each connection is used by one
- * thread at a time; a lease's lock guards its stop flag.
+ * thread at a time (taken from the list, given back after the call).
  */
 #define _GNU_SOURCE
 #include "storage/remote.h"
@@ -196,6 +196,11 @@ kpc_status kpc_remote_renew(kpc_remote *r, kpc_remote_lease *lease)
     (void)r, (void)lease;
     return KPC_E_UNAVAILABLE;
 }
+uint64_t kpc_remote_renew_ns(const kpc_remote *r)
+{
+    (void)r;
+    return 0;
+}
 kpc_status kpc_remote_read(kpc_remote *r, const kpc_key *key, const char *target,
                            const uint8_t *compiler_id, uint32_t kind, kpc_record *rec)
 {
@@ -255,15 +260,12 @@ struct kpc_remote {
 enum { C_HITS, C_MISSES, C_BUILDS, C_WAITS, C_TAKEOVERS, C_ERRORS, C_REFUSED };
 static const char *const counter_names[7] = {"hits", "misses", "builds", "waits", "takeovers", "errors", "refused"};
 
+/* A lease held: renewed by the caller (storage/claim.c's keeper) through
+ * kpc_remote_renew every lease/3, and used by one thread at a time. */
 struct kpc_remote_lease {
     kpc_remote *r;
     char lease_name[96], done_name[96];
     char value[512];
-    pthread_t renewer;
-    bool renewing;
-    pthread_mutex_t lock; /* guards stop */
-    pthread_cond_t cond;
-    bool stop;
 };
 
 static void count(kpc_remote *r, int which) { atomic_fetch_add_explicit(&r->n[which], 1, memory_order_relaxed); }
@@ -521,74 +523,9 @@ static const char *check_value(kpc_remote *r, const char *name, const redisReply
     return why;
 }
 
-/* ---- the lease renewer ------------------------------------------------------------------------- */
-static void *renew_main(void *arg)
-{
-    kpc_remote_lease *l = arg;
-    kpc_remote *r = l->r;
-    redisContext *c = NULL;
-    unsigned every = r->lease_ms / 3 ? r->lease_ms / 3 : 1;
-    char ms[16];
-    snprintf(ms, sizeof ms, "%u", r->lease_ms);
-    pthread_mutex_lock(&l->lock);
-    for (;;) {
-        struct timespec t;
-        clock_gettime(CLOCK_MONOTONIC, &t);
-        uint64_t ns = (uint64_t)t.tv_nsec + (uint64_t)every * 1000000ull;
-        t.tv_sec += (time_t)(ns / 1000000000ull);
-        t.tv_nsec = (long)(ns % 1000000000ull);
-        while (!l->stop && pthread_cond_timedwait(&l->cond, &l->lock, &t) != ETIMEDOUT)
-            ;
-        if (l->stop)
-            break;
-        pthread_mutex_unlock(&l->lock);
-        const char *why = NULL;
-        if (c == NULL)
-            c = connect_one(r, &why);
-        redisReply *rep = NULL;
-        if (c != NULL) {
-            const char *keys[1] = {l->lease_name};
-            const char *args[2] = {l->value, ms};
-            rep = eval(c, RENEW_LUA, 1, keys, 2, args, NULL, &why);
-        }
-        bool lost = false;
-        if (rep == NULL) {
-            KPC_LOG(KPC_LOG_DEBUG, "remote tier: renewing lease %s: %s", l->lease_name, why ? why : "failed");
-            if (c != NULL && c->err) {
-                redisFree(c);
-                c = NULL;
-            }
-        } else {
-            lost = rep->type == REDIS_REPLY_INTEGER && rep->integer == 0;
-            freeReplyObject(rep);
-        }
-        pthread_mutex_lock(&l->lock);
-        if (lost) {
-            /* the build goes on: its record is good whoever publishes first */
-            KPC_LOG(KPC_LOG_WARN, "remote tier: lease %s was lost (expired and taken over): another "
-                    "host may build the same object", l->lease_name);
-            break;
-        }
-    }
-    pthread_mutex_unlock(&l->lock);
-    if (c)
-        redisFree(c);
-    return NULL;
-}
-
+/* ---- leases -------------------------------------------------------------------------------- */
 static void lease_free(kpc_remote_lease *l)
 {
-    if (l == NULL)
-        return;
-    if (l->renewing) {
-        pthread_mutex_lock(&l->lock);
-        l->stop = true;
-        pthread_cond_signal(&l->cond);
-        pthread_mutex_unlock(&l->lock);
-        pthread_join(l->renewer, NULL);
-    }
-    pthread_cond_destroy(&l->cond);
-    pthread_mutex_destroy(&l->lock);
     free(l);
 }
 
@@ -601,16 +538,6 @@ static kpc_remote_lease *lease_new(kpc_remote *r, const kpc_key *key, const char
     kpc_remote_key_name(key, "lease", l->lease_name, sizeof l->lease_name);
     kpc_remote_key_name(key, "done", l->done_name, sizeof l->done_name);
     snprintf(l->value, sizeof l->value, "%s", value);
-    pthread_mutex_init(&l->lock, NULL);
-    pthread_condattr_t ca;
-    pthread_condattr_init(&ca);
-    pthread_condattr_setclock(&ca, CLOCK_MONOTONIC);
-    pthread_cond_init(&l->cond, &ca);
-    pthread_condattr_destroy(&ca);
-    l->renewing = pthread_create(&l->renewer, NULL, renew_main, l) == 0;
-    if (!l->renewing)
-        KPC_LOG(KPC_LOG_WARN, "remote tier: no lease renewal thread (%s): a build longer than %u ms "
-                "may be taken over", strerror(errno), r->lease_ms);
     return l;
 }
 
@@ -745,8 +672,6 @@ enum kpc_remote_verdict kpc_remote_begin(kpc_remote *r, const kpc_key *key, cons
 void kpc_remote_publish(kpc_remote *r, kpc_remote_lease *lease, const kpc_key *key, uint32_t kind,
                         const void *bytes, size_t size)
 {
-    /* stop renewing first: the lease is released below, and a renewal after it must not
-     * find it gone and call it lost */
     kpc_remote_lease *l = lease;
     char value[512] = "";
     if (l) {
@@ -826,7 +751,7 @@ void kpc_remote_release(kpc_remote *r, kpc_remote_lease *lease)
 kpc_status kpc_remote_renew(kpc_remote *r, kpc_remote_lease *lease)
 {
     if (!tier_on(r))
-        return KPC_E_UNAVAILABLE;
+        return KPC_OK; /* said once already: the lease expires by itself, nothing to renew */
     struct conn *cn = conn_get(r);
     if (cn == NULL)
         return KPC_E_UNAVAILABLE;
@@ -882,6 +807,11 @@ kpc_status kpc_remote_read(kpc_remote *r, const kpc_key *key, const char *target
     freeReplyObject(rep);
     conn_put(r, cn, false);
     return s;
+}
+
+uint64_t kpc_remote_renew_ns(const kpc_remote *r)
+{
+    return (uint64_t)(r->lease_ms / 3 ? r->lease_ms / 3 : 1) * 1000000ull;
 }
 
 /* ---- counters ----------------------------------------------------------------------------------- */
@@ -1079,8 +1009,8 @@ void kpc_remote_close(kpc_remote *r)
 /* ---- the cluster tier on the storage seam (storage/tier.h) ------------------------------------
  * Coordinating only: it has no read and no write op, so the walk never touches Redis and
  * no record reaches Redis but through finish under a lease: only the process holding a
- * key's host claim talks to Redis about it (claim.c calls begin only then). Its lease
- * needs no keeper (renew_ns 0): a thread of the lease's own renews it (renew works too). */
+ * key's host claim talks to Redis about it (claim.c calls begin only then). claim.c's
+ * keeper thread renews the lease every lease/3 while the compile blocks the builder. */
 typedef struct remote_tier {
     kpc_tier t; /* first: the seam's view */
     kpc_remote *r;
@@ -1102,7 +1032,7 @@ static kpc_status tier_begin(kpc_tier *t, const kpc_key *key, const char *target
     case KPC_REMOTE_BUILD:
         res->verdict = KPC_TIER_BUILD;
         res->lease = (kpc_tier_lease *)lease;
-        res->renew_ns = 0;
+        res->renew_ns = kpc_remote_renew_ns(of(t));
         return KPC_OK;
     case KPC_REMOTE_OFF:
         break;

@@ -75,10 +75,12 @@ enum kpc_remote_verdict kpc_remote_begin(kpc_remote *r, const kpc_key *key, cons
  * The lease may be NULL (nothing held): the record is stored all the same. */
 void kpc_remote_publish(kpc_remote *r, kpc_remote_lease *lease, const kpc_key *key, uint32_t kind,
                         const void *bytes, size_t size);
-/* Renew the lease now (compare-and-pexpire): KPC_OK, KPC_E_NOT_FOUND when it was lost,
- * KPC_E_UNAVAILABLE when the tier is off. The lease's own thread renews it already;
- * this is for a caller that keeps leases itself. */
+/* Renew the lease (compare-and-pexpire): KPC_OK (also while the tier is off: the lease
+ * then expires by itself), KPC_E_NOT_FOUND when it was lost (expired and taken over),
+ * KPC_E_UNAVAILABLE when Redis failed just now (logged). The holder must renew at least
+ * every kpc_remote_renew_ns (a third of the lease) while it compiles. */
 kpc_status kpc_remote_renew(kpc_remote *r, kpc_remote_lease *lease);
+uint64_t kpc_remote_renew_ns(const kpc_remote *r);
 /* Read a record without coordination (a process that holds no host claim): KPC_OK with
  * rec checked, KPC_E_NOT_FOUND, KPC_E_CORRUPT (refused, counted), KPC_E_UNAVAILABLE. */
 kpc_status kpc_remote_read(kpc_remote *r, const kpc_key *key, const char *target,
