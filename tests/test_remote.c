@@ -22,6 +22,7 @@
 
 #include "storage/remote.h"
 
+#include <cjson/cJSON.h>
 #include <errno.h>
 #include <hiredis/hiredis.h>
 #include <signal.h>
@@ -397,6 +398,21 @@ START_TEST(storm_fake)
     for (int r = H * P; r < H * P + P; r++)
         for (int i = 0; i < K; i++)
             ck_assert(s->out[r].digest[i] == s->out[0].digest[i]);
+    /* `kpc stats --json` prints the cluster-wide counters the processes added in Redis */
+    char env_remote[160];
+    snprintf(env_remote, sizeof env_remote, "KPC_REMOTE=%s", redis.url);
+    const char *env[] = {env_remote, NULL};
+    const char *argv[] = {getenv("KPC_TOOL"), "stats", "--json", "--cache-dir", base, NULL};
+    char *out = NULL, *err = NULL;
+    ck_assert_int_eq(ts_exec(argv, env, &out, &err), 0);
+    cJSON *j = cJSON_Parse(out);
+    ck_assert_ptr_nonnull(j);
+    ck_assert_str_eq(cJSON_GetObjectItem(j, "remote")->valuestring, "ok");
+    ck_assert_int_eq((int)cJSON_GetObjectItem(j, "remote_builds")->valuedouble, K);
+    ck_assert_int_eq((int)cJSON_GetObjectItem(j, "remote_hits")->valuedouble, (H - 1) * K + K);
+    cJSON_Delete(j);
+    free(out);
+    free(err);
     /* back-filled: the fifth host's disk holds the K records */
     char path[4300];
     snprintf(path, sizeof path, "%s/host%d", base, H);
