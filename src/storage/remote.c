@@ -515,7 +515,7 @@ static const char *check_value(kpc_remote *r, const char *name, const redisReply
     if (copy == NULL)
         return "out of memory";
     memcpy(copy, v->str, size);
-    const char *why = kpc_record_take(copy, size, key, target, kind, rec); /* store.c's checks */
+    const char *why = kpc_record_take(copy, size, key, target, kind, rec); /* every check a file gets */
     if (why == NULL && compiler_id && memcmp(rec->compiler_id, compiler_id, 16) != 0) {
         kpc_record_free(rec);
         why = "another compiler's record";

@@ -6,7 +6,7 @@
  * storage/tier.c), with begin, renew and finish and no read or write: only the process
  * holding a key's host claim calls begin for it (storage/claim.c), so Redis sees about
  * one request per key per host. The records are the disk record bytes
- * (store.c's format, checked by store.c's parser), with a keyed MAC appended when a
+ * (storage/record.c's format, checked by its parser), with a keyed MAC appended when a
  * secret is configured. Protocol and guarantees: docs/cluster.md.
  *
  * Every call is bounded by the connect and command timeouts; after a failure the tier
