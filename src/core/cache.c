@@ -98,7 +98,7 @@ kpc_status kpc_stats_get(kpc_cache *cache, kpc_stats *out)
     }
     if (cache->store)
         kpc_store_usage_estimate(cache->store, &out->disk_bytes, &out->disk_files);
-    kpc_remote *r = kpc_remote_of_tier(kpc_tier_coordinator(&cache->tiers));
+    kpc_remote *r = kpc_remote_tier_client(kpc_tier_coordinator(&cache->tiers));
     if (r) {
         kpc_remote_counters rc;
         kpc_remote_counters_get(r, &rc);

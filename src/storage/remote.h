@@ -11,8 +11,9 @@
  *
  * Every call is bounded by the connect and command timeouts; after a failure the tier
  * is off for this process for a back-off period (logged once per period, counted), and
- * the caller goes on host-local. A build without hiredis compiles a stub: open answers
- * KPC_E_UNAVAILABLE and kpc_remote_built() is false.
+ * the caller goes on host-local. A build without hiredis compiles remote_stub.c instead
+ * of remote.c and remote_tier.c: open answers KPC_E_UNAVAILABLE, the tier is absent, and
+ * kpc_remote_built() is false.
  */
 #ifndef KPC_STORAGE_REMOTE_H
 #define KPC_STORAGE_REMOTE_H
@@ -96,11 +97,15 @@ void kpc_remote_counters_get(kpc_remote *r, kpc_remote_counters *c);
 /* The cluster-wide counters every process adds its own to when it closes the tier. */
 kpc_status kpc_remote_cluster_counters(kpc_remote *r, kpc_remote_counters *c);
 
-/* The tier (storage/tier.h): KPC_E_NOT_FOUND when neither kpc_config.remote nor
+/* The URL a cache is configured with: kpc_config.remote, else KPC_REMOTE; NULL for none
+ * ("" is none). */
+const char *kpc_remote_url_configured(const kpc_config *cfg);
+
+/* The tier (storage/tier.h, remote_tier.c): KPC_E_NOT_FOUND when neither kpc_config.remote nor
  * KPC_REMOTE names a server (or this build has no hiredis: logged once). */
 kpc_status kpc_remote_tier_open(const kpc_tier_env *env, kpc_tier **out);
 /* The tier's remote, for the counters; NULL for another tier or NULL. */
-kpc_remote *kpc_remote_of_tier(kpc_tier *t);
+kpc_remote *kpc_remote_tier_client(kpc_tier *t);
 
 /* The Redis key of a kpc key: "kpc:1:{<32 hex>}:<suffix>" (suffix co, log, lease, done). */
 void kpc_remote_key_name(const kpc_key *key, const char *suffix, char *out, size_t cap);
