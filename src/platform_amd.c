@@ -260,8 +260,9 @@ static kpc_status canonical_target(const char *in, char *out, size_t cap)
 
 static void log_supported(const char *target)
 {
+    /* a dozen names a line: comgr knows 30 to 60 processors */
     char list[2048] = "";
-    size_t n = 0;
+    size_t n = 0, listed = 0;
     amd.isa_count(&n);
     for (size_t i = 0; i < n; i++) {
         const char *name = NULL;
@@ -269,11 +270,12 @@ static void log_supported(const char *target)
             if (strncmp(name, ISA_PREFIX, strlen(ISA_PREFIX)) == 0)
                 name += strlen(ISA_PREFIX);
             size_t used = strlen(list);
-            snprintf(list + used, sizeof list - used, "%s%s", used ? " " : "", name);
+            snprintf(list + used, sizeof list - used, "%s%s", listed % 12 ? " " : "\n    ", name);
+            listed++;
         }
     }
-    KPC_LOG(KPC_LOG_ERROR, "target \"%s\" is not supported by this comgr; supported: %s "
-            "(features :sramecc+/- and :xnack+/- where the processor has them)", target, list);
+    KPC_LOG(KPC_LOG_ERROR, "target \"%s\" is not supported by this comgr; the processors it supports "
+            "(features :sramecc+/- and :xnack+/- where the processor has them):%s", target, list);
 }
 
 static kpc_status amd_target_normalize(const char *cache_dir, const uint8_t id[16], const char *target,
