@@ -27,7 +27,8 @@ cache=${KPC_DEMO_DIR:-$PWD/$build/demo-cache}
 target=${KPC_DEMO_TARGET:-gfx90a}
 
 # the demo's own cache and settings only: whatever the user's environment says
-unset KPC_DISABLE KPC_CACHE_MAX_SIZE KPC_MEM_MAX_PROGRAMS KPC_SHM_ENTRIES
+unset KPC_DISABLE KPC_CACHE_MAX_SIZE KPC_MEM_MAX_PROGRAMS KPC_SHM_ENTRIES KPC_SHM_LOCK_TIMEOUT_MS \
+  KPC_BUILD_WAIT_MAX_MS
 export KPC_CACHE_DIR=$cache
 if ((${#verbose[@]})); then export KPC_LOG=info; else export KPC_LOG=error; fi
 

@@ -42,7 +42,8 @@ fi
 
 # the tests make their own cache dirs; keep the user's cache and settings out of it
 export KPC_LOG=${KPC_LOG:-error}
-unset KPC_CACHE_DIR KPC_DISABLE KPC_CACHE_MAX_SIZE KPC_MEM_MAX_PROGRAMS KPC_SHM_ENTRIES
+unset KPC_CACHE_DIR KPC_DISABLE KPC_CACHE_MAX_SIZE KPC_MEM_MAX_PROGRAMS KPC_SHM_ENTRIES \
+  KPC_SHM_LOCK_TIMEOUT_MS KPC_BUILD_WAIT_MAX_MS
 logs=$root/build/test-logs
 mkdir -p "$logs"
 
