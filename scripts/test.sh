@@ -3,9 +3,10 @@
 # and UndefinedBehaviorSanitizer, the threaded tests under ThreadSanitizer, and the NVIDIA
 # platform build where CUDA is installed. Then a check that no test left anything behind:
 # a shared-memory segment, a file in /tmp, or a process. As root the tests run with a
-# private, empty /tmp and /dev/shm (a mount namespace), so whatever is there afterwards
-# is theirs; elsewhere what appeared in /tmp (kpc-*) and /dev/shm during the run counts,
-# which on a shared host may include other programs' files. Ends with one verdict line
+# private, empty /tmp and /dev/shm (a mount namespace; /tmp stays shared when the checkout
+# is in it), so whatever is there afterwards is theirs; elsewhere what appeared in /tmp
+# (kpc-*) and /dev/shm during the run counts, which on a shared host may include other
+# programs' files. Ends with one verdict line
 # over everything, which CI reads:
 #   kpc tests: 57 passed, 0 failed (plain, asan+ubsan, tsan, nvidia: skipped, no CUDA)
 # preceded by the reason for every skipped test (a test that skips prints "skipped: WHY").
@@ -35,9 +36,14 @@ if [ -z "${KPC_TEST_PRIVATE:-}" ] && [ "$(id -u)" -eq 0 ] && command -v unshare 
    unshare --mount --propagation private true 2>/dev/null; then
   exec env KPC_TEST_PRIVATE=1 unshare --mount --propagation private "$0" --no-setup "$@"
 fi
-private=0
+private=0 private_tmp=0
 if [ "${KPC_TEST_PRIVATE:-}" = 1 ]; then
-  mount -t tmpfs -o mode=1777 kpc-test-tmp /tmp && mount -t tmpfs -o mode=1777 kpc-test-shm /dev/shm && private=1
+  mount -t tmpfs -o mode=1777 kpc-test-shm /dev/shm && private=1
+  # a checkout under /tmp stays visible: then /tmp is shared, and only kpc-* entries count
+  case $root/ in
+    /tmp/*) ;;
+    *) mount -t tmpfs -o mode=1777 kpc-test-tmp /tmp && private_tmp=1 ;;
+  esac
 fi
 
 # the tests make their own cache dirs; keep the user's cache and settings out of it
@@ -157,7 +163,7 @@ for seg in $(comm -13 <(echo "$shm_before") <(ls /dev/shm 2>/dev/null | grep '^k
   left+=("segment /dev/shm/$seg")
 done
 for f in $(comm -13 <(echo "$tmp_before") <(ls -d /tmp/* 2>/dev/null | sort)); do
-  ((private)) || [[ $f == /tmp/kpc-* ]] || continue
+  ((private_tmp)) || [[ $f == /tmp/kpc-* ]] || continue
   left+=("file $f")
 done
 # processes still running a program of this tree's builds, or in a test's directory
@@ -167,7 +173,7 @@ for p in /proc/[0-9]*; do
   exe=$(readlink "$p/exe" 2>/dev/null) || continue
   cmd=$(tr '\0' ' ' <"$p/cmdline" 2>/dev/null) || continue
   case $exe in "$root"/build*) left+=("process $pid: $cmd"); continue ;; esac
-  case $cmd in *" /tmp/kpc-"*) ((private)) && left+=("process $pid: $cmd") ;; esac
+  case $cmd in *" /tmp/kpc-"*) ((private_tmp)) && left+=("process $pid: $cmd") ;; esac
 done
 rmdir "$logs" 2>/dev/null || true
 if ((${#left[@]})); then
