@@ -3,8 +3,8 @@
 # and UndefinedBehaviorSanitizer, the threaded tests under ThreadSanitizer, and the NVIDIA
 # platform build where CUDA is installed. Then a check that no test left anything behind:
 # a shared-memory segment, a file in /tmp, or a process. As root the tests run with a
-# private, empty /tmp and /dev/shm (a mount namespace; /tmp stays shared when the checkout
-# is in it), so whatever is there afterwards is theirs; elsewhere what appeared in /tmp
+# private, empty /tmp and /dev/shm (a mount namespace; a checkout under /tmp is carried
+# into it), so whatever is there afterwards is theirs; elsewhere what appeared in /tmp
 # (kpc-*) and /dev/shm during the run counts, which on a shared host may include other
 # programs' files. Ends with one verdict line
 # over everything, which CI reads:
@@ -20,6 +20,8 @@ cd "$(dirname "$0")/.."
 root=$PWD
 jobs=$(nproc)
 passes=(plain asan tsan nvidia)
+# KPC_TEST_PASSES="plain tsan": only those (a quick run; the verdict names what ran)
+[ -z "${KPC_TEST_PASSES:-}" ] || read -r -a passes <<<"$KPC_TEST_PASSES"
 declare -A pass_title=([plain]="plain" [asan]="asan+ubsan" [tsan]="tsan" [nvidia]="nvidia")
 
 # the test-only packages: Open MPI for the MPI start-up storm, man-db for `man kpc` in the
@@ -36,12 +38,14 @@ if [ -z "${KPC_TEST_PRIVATE:-}" ] && [ "$(id -u)" -eq 0 ] && command -v unshare 
    unshare --mount --propagation private true 2>/dev/null; then
   exec env KPC_TEST_PRIVATE=1 unshare --mount --propagation private "$0" --no-setup "$@"
 fi
-private=0 private_tmp=0
+private=0 private_tmp=0 keep_tmp=""
 if [ "${KPC_TEST_PRIVATE:-}" = 1 ]; then
   mount -t tmpfs -o mode=1777 kpc-test-shm /dev/shm && private=1
-  # a checkout under /tmp stays visible: then /tmp is shared, and only kpc-* entries count
   case $root/ in
-    /tmp/*) ;;
+    /tmp/*) # a checkout under /tmp: carry its top folder into the private /tmp
+      keep_tmp=/tmp/$(cut -d/ -f3 <<<"$root")
+      mount --bind /tmp /mnt && mount -t tmpfs -o mode=1777 kpc-test-tmp /tmp &&
+        mkdir "$keep_tmp" && mount --bind "/mnt/${keep_tmp#/tmp/}" "$keep_tmp" && private_tmp=1 ;;
     *) mount -t tmpfs -o mode=1777 kpc-test-tmp /tmp && private_tmp=1 ;;
   esac
 fi
@@ -58,7 +62,7 @@ summary=() skips=()
 
 # What there is before the run, to tell what the run left.
 shm_before=$(ls /dev/shm 2>/dev/null | grep '^kpc-' | sort)
-tmp_before=$(ls -d /tmp/* 2>/dev/null | sort)
+tmp_before=$(ls -d /tmp/* 2>/dev/null | grep -vx "$keep_tmp" | sort)
 
 # Count a ctest run's results from its output; name the skipped tests and why.
 # count LOG DIR PASS
@@ -162,7 +166,7 @@ for seg in $(comm -13 <(echo "$shm_before") <(ls /dev/shm 2>/dev/null | grep '^k
   ((private)) || ! grep -qs "/dev/shm/$seg" /proc/[0-9]*/maps || continue
   left+=("segment /dev/shm/$seg")
 done
-for f in $(comm -13 <(echo "$tmp_before") <(ls -d /tmp/* 2>/dev/null | sort)); do
+for f in $(comm -13 <(echo "$tmp_before") <(ls -d /tmp/* 2>/dev/null | grep -vx "$keep_tmp" | sort)); do
   ((private_tmp)) || [[ $f == /tmp/kpc-* ]] || continue
   left+=("file $f")
 done
