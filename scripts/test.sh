@@ -61,7 +61,9 @@ total_passed=0 total_failed=0
 summary=() skips=()
 
 # What there is before the run, to tell what the run left.
-shm_before=$(ls /dev/shm 2>/dev/null | grep '^kpc-' | sort)
+# (without a private /dev/shm, only this user's segments: kpc-<uid>-...)
+shm_mine="^kpc-"; ((private)) || shm_mine="^kpc-$(id -u)-"
+shm_before=$(ls /dev/shm 2>/dev/null | grep "$shm_mine" | sort)
 tmp_before=$(ls -d /tmp/* 2>/dev/null | grep -vx "$keep_tmp" | sort)
 
 # Count a ctest run's results from its output; name the skipped tests and why.
@@ -161,13 +163,13 @@ done
 left=()
 # segments that appeared during the run, are still there, and no live process maps (a
 # segment some other program on this host is using is its own business)
-for seg in $(comm -13 <(echo "$shm_before") <(ls /dev/shm 2>/dev/null | grep '^kpc-' | sort)); do
+for seg in $(comm -13 <(echo "$shm_before") <(ls /dev/shm 2>/dev/null | grep "$shm_mine" | sort)); do
   [ -e "/dev/shm/$seg" ] || continue
   ((private)) || ! grep -qs "/dev/shm/$seg" /proc/[0-9]*/maps || continue
   left+=("segment /dev/shm/$seg")
 done
 for f in $(comm -13 <(echo "$tmp_before") <(ls -d /tmp/* 2>/dev/null | grep -vx "$keep_tmp" | sort)); do
-  ((private_tmp)) || [[ $f == /tmp/kpc-* ]] || continue
+  ((private_tmp)) || { [[ $f == /tmp/kpc-* ]] && [ -O "$f" ]; } || continue
   left+=("file $f")
 done
 # processes still running a program of this tree's builds, or in a test's directory
