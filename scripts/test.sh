@@ -4,9 +4,8 @@
 # platform build where CUDA is installed. Then a check that no test left anything behind:
 # a shared-memory segment, a file in /tmp, or a process. As root the tests run with a
 # private, empty /tmp and /dev/shm (a mount namespace; a checkout under /tmp is carried
-# into it), so whatever is there afterwards is theirs; elsewhere what appeared in /tmp
-# (kpc-*) and /dev/shm during the run counts, which on a shared host may include other
-# programs' files. Ends with one verdict line
+# into it), so whatever is there afterwards is theirs; elsewhere what of this user
+# appeared in /tmp (kpc-*) and /dev/shm during the run counts. Ends with one verdict line
 # over everything, which CI reads:
 #   kpc tests: 57 passed, 0 failed (plain, asan+ubsan, tsan, nvidia: skipped, no CUDA)
 # preceded by the reason for every skipped test (a test that skips prints "skipped: WHY").
