@@ -172,7 +172,7 @@ fi
 # hipcc and ccache are for the ccache comparison only: the main set-up does not install them
 if want ccache; then scripts/setup.sh --also hipcc ccache; else scripts/setup.sh; fi
 build=${KPC_BENCH_BUILD_DIR:-build-bench}
-cmake -S . -B "$build" -DCMAKE_BUILD_TYPE=Release -DKPC_BUILD_TESTS=OFF -DKPC_BUILD_BENCH=ON \
+cmake -S . -B "$build" -DCMAKE_BUILD_TYPE=Release -DKPC_BUILD_TESTS=OFF -DKPC_BUILD_BENCH=ON -DKPC_BUILD_MAN=OFF \
   ${KPC_CMAKE_ARGS:-} >/dev/null
 cmake --build "$build" -j"$(nproc)" >/dev/null
 bin=$root/$build/bench
