@@ -58,4 +58,6 @@ if [ "$man" = ON ]; then
   text=$(man_text kpc)
   grep -q "kpc - the kpc code-object cache tool" <<<"$text"
 fi
-echo "install: CMake and pkg-config consumers${man/#ON/ and the man pages}${man/#OFF/} passed"
+what="CMake and pkg-config consumers"
+[ "$man" = ON ] && what="$what and the man pages"
+echo "install: $what passed"
