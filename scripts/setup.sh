@@ -15,11 +15,13 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 
 # What the main job (build the library, the tools, the tests and the man pages) needs.
-# libamdhip64-dev pulls in hipRTC, comgr and its headers (libamd-comgr-dev).
+# libamdhip64-dev pulls in hipRTC, comgr and its headers (libamd-comgr-dev); hiredis and
+# libsodium are the cluster tier's (without them it builds as a stub).
 packages=(
   build-essential cmake pkg-config
   libbsd-dev libxxhash-dev libcjson-dev check
   libamdhip64-dev
+  libhiredis-dev libsodium-dev
   scdoc
 )
 verbose=0

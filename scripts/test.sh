@@ -24,11 +24,11 @@ passes=(plain asan tsan nvidia)
 declare -A pass_title=([plain]="plain" [asan]="asan+ubsan" [tsan]="tsan" [nvidia]="nvidia")
 
 # the test-only packages: Open MPI for the MPI start-up storm, man-db for `man kpc` in the
-# install test
+# install test, redis-server (and util-linux) for the cluster tier's tests
 if [ "${1:-}" = --no-setup ]; then
   shift
 else
-  scripts/setup.sh ${1:+"$1"} --also openmpi-bin libopenmpi-dev man-db || {
+  scripts/setup.sh ${1:+"$1"} --also openmpi-bin libopenmpi-dev man-db redis-server util-linux || {
     echo "kpc tests: 0 passed, 1 failed (set-up failed)"; exit 1; }
 fi
 
