@@ -35,9 +35,22 @@ void ts_rm_rf(const char *path)
 
 char *ts_tmpdir(void)
 {
-    char tmpl[] = "/tmp/kpc-test-XXXXXX";
+    /* under $TMPDIR when set (scripts/test.sh gives each run its own and checks it is
+     * empty afterwards) */
+    /* the TMPDIR the process started with: a second temp dir of one process must not
+     * land inside the first (set below, and removed by ts_cleanup) */
+    static char base[400];
+    if (base[0] == '\0') {
+        const char *env = getenv("TMPDIR");
+        snprintf(base, sizeof base, "%s", env && env[0] && strlen(env) < sizeof base ? env : "/tmp");
+    }
+    char tmpl[512];
+    snprintf(tmpl, sizeof tmpl, "%s/kpc-test-XXXXXX", base);
     char *d = mkdtemp(tmpl);
     ck_assert_ptr_nonnull(d);
+    /* the compiler's own temporary files (comgr-XXXXXX) of this test and its children go
+     * inside it too: a test that kills a compiling process would leave them in /tmp */
+    setenv("TMPDIR", d, 1);
     char *out = malloc(strlen(d) + 7);
     sprintf(out, "%s/cache", d);
     return out;

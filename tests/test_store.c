@@ -662,6 +662,12 @@ static void unmount_tmpfs(char *mnt)
     if (realpath(dir, root))
         kpc_index_unlink(root); /* ts_cleanup cannot find it once the mount is gone */
     ck_assert_int_eq(umount2(mnt, MNT_DETACH), 0);
+    /* dir named mnt/cache: name the mkdtemp dir's cache again, so that ts_cleanup removes
+     * that dir (mnt in it), not just mnt */
+    free(dir);
+    size_t n = strlen(mnt) + 8;
+    dir = malloc(n);
+    snprintf(dir, n, "%.*s/cache", (int)(strrchr(mnt, '/') - mnt), mnt);
     free(mnt);
 }
 
