@@ -1,0 +1,4 @@
+# Manifests: dependency lists, the manifest file, the key's working directory (test_manifest);
+# the whole path through real hipRTC (test_manifest_rtc).
+kpc_check_test(test_manifest LABELS "manifest")
+target_include_directories(test_manifest PRIVATE ${PROJECT_SOURCE_DIR}/src)

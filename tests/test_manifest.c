@@ -1,0 +1,356 @@
+/*
+ * test_manifest.c - the manifest module alone: dependency files parsed, dependency lists
+ * recorded and checked against the file system (edits, deletions, symlinks, the race
+ * rule), manifests encoded, decoded (and refused when damaged), their entry lists, the
+ * object key, and which options make the working directory part of the key.
+ */
+#define _GNU_SOURCE
+#include "../src/core/manifest.h"
+#include "../src/platform/amd_deps.h"
+#include "support.h"
+
+#include <fcntl.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#define SEC 1000000000ull
+
+static char *dir;
+
+static void setup(void)
+{
+    dir = ts_tmpdir(); /* the cache directory's path, not made yet: the files go there */
+    ck_assert_int_eq(kpc__mkdir_p(dir, 0700), 0);
+}
+
+static void teardown(void)
+{
+    ts_cleanup(dir);
+}
+
+static void put(const char *name, const char *text, char *path, size_t cap)
+{
+    snprintf(path, cap, "%s/%s", dir, name);
+    ts_write_file(path, text, strlen(text));
+}
+
+/* A start time two seconds from now: the files were written "long before" the compile. */
+static uint64_t later(void)
+{
+    return kpc__wall_ns() + 2 * SEC;
+}
+
+/* ---- dependency files ------------------------------------------------------------- */
+START_TEST(depfile_real_shape)
+{
+    const char *text = "/tmp/comgr-311493/output/CompileSource.bc: \\\n"
+                       "  /tmp/comgr-311493/input/CompileSource \\\n"
+                       "  /tmp/comgr-311493/include/hiprtc_runtime.h headers/test_header1.h \\\n"
+                       "  headers/nested.h /tmp/comgr-311493/include/mem.h\n";
+    char *target, **paths;
+    size_t n;
+    ck_assert_int_eq(kpc_manifest_parse_depfile(text, strlen(text), &target, &paths, &n), KPC_OK);
+    ck_assert_str_eq(target, "/tmp/comgr-311493/output/CompileSource.bc");
+    ck_assert_uint_eq(n, 5);
+    ck_assert_str_eq(paths[0], "/tmp/comgr-311493/input/CompileSource");
+    ck_assert_str_eq(paths[2], "headers/test_header1.h");
+    ck_assert_str_eq(paths[4], "/tmp/comgr-311493/include/mem.h");
+    free(target);
+    kpc_manifest_paths_free(paths, n);
+
+    /* the platform's filter keeps what lies outside comgr's directory */
+    char path[4200];
+    put("dep.d", text, path, sizeof path);
+    ck_assert_int_eq(kpc_amd_deps_collect(path, &paths, &n), KPC_OK);
+    ck_assert_uint_eq(n, 2);
+    ck_assert_str_eq(paths[0], "headers/test_header1.h");
+    ck_assert_str_eq(paths[1], "headers/nested.h");
+    kpc_manifest_paths_free(paths, n);
+    ck_assert_int_ne(access(path, F_OK), 0); /* removed */
+}
+END_TEST
+
+START_TEST(depfile_escapes)
+{
+    /* clang: ' ' -> "\ " (backslashes before it doubled), '#' -> "\#", '$' -> "$$" */
+    const char *text = "out.o: a\\ b.h c\\#d.h e$$f.h g\\\\\\ h.h \\\n i.h\n"
+                       "phony.h:\n";
+    char *target, **paths;
+    size_t n;
+    ck_assert_int_eq(kpc_manifest_parse_depfile(text, strlen(text), &target, &paths, &n), KPC_OK);
+    ck_assert_str_eq(target, "out.o");
+    ck_assert_uint_eq(n, 5);
+    ck_assert_str_eq(paths[0], "a b.h");
+    ck_assert_str_eq(paths[1], "c#d.h");
+    ck_assert_str_eq(paths[2], "e$f.h");
+    ck_assert_str_eq(paths[3], "g\\ h.h");
+    ck_assert_str_eq(paths[4], "i.h"); /* the first rule only: phony.h is another */
+    free(target);
+    kpc_manifest_paths_free(paths, n);
+
+    ck_assert_int_eq(kpc_manifest_parse_depfile("", 0, &target, &paths, &n), KPC_E_CORRUPT);
+    ck_assert_int_eq(kpc_manifest_parse_depfile("a b c", 5, &target, &paths, &n), KPC_E_CORRUPT);
+    /* an empty file (clang stopped on a fatal error): dependencies unknown */
+    char path[4200];
+    put("empty.d", "", path, sizeof path);
+    ck_assert_int_eq(kpc_amd_deps_collect(path, &paths, &n), KPC_E_NOT_FOUND);
+    /* a shape that is not comgr's: unknown too, never a guess */
+    put("odd.d", "x.o: y.h z.h\n", path, sizeof path);
+    ck_assert_int_eq(kpc_amd_deps_collect(path, &paths, &n), KPC_E_NOT_FOUND);
+}
+END_TEST
+
+/* ---- recording and checking ------------------------------------------------------- */
+static kpc_deps *record1(const char *path)
+{
+    kpc_deps *d = NULL;
+    const char *paths[] = {path};
+    ck_assert_int_eq(kpc_manifest_deps_record(paths, 1, NULL, later(), &d), KPC_OK);
+    ck_assert_ptr_nonnull(d);
+    return d;
+}
+
+START_TEST(record_and_match)
+{
+    char a[4200], b[4200];
+    put("a.h", "typedef float real;\n", a, sizeof a);
+    put("b.h", "#define N 1\n", b, sizeof b);
+    /* relative paths are taken against the working directory given */
+    const char *paths[] = {"a.h", b};
+    kpc_deps *d = NULL;
+    ck_assert_int_eq(kpc_manifest_deps_record(paths, 2, dir, later(), &d), KPC_OK);
+    ck_assert_uint_eq(d->count, 2);
+    ck_assert_str_eq(d->files[0].path, a);
+    ck_assert_uint_eq(d->files[0].size, strlen("typedef float real;\n"));
+    ck_assert(kpc_manifest_deps_match(d));
+
+    /* same size, other bytes: caught (the ctime moved, so it is re-hashed) */
+    ts_write_file(a, "typedef doubl real;\n", strlen("typedef doubl real;\n"));
+    ck_assert(!kpc_manifest_deps_match(d));
+    /* the old bytes back: matches again (by content) */
+    ts_write_file(a, "typedef float real;\n", strlen("typedef float real;\n"));
+    ck_assert(kpc_manifest_deps_match(d));
+    /* other bytes with the old mtime put back: the ctime still tells */
+    ts_write_file(a, "typedef doubl real;\n", strlen("typedef doubl real;\n"));
+    struct timespec times[2] = {{0, UTIME_OMIT}, {d->files[0].mtime_ns / SEC, d->files[0].mtime_ns % SEC}};
+    ck_assert_int_eq(utimensat(AT_FDCWD, a, times, 0), 0);
+    ck_assert(!kpc_manifest_deps_match(d));
+    ts_write_file(a, "typedef float real;\n", strlen("typedef float real;\n"));
+    /* touched, same bytes: still a match */
+    ck_assert_int_eq(utimensat(AT_FDCWD, a, NULL, 0), 0);
+    ck_assert(kpc_manifest_deps_match(d));
+    /* gone: a mismatch, never a stale hit */
+    ck_assert_int_eq(unlink(b), 0);
+    ck_assert(!kpc_manifest_deps_match(d));
+    /* a directory where the file was */
+    ck_assert_int_eq(mkdir(b, 0700), 0);
+    ck_assert(!kpc_manifest_deps_match(d));
+    kpc_manifest_deps_free(d);
+
+    /* a relative path without a working directory is refused */
+    ck_assert_int_eq(kpc_manifest_deps_record(paths, 2, NULL, later(), &d), KPC_E_INVALID);
+    /* a missing file cannot be recorded */
+    const char *missing[] = {"/nonexistent/kpc/x.h"};
+    ck_assert_int_eq(kpc_manifest_deps_record(missing, 1, NULL, later(), &d), KPC_E_NOT_FOUND);
+    /* none: no list */
+    ck_assert_int_eq(kpc_manifest_deps_record(NULL, 0, NULL, later(), &d), KPC_OK);
+    ck_assert_ptr_null(d);
+    ck_assert(kpc_manifest_deps_match(NULL));
+}
+END_TEST
+
+START_TEST(record_refuses_recent)
+{
+    /* written now and compiled now: the compiler may have read other bytes than the ones
+     * hashed afterwards, so the outcome must not be recorded */
+    char a[4200];
+    put("a.h", "x", a, sizeof a);
+    const char *paths[] = {a};
+    kpc_deps *d = NULL;
+    ck_assert_int_eq(kpc_manifest_deps_record(paths, 1, NULL, kpc__wall_ns(), &d), KPC_E_NOT_FOUND);
+    ck_assert_ptr_null(d);
+    /* a compile that began more than a second after the write is fine */
+    ck_assert_int_eq(kpc_manifest_deps_record(paths, 1, NULL, kpc__wall_ns() + SEC + SEC / 10, &d),
+                     KPC_OK);
+    kpc_manifest_deps_free(d);
+}
+END_TEST
+
+START_TEST(symlinked_header)
+{
+    char a[4200], b[4200], c[4200], link[4200];
+    put("a.h", "#define V 1\n", a, sizeof a);
+    put("b.h", "#define V 2\n", b, sizeof b);
+    put("c.h", "#define V 1\n", c, sizeof c);
+    snprintf(link, sizeof link, "%s/v.h", dir);
+    ck_assert_int_eq(symlink(a, link), 0);
+    kpc_deps *d = record1(link);
+    ck_assert_str_eq(d->files[0].path, link); /* the link's path, not its target's */
+    ck_assert(kpc_manifest_deps_match(d));
+    /* re-pointed at other bytes: a mismatch */
+    ck_assert_int_eq(unlink(link), 0);
+    ck_assert_int_eq(symlink(b, link), 0);
+    ck_assert(!kpc_manifest_deps_match(d));
+    /* re-pointed at the same bytes elsewhere: a match (content decides) */
+    ck_assert_int_eq(unlink(link), 0);
+    ck_assert_int_eq(symlink(c, link), 0);
+    ck_assert(kpc_manifest_deps_match(d));
+    /* the target edited through the link */
+    ts_write_file(c, "#define V 3\n", strlen("#define V 3\n"));
+    ck_assert(!kpc_manifest_deps_match(d));
+    /* dangling */
+    ck_assert_int_eq(unlink(c), 0);
+    ck_assert(!kpc_manifest_deps_match(d));
+    kpc_manifest_deps_free(d);
+}
+END_TEST
+
+/* ---- manifests ---------------------------------------------------------------------- */
+START_TEST(encode_decode)
+{
+    char a[4200], b[4200];
+    put("a.h", "one\n", a, sizeof a);
+    put("b.h", "two\n", b, sizeof b);
+    kpc_deps *da = record1(a), *db = record1(b);
+    kpc_key req = {{1, 2, 3}}, oa, ob;
+    kpc_manifest_object_key(&req, da, &oa);
+    kpc_manifest_object_key(&req, db, &ob);
+    ck_assert_mem_ne(oa.bytes, ob.bytes, 16);
+    ck_assert_mem_ne(oa.bytes, req.bytes, 16);
+    kpc_key same;
+    kpc_manifest_object_key(&req, NULL, &same);
+    ck_assert_mem_eq(same.bytes, req.bytes, 16);
+
+    kpc_manifest m = {0};
+    ck_assert_int_eq(kpc_manifest_add(&m, &oa, KPC_MANIFEST_CODE, da), KPC_OK);
+    ck_assert_int_eq(kpc_manifest_add(&m, &ob, KPC_MANIFEST_LOG, db), KPC_OK);
+    void *buf;
+    size_t size;
+    ck_assert_int_eq(kpc_manifest_encode(&m, &buf, &size), KPC_OK);
+    kpc_manifest back;
+    ck_assert_int_eq(kpc_manifest_decode(buf, size, &back), KPC_OK);
+    ck_assert_uint_eq(back.count, 2);
+    ck_assert_mem_eq(back.entries[0].object.bytes, ob.bytes, 16); /* newest first */
+    ck_assert_uint_eq(back.entries[0].outcome, KPC_MANIFEST_LOG);
+    ck_assert_str_eq(back.entries[1].deps->files[0].path, a);
+    ck_assert_mem_eq(back.entries[1].deps->files[0].digest, da->files[0].digest, 16);
+    ck_assert_int_eq(back.entries[1].deps->files[0].mtime_ns, da->files[0].mtime_ns);
+    /* both match: the newest wins */
+    ck_assert_ptr_eq(kpc_manifest_match(&back), &back.entries[0]);
+    /* b changes: a's entry answers */
+    ts_write_file(b, "TWO\n", 4);
+    ck_assert_ptr_eq(kpc_manifest_match(&back), &back.entries[1]);
+    ts_write_file(a, "ONE\n", 4);
+    ck_assert_ptr_null(kpc_manifest_match(&back));
+    kpc_manifest_free(&back);
+
+    /* every truncation and a flipped byte in the header are refused, never misread */
+    for (size_t cut = 0; cut < size; cut++)
+        ck_assert_int_eq(kpc_manifest_decode(buf, cut, &back), KPC_E_CORRUPT);
+    uint8_t *bytes = buf;
+    bytes[3] ^= 1;
+    ck_assert_int_eq(kpc_manifest_decode(buf, size, &back), KPC_E_CORRUPT);
+    bytes[3] ^= 1;
+    bytes[12] = 200; /* entry count past the maximum */
+    ck_assert_int_eq(kpc_manifest_decode(buf, size, &back), KPC_E_CORRUPT);
+    free(buf);
+    kpc_manifest_free(&m);
+    kpc_manifest_deps_free(da);
+    kpc_manifest_deps_free(db);
+}
+END_TEST
+
+START_TEST(entries_replace_and_cap)
+{
+    char a[4200];
+    put("a.h", "x\n", a, sizeof a);
+    kpc_deps *d = record1(a);
+    kpc_manifest m = {0};
+    kpc_key k[KPC_MANIFEST_MAX_ENTRIES + 3];
+    for (size_t i = 0; i < KPC_MANIFEST_MAX_ENTRIES + 3; i++) {
+        memset(&k[i], 0, sizeof k[i]);
+        k[i].bytes[0] = (uint8_t)(i + 1);
+        ck_assert_int_eq(kpc_manifest_add(&m, &k[i], KPC_MANIFEST_CODE, d), KPC_OK);
+    }
+    ck_assert_uint_eq(m.count, KPC_MANIFEST_MAX_ENTRIES);
+    ck_assert_uint_eq(m.entries[0].object.bytes[0], KPC_MANIFEST_MAX_ENTRIES + 3);
+    ck_assert_uint_eq(m.entries[KPC_MANIFEST_MAX_ENTRIES - 1].object.bytes[0], 4); /* 1..3 dropped */
+    /* adding an object already listed moves it first, no duplicate */
+    ck_assert_int_eq(kpc_manifest_add(&m, &k[5], KPC_MANIFEST_LOG, d), KPC_OK);
+    ck_assert_uint_eq(m.count, KPC_MANIFEST_MAX_ENTRIES);
+    ck_assert_uint_eq(m.entries[0].object.bytes[0], 6);
+    ck_assert_uint_eq(m.entries[0].outcome, KPC_MANIFEST_LOG);
+    size_t seen = 0;
+    for (size_t i = 0; i < m.count; i++)
+        seen += m.entries[i].object.bytes[0] == 6;
+    ck_assert_uint_eq(seen, 1);
+    kpc_manifest_free(&m);
+    kpc_manifest_deps_free(d);
+}
+END_TEST
+
+START_TEST(needs_cwd)
+{
+    struct {
+        const char *opts[3];
+        size_t n;
+        bool want;
+    } cases[] = {
+        {{"-O3"}, 1, false},
+        {{"-I/abs/headers"}, 1, false},
+        {{"-I./headers"}, 1, true},
+        {{"-Iheaders"}, 1, true},
+        {{"-I", "headers"}, 2, true},
+        {{"-I", "/abs"}, 2, false},
+        {{"-isystem", "inc"}, 2, true},
+        {{"-isystem/abs"}, 1, false},
+        {{"-include", "pre.h"}, 2, true},
+        {{"-include", "/abs/pre.h"}, 2, false},
+        {{"--include-path=rel"}, 1, true},
+        {{"--pre-include=/abs/x.h"}, 1, false},
+        {{"-iquote", "q"}, 2, true},
+        {{"-DX=1", "-I/a", "-Irel"}, 3, true},
+    };
+    for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+        kpc_source s = ts_src("x", "k.hip");
+        s.options = cases[i].opts;
+        s.num_options = cases[i].n;
+        ck_assert_msg(kpc_manifest_needs_cwd(&s, false) == cases[i].want, "case %zu", i);
+    }
+    /* NVRTC searches the source's directory: a relative name counts, unless told not to */
+    kpc_source s = ts_src("x", "k.cu");
+    ck_assert(!kpc_manifest_needs_cwd(&s, false));
+    ck_assert(kpc_manifest_needs_cwd(&s, true));
+    const char *nsi[] = {"--no-source-include"};
+    s.options = nsi;
+    s.num_options = 1;
+    ck_assert(!kpc_manifest_needs_cwd(&s, true));
+    s = ts_src("x", "/abs/k.cu");
+    ck_assert(!kpc_manifest_needs_cwd(&s, true));
+}
+END_TEST
+
+static Suite *suite(void)
+{
+    Suite *s = suite_create("manifest");
+    TCase *tc = tcase_create("manifest");
+    tcase_add_checked_fixture(tc, setup, teardown);
+    tcase_add_test(tc, depfile_real_shape);
+    tcase_add_test(tc, depfile_escapes);
+    tcase_add_test(tc, record_and_match);
+    tcase_add_test(tc, record_refuses_recent);
+    tcase_add_test(tc, symlinked_header);
+    tcase_add_test(tc, encode_decode);
+    tcase_add_test(tc, entries_replace_and_cap);
+    tcase_add_test(tc, needs_cwd);
+    suite_add_tcase(s, tc);
+    return s;
+}
+
+int main(void)
+{
+    return ts_run_suite(suite());
+}
