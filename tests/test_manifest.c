@@ -7,6 +7,7 @@
 #define _GNU_SOURCE
 #include "../src/core/manifest.h"
 #include "../src/platform/amd_deps.h"
+#include "../src/platform/include_scan.h"
 #include "support.h"
 
 #include <fcntl.h>
@@ -333,6 +334,66 @@ START_TEST(needs_cwd)
 }
 END_TEST
 
+
+/* ---- the include scan (NVRTC has no dependency output) ----------------------------- */
+static bool listed(char **paths, size_t n, const char *path)
+{
+    for (size_t i = 0; i < n; i++)
+        if (strcmp(paths[i], path) == 0)
+            return true;
+    return false;
+}
+
+START_TEST(include_scan)
+{
+    char p[4200], inc[4200], sub[4200];
+    snprintf(inc, sizeof inc, "%s/inc", dir);
+    snprintf(sub, sizeof sub, "%s/inc/sub", dir);
+    ck_assert_int_eq(kpc__mkdir_p(sub, 0700), 0);
+    put("inc/a.h", "#pragma once\n  #  include \"sub/b.h\"\n#include <mem.h>\n", p, sizeof p);
+    put("inc/sub/b.h", "#include \"c.h\"\n#include <absent.h>\n", p, sizeof p);
+    put("inc/sub/c.h", "#include \"../a.h\"\n", p, sizeof p); /* a cycle back to a.h */
+    put("inc/pre.h", "#define PRE 1\n", p, sizeof p);
+    put("mem.h", "on disk but given in memory\n", p, sizeof p);
+    char opt_i[4300], opt_pre[4300];
+    snprintf(opt_i, sizeof opt_i, "-I%s", inc);
+    snprintf(opt_pre, sizeof opt_pre, "--pre-include=%s/pre.h", inc);
+    const char *opts[] = {opt_i, opt_pre};
+    const char *hn[] = {"mem.h"}, *hs[] = {"#include \"a.h\"\n"};
+    kpc_source s = ts_src("#include \"a.h\"\n__global__ void k() {}\n", "k.cu");
+    s.options = opts;
+    s.num_options = 2;
+    s.header_names = hn;
+    s.header_sources = hs;
+    s.num_headers = 1;
+    char **paths;
+    size_t n;
+    ck_assert_int_eq(kpc_include_scan(&s, &paths, &n), KPC_OK);
+    char a[4300], b[4300], c[4300], pre[4300];
+    snprintf(a, sizeof a, "%s/a.h", inc);
+    snprintf(b, sizeof b, "%s/sub/b.h", inc);
+    snprintf(c, sizeof c, "%s/sub/c.h", inc);
+    snprintf(pre, sizeof pre, "%s/pre.h", inc);
+    ck_assert(listed(paths, n, a));
+    ck_assert(listed(paths, n, b)); /* nested, through the includer's directory */
+    ck_assert(listed(paths, n, c));
+    ck_assert(listed(paths, n, pre));
+    /* c.h's "../a.h" is a.h by another path: listed (a path can be re-pointed), read once */
+    snprintf(pre, sizeof pre, "%s/sub/../a.h", inc);
+    ck_assert(listed(paths, n, pre));
+    ck_assert_uint_eq(n, 5); /* mem.h is in memory, absent.h nowhere, each path once */
+    kpc_manifest_paths_free(paths, n);
+
+    /* a computed include: unknown, so not cached */
+    kpc_source m = ts_src("#define H \"a.h\"\n#include H\n", "k.cu");
+    ck_assert_int_eq(kpc_include_scan(&m, &paths, &n), KPC_E_NOT_FOUND);
+    /* nothing included: no files */
+    kpc_source none = ts_src("__global__ void k() {}\n", "k.cu");
+    ck_assert_int_eq(kpc_include_scan(&none, &paths, &n), KPC_OK);
+    ck_assert_uint_eq(n, 0);
+}
+END_TEST
+
 static Suite *suite(void)
 {
     Suite *s = suite_create("manifest");
@@ -346,6 +407,7 @@ static Suite *suite(void)
     tcase_add_test(tc, encode_decode);
     tcase_add_test(tc, entries_replace_and_cap);
     tcase_add_test(tc, needs_cwd);
+    tcase_add_test(tc, include_scan);
     suite_add_tcase(s, tc);
     return s;
 }
