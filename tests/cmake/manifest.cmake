@@ -2,3 +2,4 @@
 # the whole path through real hipRTC (test_manifest_rtc).
 kpc_check_test(test_manifest LABELS "manifest")
 target_include_directories(test_manifest PRIVATE ${PROJECT_SOURCE_DIR}/src)
+kpc_check_test(test_manifest_rtc LABELS "manifest" TIMEOUT 600)
