@@ -12,7 +12,7 @@
 #   scripts/bench.sh                    the full run (7 to 15 min on 2 cores)
 #   scripts/bench.sh --quick            fewer repeats and smaller sizes: a smoke test; it
 #                                       prints the table but leaves docs/ alone
-#   scripts/bench.sh --only storm,disk  some of: hit xproc storm index disk ccache
+#   scripts/bench.sh --only storm,disk  some of: hit xproc storm index disk ccache manifest
 #   scripts/bench.sh --no-docs          do not touch docs/benchmarks.md
 #   scripts/bench.sh --render DIR       no run: render DIR/rows.tsv (with DIR/machine.txt,
 #                                       DIR/command.txt, DIR/section.txt), e.g. what
@@ -28,6 +28,8 @@
 #   bench_disk --files 100000      5  kpc ls / verify / prune over 100k files, on /tmp
 #                                     (the disk) and on /dev/shm (tmpfs: no device cost)
 #   bench_ccache                   6  ccache + hipcc against kpc compile, cold and warm
+#   bench_manifest                 7  the hit of a source with 50 included files (in-memory
+#                                     and new process) beside the same headers in memory
 set -euo pipefail
 cd "$(dirname "$0")/.."
 root=$PWD
@@ -209,6 +211,7 @@ if ((quick)); then
   want index && step index "$bin/bench_index" --sizes 1000,64000 --rounds 5
   want disk && step disk "$bin/bench_disk" --files 10000 --runs 1
   want ccache && step ccache "$bin/bench_ccache" --files 1 --runs 2
+  want manifest && step manifest "$bin/bench_manifest" --rounds 5 --runs 3
 else
   want hit && step hit "$bin/bench_hit"
   want xproc && step xproc "$bin/bench_xproc"
@@ -219,6 +222,7 @@ else
     [ -d /dev/shm ] && KPC_BENCH_TMP=/dev/shm step disk-tmpfs "$bin/bench_disk" --files 100000 --tag tmpfs
   fi
   want ccache && step ccache "$bin/bench_ccache"
+  want manifest && step manifest "$bin/bench_manifest"
 fi
 echo "bench: all done in $(($(date +%s) - start)) s; load average now $(cut -d' ' -f1-3 /proc/loadavg)" \
   | tee -a "$log" >&2

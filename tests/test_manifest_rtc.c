@@ -5,8 +5,8 @@
  * again without a compile; another working directory: the compile error, not the old
  * object), each way a file gets in (-include, -isystem, a nested include, a symlink),
  * a change seen by a process that holds the program in its map, a missing header's
- * failure retried once the header appears, the race rule, and requests that read no
- * file keeping today's path.
+ * failure retried once the header appears, the race rule, requests that read no file
+ * keeping today's path, and what a name expression without a lowered name gives.
  *
  * Every "process" is a forked child that opens its own cache, changes to its working
  * directory, makes one or more requests and reports through shared memory; the parent
@@ -21,7 +21,9 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/mman.h>
+#include <fcntl.h>
 #include <sys/stat.h>
+#include <time.h>
 #include <unistd.h>
 #include <xxhash.h>
 
@@ -310,13 +312,24 @@ START_TEST(missing_header_retried)
 END_TEST
 
 /* ---- the race rule: a file edited just before the compile --------------------------- */
+static void set_mtime(const char *rel, int64_t offset_s)
+{
+    char path[4200];
+    snprintf(path, sizeof path, "%s/%s", work, rel);
+    struct timespec times[2] = {{0, UTIME_OMIT}, {time(NULL) + offset_s, 0}};
+    ck_assert_int_eq(utimensat(AT_FDCWD, path, times, 0), 0);
+}
+
 START_TEST(recent_edit_not_cached)
 {
     const char *opts[] = {"-I./headers"};
     kpc_source src = ts_src("#include \"test_header1.h\"\n" KERNEL, "hipSource.hip");
     src.options = opts;
     src.num_options = 1;
-    put("w1/headers/test_header1.h", FLOAT_H); /* no settle: too recent to trust */
+    put("w1/headers/test_header1.h", FLOAT_H);
+    /* changed "now" for every compile of the next seconds, however slow this machine
+     * (a sanitizer build) makes them: its mtime a minute ahead */
+    set_mtime("w1/headers/test_header1.h", 60);
     job j = {.cwd = "w1", .src = src};
     outcome a = run(&j);
     ck_assert_int_eq(a.status[0], KPC_OK);
@@ -324,6 +337,8 @@ START_TEST(recent_edit_not_cached)
     outcome b = run(&j);
     ck_assert_uint_eq(b.builds, 1); /* not cached: compiled again, same bytes */
     ck_assert_uint_eq(b.digest[0], a.digest[0]);
+    /* in the past now; its ctime (set by that change) ages past the second */
+    set_mtime("w1/headers/test_header1.h", -60);
     settle();
     outcome c = run(&j); /* old enough now: cached */
     ck_assert_uint_eq(c.builds, 1);
@@ -375,6 +390,62 @@ START_TEST(host_headers_and_none)
 }
 END_TEST
 
+
+/* ---- a name expression the compiler gave no lowered name for --------------------------- */
+START_TEST(refused_name_expression)
+{
+#ifndef KPC_PLATFORM_NVIDIA
+    const char *code = "template <typename T> __global__ void k(T *x) { x[0] = 1; }\n"
+                       "__global__ void plain(float *x) { x[0] = 2; }\n";
+    const char *exprs[] = {"k<float>", "(void(*)(float*))plain"};
+    kpc_source src = ts_src(code, "names.hip");
+    src.name_expressions = exprs;
+    src.num_name_expressions = 2;
+    for (int round = 0; round < 2; round++) { /* built, then read back from disk */
+        kpc_cache *c = ts_open(dir, 0, 0);
+        kpc_context *ctx = ts_context(c);
+        kpc_program *p = NULL;
+        ck_assert_int_eq(kpc_program_get(ctx, &src, &p), KPC_OK);
+        ck_assert_str_eq(kpc_program_lowered_name(p, "k<float>"), "_Z1kIfEvPT_");
+        ck_assert_ptr_null(kpc_program_lowered_reason(p, "k<float>"));
+        /* accepted, but no lowered name: "" (kpc.h), and the compiler's reason kept */
+        ck_assert_str_eq(kpc_program_lowered_name(p, exprs[1]), "");
+        ck_assert_str_eq(kpc_program_lowered_reason(p, exprs[1]), "HIPRTC_ERROR_NAME_EXPRESSION_NOT_VALID");
+        ck_assert_ptr_null(kpc_program_lowered_name(p, "not<given>"));
+        kpc_stats st;
+        kpc_stats_get(c, &st);
+        ck_assert_uint_eq(st.builds, round == 0 ? 1 : 0);
+        kpc_program_release(p);
+        kpc_context_destroy(ctx);
+        kpc_cache_close(c);
+    }
+    /* kpc compile prints the reason */
+    char file[4200];
+    snprintf(file, sizeof file, "%s/names.hip", work);
+    ts_write_file(file, code, strlen(code));
+    const char *argv[] = {getenv("KPC_TOOL"), "compile", "--target", ts_target(), "--cache-dir", dir,
+                          "--name-expr", exprs[0], "--name-expr", exprs[1], file, NULL};
+    char *out = NULL, *err = NULL;
+    ck_assert_int_eq(ts_exec(argv, NULL, &out, &err), 0);
+    ck_assert_msg(strstr(out, "_Z1kIfEvPT_") != NULL, "%s", out);
+    ck_assert_msg(strstr(out, "HIPRTC_ERROR_NAME_EXPRESSION_NOT_VALID") != NULL, "%s", out);
+    free(out);
+    free(err);
+    /* one it rejects while compiling fails the request, with the compiler's diagnostic */
+    const char *bad[] = {"nothere<int>"};
+    src.name_expressions = bad;
+    src.num_name_expressions = 1;
+    kpc_cache *c = ts_open(dir, 0, 0);
+    kpc_context *ctx = ts_context(c);
+    kpc_program *p = NULL;
+    ck_assert_int_eq(kpc_program_get(ctx, &src, &p), KPC_E_COMPILE);
+    ck_assert_msg(strstr(kpc_last_log(), "nothere") != NULL, "%s", kpc_last_log());
+    kpc_context_destroy(ctx);
+    kpc_cache_close(c);
+#endif
+}
+END_TEST
+
 static Suite *suite(void)
 {
     Suite *s = suite_create("manifest_rtc");
@@ -387,6 +458,7 @@ static Suite *suite(void)
     tcase_add_test(tc, missing_header_retried);
     tcase_add_test(tc, recent_edit_not_cached);
     tcase_add_test(tc, host_headers_and_none);
+    tcase_add_test(tc, refused_name_expression);
     suite_add_tcase(s, tc);
     return s;
 }

@@ -1,7 +1,7 @@
 /*
  * manifest.c - dependency lists (the files a compile read), the manifest that maps a
- * request key to its outcomes, their serialization, the check against the file
- * system, and the parser for the make-format dependency files compilers write.
+ * request key to its outcomes, their serialization and the check against the file
+ * system.
  * The rules (what a match is, the one-second race rule) are in manifest.h.
  *
  * Invariants: a kpc_deps is one allocation whose paths point into itself, immutable
@@ -10,6 +10,7 @@
  */
 #define _GNU_SOURCE
 #include "core/manifest.h"
+#include "base/log.h"
 
 #include <errno.h>
 #include <fcntl.h>
@@ -482,130 +483,4 @@ bool kpc_manifest_needs_cwd(const kpc_source *src, bool source_dir_searched)
         }
     }
     return source_dir_searched && !no_source_include && (src->name == NULL || src->name[0] != '/');
-}
-
-/* ---- dependency files ------------------------------------------------------------- */
-void kpc_manifest_paths_free(char **paths, size_t n)
-{
-    for (size_t i = 0; paths && i < n; i++)
-        free(paths[i]);
-    free(paths);
-}
-
-/* The next word of a make rule, unescaped into a malloc'd string; NULL at the end (or
- * on ENOMEM: *nomem). A backslash-newline is a space. */
-static char *next_word(const char *text, size_t len, size_t *pos, bool *nomem)
-{
-    size_t i = *pos;
-    for (;;) { /* skip blanks and continuations */
-        while (i < len && (text[i] == ' ' || text[i] == '\t' || text[i] == '\n' || text[i] == '\r'))
-            i++;
-        if (i + 1 < len && text[i] == '\\' && (text[i + 1] == '\n' || text[i + 1] == '\r')) {
-            i += 2;
-            continue;
-        }
-        break;
-    }
-    if (i >= len) {
-        *pos = i;
-        return NULL;
-    }
-    char *w = malloc(len - i + 1), *o = w;
-    if (w == NULL) {
-        *nomem = true;
-        return NULL;
-    }
-    while (i < len && text[i] != ' ' && text[i] != '\t' && text[i] != '\n' && text[i] != '\r') {
-        if (text[i] == '\\') {
-            size_t k = 0;
-            while (i + k < len && text[i + k] == '\\')
-                k++;
-            char next = i + k < len ? text[i + k] : '\0';
-            if (next == ' ') { /* 2m+1 backslashes then a space: m backslashes and the space */
-                for (size_t b = 0; b < (k - 1) / 2; b++)
-                    *o++ = '\\';
-                *o++ = ' ';
-                i += k + 1;
-                continue;
-            }
-            if (next == '#' && k == 1) {
-                *o++ = '#';
-                i += 2;
-                continue;
-            }
-            if ((next == '\n' || next == '\r') && k == 1)
-                break; /* a continuation ends the word */
-            for (size_t b = 0; b < k; b++)
-                *o++ = '\\';
-            i += k;
-            continue;
-        }
-        if (text[i] == '$' && i + 1 < len && text[i + 1] == '$') {
-            *o++ = '$';
-            i += 2;
-            continue;
-        }
-        *o++ = text[i++];
-    }
-    *o = '\0';
-    *pos = i;
-    return w;
-}
-
-kpc_status kpc_manifest_parse_depfile(const char *text, size_t len, char **target, char ***paths,
-                                      size_t *n)
-{
-    *target = NULL;
-    *paths = NULL;
-    *n = 0;
-    size_t pos = 0, cap = 0;
-    bool nomem = false;
-    char *t = next_word(text, len, &pos, &nomem);
-    if (t == NULL)
-        return nomem ? KPC_E_NOMEM : KPC_E_CORRUPT;
-    size_t tl = strlen(t);
-    if (tl > 0 && t[tl - 1] == ':') {
-        t[tl - 1] = '\0';
-    } else { /* "target :" */
-        char *colon = next_word(text, len, &pos, &nomem);
-        bool ok = colon && strcmp(colon, ":") == 0;
-        free(colon);
-        if (!ok) {
-            free(t);
-            return nomem ? KPC_E_NOMEM : KPC_E_CORRUPT;
-        }
-    }
-    char **v = NULL;
-    size_t count = 0;
-    for (;;) {
-        /* the first rule only: a newline not escaped ends it */
-        size_t i = pos;
-        while (i < len && (text[i] == ' ' || text[i] == '\t'))
-            i++;
-        if (i >= len || text[i] == '\n' || text[i] == '\r')
-            break;
-        char *w = next_word(text, len, &pos, &nomem);
-        if (w == NULL)
-            break;
-        if (count == cap) {
-            cap = cap ? cap * 2 : 16;
-            char **nv = realloc(v, cap * sizeof *nv);
-            if (nv == NULL) {
-                free(w);
-                nomem = true;
-                break;
-            }
-            v = nv;
-        }
-        v[count++] = w;
-    }
-    if (nomem) {
-        kpc_manifest_paths_free(v, count);
-        free(t);
-        return KPC_E_NOMEM;
-    }
-    *target = t;
-    *paths = v;
-    *n = count;
-    return KPC_OK;
 }

@@ -31,7 +31,8 @@
 #ifndef KPC_CORE_MANIFEST_H
 #define KPC_CORE_MANIFEST_H
 
-#include "kpc_internal.h" /* kpc_key, kpc_status */
+#include "base/util.h" /* kpc_key */
+#include "kpc/kpc.h"
 
 #include <stdbool.h>
 #include <stddef.h>
@@ -114,17 +115,5 @@ kpc_status kpc_manifest_add(kpc_manifest *m, const kpc_key *object, uint32_t out
  * name counts too.
  */
 bool kpc_manifest_needs_cwd(const kpc_source *src, bool source_dir_searched);
-
-/* ---- dependency files (make format, as clang -MD writes them) ---------------------- */
-/*
- * Parse a make-format dependency file: the first rule's target and its prerequisites,
- * unescaped (clang escapes ' ' as "\ " with the backslashes before it doubled, '#' as
- * "\#", '$' as "$$"; lines continue with a backslash-newline). *target and every
- * (*paths)[i] are malloc'd, *paths too (kpc_manifest_paths_free). KPC_E_CORRUPT when
- * there is no rule.
- */
-kpc_status kpc_manifest_parse_depfile(const char *text, size_t len, char **target, char ***paths,
-                                      size_t *n);
-void kpc_manifest_paths_free(char **paths, size_t n);
 
 #endif /* KPC_CORE_MANIFEST_H */

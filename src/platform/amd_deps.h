@@ -4,11 +4,11 @@
 #ifndef KPC_PLATFORM_AMD_DEPS_H
 #define KPC_PLATFORM_AMD_DEPS_H
 
-#include "kpc_internal.h"
+#include "kpc/kpc.h"
 
-/* Create an empty temporary file for -MF; path gets its name ("" on failure). */
-kpc_status kpc_amd_deps_open(char *path, size_t cap);
-/* Read, parse and remove the dependency file; *paths (kpc_manifest_paths_free) gets
+#include <stddef.h>
+
+/* Read, parse and remove the dependency file; *paths (kpc_depfile_paths_free) gets
  * the files outside comgr's temporary directory, in the compiler's order (NULL, 0 when
  * none). KPC_E_NOT_FOUND when the compile wrote no usable file (dependencies unknown). */
 kpc_status kpc_amd_deps_collect(const char *depfile, char ***paths, size_t *n);

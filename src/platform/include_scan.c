@@ -24,6 +24,9 @@
  */
 #define _GNU_SOURCE
 #include "platform/include_scan.h"
+#include "base/log.h"
+#include "base/util.h"
+#include "platform/depfile.h"
 
 #include <sys/types.h>
 
@@ -248,7 +251,7 @@ kpc_status kpc_include_scan(const kpc_source *src, char ***paths, size_t *n)
             scan_file(&s, k);
     free(s.info);
     if (s.unknown || s.nomem) {
-        kpc_manifest_paths_free(s.found, s.nfound);
+        kpc_depfile_paths_free(s.found, s.nfound);
         return s.nomem ? KPC_E_NOMEM : KPC_E_NOT_FOUND;
     }
     *paths = s.found;

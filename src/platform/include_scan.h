@@ -5,11 +5,13 @@
 #ifndef KPC_PLATFORM_INCLUDE_SCAN_H
 #define KPC_PLATFORM_INCLUDE_SCAN_H
 
-#include "core/manifest.h"
+#include "kpc/kpc.h"
+
+#include <stddef.h>
 
 /* The files src may read from disk under NVRTC's search rules (paths relative to the
  * working directory where the options or the source name are). *paths: malloc'd
- * (kpc_manifest_paths_free), NULL and 0 when none. KPC_E_NOT_FOUND: a computed include
+ * (kpc_depfile_paths_free), NULL and 0 when none. KPC_E_NOT_FOUND: a computed include
  * or too many files (dependencies unknown: do not cache); KPC_E_NOMEM. */
 kpc_status kpc_include_scan(const kpc_source *src, char ***paths, size_t *n);
 
