@@ -372,7 +372,9 @@ START_TEST(include_scan)
     s.num_headers = 1;
     char **paths;
     size_t n;
-    ck_assert_int_eq(kpc_include_scan(&s, &paths, &n), KPC_OK);
+    bool unresolved;
+    ck_assert_int_eq(kpc_include_scan(&s, &paths, &n, &unresolved), KPC_OK);
+    ck_assert(unresolved); /* absent.h */
     char a[4300], b[4300], c[4300], pre[4300];
     snprintf(a, sizeof a, "%s/a.h", inc);
     snprintf(b, sizeof b, "%s/sub/b.h", inc);
@@ -390,11 +392,17 @@ START_TEST(include_scan)
 
     /* a computed include: unknown, so not cached */
     kpc_source m = ts_src("#define H \"a.h\"\n#include H\n", "k.cu");
-    ck_assert_int_eq(kpc_include_scan(&m, &paths, &n), KPC_E_NOT_FOUND);
+    ck_assert_int_eq(kpc_include_scan(&m, &paths, &n, &unresolved), KPC_E_NOT_FOUND);
     /* nothing included: no files */
     kpc_source none = ts_src("__global__ void k() {}\n", "k.cu");
-    ck_assert_int_eq(kpc_include_scan(&none, &paths, &n), KPC_OK);
+    ck_assert_int_eq(kpc_include_scan(&none, &paths, &n, &unresolved), KPC_OK);
     ck_assert_uint_eq(n, 0);
+    ck_assert(!unresolved);
+    /* every include found (on disk or in memory): nothing unresolved */
+    put("inc/sub/b.h", "#include \"c.h\"\n", p, sizeof p);
+    ck_assert_int_eq(kpc_include_scan(&s, &paths, &n, &unresolved), KPC_OK);
+    ck_assert(!unresolved);
+    kpc_depfile_paths_free(paths, n);
 }
 END_TEST
 

@@ -149,8 +149,12 @@ kpc_status kpc_compile_run(const kpc_compiler *c, const char *target, const kpc_
             b->deps = paths, b->num_deps = n;
         else
             kpc_depfile_paths_free(paths, n);
-    } else if (outcome && c->deps_scan)
-        d = c->deps_scan(src, &b->deps, &b->num_deps);
+    } else if (outcome && c->deps_scan) {
+        bool unresolved = false;
+        d = c->deps_scan(src, &b->deps, &b->num_deps, &unresolved);
+        if (d == KPC_OK && unresolved && s == KPC_E_COMPILE)
+            d = KPC_E_NOT_FOUND; /* perhaps a missing header: retried, never cached */
+    }
     if (d == KPC_E_NOMEM && s == KPC_OK)
         s = KPC_E_NOMEM;
     else if (d != KPC_OK)

@@ -14,9 +14,11 @@
  *   - every existing candidate is a dependency, not only the first one (NVRTC takes
  *     the first, but an extra file in the manifest can only cause a recompile);
  *   - a directive inside a comment or an #if 0 is resolved too (more files, not fewer);
- *   - a name found nowhere is NVRTC's built-in header or an error: not a dependency
- *     (a header that appears later in an earlier directory is the one blind spot, as
- *     for ccache);
+ *   - a name found nowhere is NVRTC's built-in header or a missing one: not a
+ *     dependency, but said (*unresolved), because a compile error may be that absence,
+ *     which no manifest records: such a failure is not cached (platform/compile.c), so
+ *     it is retried once the header appears (a header that appears later in an
+ *     earlier directory is the one blind spot, as for ccache);
  *   - a computed include (`#include MACRO`) cannot be resolved without preprocessing:
  *     KPC_E_NOT_FOUND, dependencies unknown, the outcome is not cached.
  *
@@ -54,7 +56,7 @@ typedef struct scan {
     char **found; /* dependency paths, each once; a file reached by two paths has both */
     found_file *info;
     size_t nfound, cap;
-    bool unknown, nomem;
+    bool unknown, nomem, unresolved;
 } scan;
 
 static bool in_memory(const scan *s, const char *name)
@@ -65,24 +67,24 @@ static bool in_memory(const scan *s, const char *name)
     return false;
 }
 
-/* path names an existing regular file: add it (once). Its includes are read later, by
+/* path names an existing regular file (true): add it (once). Its includes are read later, by
  * the loop in kpc_include_scan (a worklist, not recursion: include chains and cycles
  * through "../" would otherwise run deep), and only for the first path to that file. */
-static void consider(scan *s, const char *path)
+static bool consider(scan *s, const char *path)
 {
     struct stat st;
     if (s->unknown || s->nomem || stat(path, &st) != 0 || !S_ISREG(st.st_mode))
-        return;
+        return false;
     bool first = true;
     for (size_t i = 0; i < s->nfound; i++) {
         if (strcmp(s->found[i], path) == 0)
-            return;
+            return true;
         if (s->info[i].dev == st.st_dev && s->info[i].ino == st.st_ino)
             first = false;
     }
     if (s->nfound == SCAN_MAX_FILES) {
         s->unknown = true;
-        return;
+        return true;
     }
     if (s->nfound == s->cap) {
         size_t cap = s->cap ? s->cap * 2 : 32;
@@ -92,7 +94,7 @@ static void consider(scan *s, const char *path)
         found_file *inf = f ? realloc(s->info, cap * sizeof *inf) : NULL;
         if (inf == NULL) {
             s->nomem = true;
-            return;
+            return true;
         }
         s->info = inf;
         s->cap = cap;
@@ -100,10 +102,11 @@ static void consider(scan *s, const char *path)
     char *copy = strdup(path);
     if (copy == NULL) {
         s->nomem = true;
-        return;
+        return true;
     }
     s->info[s->nfound] = (found_file){st.st_dev, st.st_ino, first};
     s->found[s->nfound++] = copy;
+    return true;
 }
 
 static void scan_text(scan *s, const char *text, size_t len, const char *own_dir);
@@ -134,18 +137,20 @@ static void resolve(scan *s, const char *name, const char *own_dir)
     char path[8192];
     if (in_memory(s, name))
         return;
-    if (name[0] == '/') {
-        consider(s, name);
-        return;
+    bool exists = false;
+    if (name[0] == '/')
+        exists = consider(s, name);
+    else {
+        if (own_dir) {
+            snprintf(path, sizeof path, "%s/%s", own_dir, name);
+            exists |= consider(s, path);
+        }
+        for (size_t i = 0; i < s->ndirs; i++) {
+            snprintf(path, sizeof path, "%s/%s", s->dirs[i], name);
+            exists |= consider(s, path);
+        }
     }
-    if (own_dir) {
-        snprintf(path, sizeof path, "%s/%s", own_dir, name);
-        consider(s, path);
-    }
-    for (size_t i = 0; i < s->ndirs; i++) {
-        snprintf(path, sizeof path, "%s/%s", s->dirs[i], name);
-        consider(s, path);
-    }
+    s->unresolved |= !exists;
 }
 
 /* Every include directive of text; own_dir: where the includer lies (NULL: nowhere). */
@@ -212,10 +217,11 @@ static const char *option_path(const kpc_source *src, size_t *i, const char *fla
     return src->options[++*i];
 }
 
-kpc_status kpc_include_scan(const kpc_source *src, char ***paths, size_t *n)
+kpc_status kpc_include_scan(const kpc_source *src, char ***paths, size_t *n, bool *unresolved)
 {
     *paths = NULL;
     *n = 0;
+    *unresolved = false;
     scan s = {.src = src};
     bool source_dir = true;
     for (size_t i = 0; i < src->num_options; i++) {
@@ -238,8 +244,10 @@ kpc_status kpc_include_scan(const kpc_source *src, char ***paths, size_t *n)
     for (size_t i = 0; i < src->num_options && !s.unknown && !s.nomem; i++) {
         const char *p;
         if ((p = option_path(src, &i, "--pre-include")) || (p = option_path(src, &i, "-include"))) {
-            consider(&s, p);
+            bool before = s.unresolved, here = consider(&s, p);
             resolve(&s, p, source_dir ? sdir : NULL);
+            if (here)
+                s.unresolved = before; /* found where it is named */
         }
     }
     size_t len = src->code_len ? src->code_len : strlen(src->code);
@@ -256,5 +264,6 @@ kpc_status kpc_include_scan(const kpc_source *src, char ***paths, size_t *n)
     }
     *paths = s.found;
     *n = s.nfound;
+    *unresolved = s.unresolved;
     return KPC_OK;
 }
