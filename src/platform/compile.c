@@ -73,7 +73,12 @@ kpc_status kpc_compile_run(const kpc_compiler *c, const char *target, const kpc_
     opts[nopts++] = arch;
     /* the dependency file: -MD -MF <file> after the caller's options (the last -MF wins) */
     char depfile[4200] = "";
-    if (c->deps_from_file) {
+    /* the caller's own dependency options (-MM leaves system headers out, -M only
+     * preprocesses) would change what the file says: its files are unknown then */
+    for (size_t i = 0; i < src->num_options; i++)
+        if (strncmp(src->options[i], "-M", 2) == 0)
+            b->deps_unknown = true;
+    if (c->deps_from_file && !b->deps_unknown) {
         if (kpc_depfile_temp(depfile, sizeof depfile) == KPC_OK) {
             opts[nopts++] = "-MD";
             opts[nopts++] = "-MF";
@@ -159,6 +164,11 @@ kpc_status kpc_compile_run(const kpc_compiler *c, const char *target, const kpc_
         s = KPC_E_NOMEM;
     else if (d != KPC_OK)
         b->deps_unknown = true;
+    if (b->deps_unknown) { /* nothing half known is handed on */
+        kpc_depfile_paths_free(b->deps, b->num_deps);
+        b->deps = NULL;
+        b->num_deps = 0;
+    }
     free(reasons);
     free(lowered);
     free(code);
