@@ -134,13 +134,20 @@ static outcome run(job *j)
 #define FLOAT_H "typedef float real;\n"
 #define DOUBLE_H "typedef double real;\n"
 
-/* ---- the issue's four steps ---------------------------------------------------------- */
-START_TEST(four_steps)
+/* The issue's request: its header through -I./headers, relative to the working directory. */
+static kpc_source issue_source(void)
 {
-    const char *opts[] = {"-I./headers"};
+    static const char *const opts[] = {"-I./headers"};
     kpc_source src = ts_src("#include \"test_header1.h\"\n" KERNEL, "hipSource.hip");
     src.options = opts;
     src.num_options = 1;
+    return src;
+}
+
+/* ---- the issue's four steps ---------------------------------------------------------- */
+START_TEST(four_steps)
+{
+    kpc_source src = issue_source();
     job j = {.cwd = "w1", .src = src};
 
     /* 1. float */
@@ -262,10 +269,7 @@ static void to_double(void)
 
 START_TEST(change_seen_by_the_holding_process)
 {
-    const char *opts[] = {"-I./headers"};
-    kpc_source src = ts_src("#include \"test_header1.h\"\n" KERNEL, "hipSource.hip");
-    src.options = opts;
-    src.num_options = 1;
+    kpc_source src = issue_source();
     put("w1/headers/test_header1.h", FLOAT_H);
     settle();
     job j = {.cwd = "w1", .src = src, .between = to_double};
@@ -286,10 +290,7 @@ static void make_header(void)
 
 START_TEST(missing_header_retried)
 {
-    const char *opts[] = {"-I./headers"};
-    kpc_source src = ts_src("#include \"test_header1.h\"\n" KERNEL, "hipSource.hip");
-    src.options = opts;
-    src.num_options = 1;
+    kpc_source src = issue_source();
     put("w1/other", "");
     /* in one process: fails, the header appears, succeeds */
     job j = {.cwd = "w1", .src = src, .between = make_header};
@@ -322,10 +323,7 @@ static void set_mtime(const char *rel, int64_t offset_s)
 
 START_TEST(recent_edit_not_cached)
 {
-    const char *opts[] = {"-I./headers"};
-    kpc_source src = ts_src("#include \"test_header1.h\"\n" KERNEL, "hipSource.hip");
-    src.options = opts;
-    src.num_options = 1;
+    kpc_source src = issue_source();
     put("w1/headers/test_header1.h", FLOAT_H);
     /* changed "now" for every compile of the next seconds, however slow this machine
      * (a sanitizer build) makes them: its mtime a minute ahead */
