@@ -364,6 +364,13 @@ START_TEST(host_headers_and_none)
 #endif
     /* no file read: the record lies under the request key itself, as before manifests */
     kpc_source none = ts_src(ts_kernel_source(3), "none.hip");
+#ifdef KPC_PLATFORM_NVIDIA
+    /* NVRTC searches the source's directory, here the working directory, which would
+     * then be in the key: the option that stops it keeps this request independent of it */
+    static const char *const nsi[] = {"-no-source-include"};
+    none.options = nsi;
+    none.num_options = 1;
+#endif
     put("w1/x", "");
     job n = {.cwd = "w1", .src = none};
     outcome c = run(&n);
@@ -444,6 +451,38 @@ START_TEST(refused_name_expression)
 }
 END_TEST
 
+
+/* ---- a quoted include beside the source: the working directory ------------------------ */
+START_TEST(quoted_include_and_the_working_directory)
+{
+    kpc_source src = ts_src("#include \"test_header1.h\"\n" KERNEL, "hipSource.hip");
+    put("w1/test_header1.h", FLOAT_H);
+    put("w2/test_header1.h", DOUBLE_H);
+    settle();
+    job j = {.cwd = "w1", .src = src};
+    outcome a = run(&j);
+#ifdef KPC_PLATFORM_NVIDIA
+    /* NVRTC searches the source's directory: for a relative name, the working directory,
+     * which is then in the key: two directories, two objects */
+    ck_assert_msg(a.status[0] == KPC_OK, "%s", a.log);
+    j.cwd = "w2";
+    outcome b = run(&j);
+    ck_assert_int_eq(b.status[0], KPC_OK);
+    ck_assert_uint_eq(b.builds, 1);
+    ck_assert_uint_ne(b.digest[0], a.digest[0]);
+    j.cwd = "w1";
+    outcome c = run(&j);
+    ck_assert_uint_eq(c.builds, 0);
+    ck_assert_uint_eq(c.digest[0], a.digest[0]);
+#else
+    /* hipRTC compiles the source from comgr's own directory: a quoted include never
+     * resolves against the working directory (so it is not in this request's key) */
+    ck_assert_int_eq(a.status[0], KPC_E_COMPILE);
+    ck_assert_msg(strstr(a.log, "test_header1.h") != NULL, "log: %s", a.log);
+#endif
+}
+END_TEST
+
 static Suite *suite(void)
 {
     Suite *s = suite_create("manifest_rtc");
@@ -456,6 +495,7 @@ static Suite *suite(void)
     tcase_add_test(tc, missing_header_retried);
     tcase_add_test(tc, recent_edit_not_cached);
     tcase_add_test(tc, host_headers_and_none);
+    tcase_add_test(tc, quoted_include_and_the_working_directory);
     tcase_add_test(tc, refused_name_expression);
     suite_add_tcase(s, tc);
     return s;
