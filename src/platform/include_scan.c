@@ -3,8 +3,9 @@
  *
  * NVRTC (12.x, 13.x) documents no dependency output: its preprocessing options are
  * -D, -U, -I (--include-path), -include (--pre-include) and -no-source-include, and
- * nothing like -MD/-MF. So the NVIDIA platform finds the files itself, erring on the
- * side of more files, never fewer:
+ * NVRTC 13.0 refuses -MD, -M, --dependency-output and
+ * --generate-dependencies-with-compile (NVRTC_ERROR_INVALID_OPTION). So the NVIDIA
+ * platform finds the files itself, erring on the side of more files, never fewer:
  *
  *   - every `#include "x"` / `#include <x>` / `#include_next` in the source, in the
  *     in-memory headers and, recursively, in every file found, is resolved against
