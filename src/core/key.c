@@ -44,10 +44,11 @@
  * of -3 under a key of a request with -I was built without a manifest: never reached) */
 #define KEY_FORMAT "kpc-key-4"
 
-/* NVRTC adds the source's directory to the include path (core/manifest.h) */
+/* NVRTC adds the source's directory to the include path (core/manifest.h): kpc's NVIDIA
+ * platform and the NVRTC drop-in's ("nvrtc") */
 static bool searches_source_dir(const char *platform)
 {
-    return strcmp(platform, "nvidia") == 0;
+    return strcmp(platform, "nvidia") == 0 || strcmp(platform, "nvrtc") == 0;
 }
 
 /* Whether the request's outcome may depend on the working directory; if so, *cwd gets
