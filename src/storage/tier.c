@@ -8,6 +8,7 @@
  */
 #include "storage/tier.h"
 #include "base/log.h"
+#include "storage/remote.h"
 #include "storage/store.h"
 
 #include <stdatomic.h>
@@ -19,6 +20,7 @@ static const struct {
     kpc_tier_open_fn open;
 } tier_table[] = {
     {"disk", kpc_store_tier_open},
+    {"redis", kpc_remote_tier_open}, /* the cluster tier: last, coordinating */
 };
 
 #ifdef KPC_TEST_HOOKS
