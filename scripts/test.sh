@@ -41,3 +41,6 @@ if [ -f /usr/local/cuda/include/nvrtc.h ] && [ -x scripts/test-nvidia.sh ]; then
   echo "== build-nvidia/: the NVIDIA platform (NVRTC + CUDA driver), compile-only here"
   scripts/test-nvidia.sh
 fi
+
+echo "== build-fuzz/: libFuzzer on the record and segment parsers (clang; ${KPC_FUZZ_SECONDS:-20} s each)"
+scripts/fuzz.sh

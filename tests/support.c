@@ -4,6 +4,7 @@
 #define _GNU_SOURCE
 #include "support.h"
 
+#include <dirent.h>
 #include <errno.h>
 #include <fcntl.h>
 #include <ftw.h>
@@ -328,6 +329,29 @@ void ts_record_path(const char *dir, const char *target, const kpc_key *key, con
     kpc_key_hex(key, hex);
     int n = snprintf(out, cap, "%s/v1/%s/%.2s/%s.%s", root, target, hex, hex, ext);
     ck_assert(n > 0 && (size_t)n < cap);
+}
+
+int ts_count_entries(const char *path)
+{
+    DIR *dd = opendir(path);
+    if (dd == NULL)
+        return -1;
+    int n = 0;
+    struct dirent *e;
+    while ((e = readdir(dd)) != NULL)
+        n += strcmp(e->d_name, ".") != 0 && strcmp(e->d_name, "..") != 0;
+    closedir(dd);
+    return n;
+}
+
+int ts_tmp_entries(const char *d)
+{
+    char root[4096], path[4200];
+    if (realpath(d, root) == NULL)
+        return 0;
+    snprintf(path, sizeof path, "%s/v1/tmp", root);
+    int n = ts_count_entries(path);
+    return n < 0 ? 0 : n;
 }
 
 void *ts_read_file(const char *path, size_t *size)

@@ -618,6 +618,100 @@ START_TEST(prune_and_clear_json)
 }
 END_TEST
 
+/* ---- errors the walk meets (issue 13, point 11) --------------------------------------- */
+/* `kpc CMD --cache-dir DIR [--json]` as a user the tree's modes bind: as root (whom modes
+ * do not bind) the tree is handed to uid 65534 and the tool runs as it (setpriv); the
+ * exit status, stdout and stderr. */
+static int kpc_bound(char **out, char **err, const char *cmd, bool json)
+{
+    bool root = geteuid() == 0;
+    if (root) {
+        char *base = strdup(dir), sh[4400];
+        *strrchr(base, '/') = '\0';
+        ck_assert_int_eq(chmod(base, 0755), 0); /* the mkdtemp parent: traversable */
+        snprintf(sh, sizeof sh, "chown -R 65534:65534 '%s'", dir);
+        ck_assert_int_eq(system(sh), 0);
+        free(base);
+    }
+    const char *argv[12];
+    int n = 0;
+    if (root) {
+        argv[n++] = "/usr/bin/setpriv";
+        argv[n++] = "--reuid=65534";
+        argv[n++] = "--regid=65534";
+        argv[n++] = "--clear-groups";
+    }
+    argv[n++] = tool;
+    argv[n++] = cmd;
+    argv[n++] = "--cache-dir";
+    argv[n++] = dir;
+    if (json)
+        argv[n++] = "--json";
+    argv[n] = NULL;
+    return ts_exec(argv, NULL, out, err);
+}
+
+static char *dir_of(const char *path)
+{
+    char *d = strdup(path);
+    *strrchr(d, '/') = '\0';
+    return d;
+}
+
+START_TEST(clear_on_a_read_only_tree_fails_and_says_so)
+{
+    built b[3];
+    populate(b);
+    /* every record's directory read-only: nothing can be removed */
+    char *dirs[3];
+    for (int i = 0; i < 3; i++) {
+        dirs[i] = dir_of(b[i].path);
+        ck_assert_int_eq(chmod(dirs[i], 0500), 0);
+    }
+    char *out = NULL, *err = NULL;
+    int rc = kpc_bound(&out, &err, "clear", false);
+    ck_assert_msg(rc == 1, "clear on a read-only tree exited %d\nstdout: %s\nstderr: %s", rc, out, err);
+    ck_assert_msg(strstr(err, b[0].path) && strstr(err, "ermission denied"),
+                  "the failed removal is not reported:\n%s", err);
+    free(out), free(err);
+    rc = kpc_bound(&out, &err, "clear", true);
+    ck_assert_int_eq(rc, 1);
+    cJSON *j = parse(out);
+    ck_assert(num(j, "removed") == 0 && num(j, "failed") == 3);
+    cJSON_Delete(j);
+    free(out), free(err);
+    for (int i = 0; i < 3; i++) {
+        ck_assert(!is_absent(b[i].path)); /* still there, as reported */
+        chmod(dirs[i], 0700);
+        free(dirs[i]);
+    }
+}
+END_TEST
+
+START_TEST(verify_with_an_unreadable_directory_fails_and_says_so)
+{
+    built b[3];
+    populate(b);
+    char *d = dir_of(b[0].path);
+    ck_assert_int_eq(chmod(d, 0), 0);
+    char *out = NULL, *err = NULL;
+    int rc = kpc_bound(&out, &err, "verify", false);
+    ck_assert_msg(rc == 1, "verify with an unreadable directory exited %d\nstdout: %s\nstderr: %s", rc,
+                  out, err);
+    ck_assert_msg(strstr(err, d) && strstr(err, "ermission denied"),
+                  "the unreadable directory is not reported:\n%s", err);
+    free(out), free(err);
+    /* ls and stats walk too: the same error, the same status */
+    rc = kpc_bound(&out, &err, "ls", false);
+    ck_assert_msg(rc == 1 && strstr(err, d), "ls exited %d:\n%s", rc, err);
+    free(out), free(err);
+    ck_assert_int_eq(chmod(d, 0700), 0);
+    ck_assert_int_eq(kpc_bound(&out, &err, "verify", false), 0);
+    free(out), free(err);
+    free(d);
+}
+END_TEST
+
 /* ---- compile -j ----------------------------------------------------------------------- */
 /* argv for `kpc compile [--json] -j 3 --cache-dir DIR --target T FILE...` (NULL-terminated) */
 static void jobs_argv(const char **argv, bool json, char *const *files, int n)
@@ -762,6 +856,8 @@ int main(void)
     tcase_add_test(tc, ls_json_lists_every_record);
     tcase_add_test(tc, verify_json_reports_and_removes_damage);
     tcase_add_test(tc, prune_and_clear_json);
+    tcase_add_test(tc, clear_on_a_read_only_tree_fails_and_says_so);
+    tcase_add_test(tc, verify_with_an_unreadable_directory_fails_and_says_so);
     suite_add_tcase(s, tc);
     tc = tcase_create("jobs");
     tcase_add_checked_fixture(tc, setup, teardown);

@@ -591,11 +591,14 @@ static int list_or_verify(common *co, bool verify)
     if (rc != EXIT_OK)
         return rc;
     ls_acc acc = {0};
+    kpc_status walked = KPC_OK;
     if (root[0]) {
         kpc_store *st;
         if ((rc = open_store(&set, &st)) != EXIT_OK)
             return rc;
-        kpc_store_walk(st, verify, collect_row, &acc);
+        /* an error the walk met (an unreadable directory) is logged by the walk and fails
+         * the command: what was not read was not checked (issue 13 point 11) */
+        walked = kpc_store_walk(st, verify, collect_row, &acc);
         kpc_store_close(st);
     }
     if (acc.n > 1) /* qsort wants a non-NULL array, even of none */
@@ -650,7 +653,10 @@ static int list_or_verify(common *co, bool verify)
     free(acc.rows);
     if (arr)
         print_json(arr);
-    return verify && (removed || failed_removals) ? EXIT_FAIL : EXIT_OK;
+    if (walked != KPC_OK)
+        fprintf(stderr, "kpc: %s: the walk met errors (above): not every file was %s\n", root,
+                verify ? "checked" : "listed");
+    return walked != KPC_OK || (verify && (removed || failed_removals)) ? EXIT_FAIL : EXIT_OK;
 }
 
 /* ---- prune / clear ------------------------------------------------------------------ */
@@ -719,22 +725,29 @@ static int cmd_clear(common *co)
     int rc = resolve(co, &set, root, sizeof root);
     if (rc != EXIT_OK)
         return rc;
-    uint64_t removed = 0;
+    uint64_t removed = 0, failed = 0;
+    kpc_status s = KPC_OK;
     if (root[0]) {
         kpc_store *st;
         if ((rc = open_store(&set, &st)) != EXIT_OK)
             return rc;
-        kpc_status s = kpc_store_clear(st, &removed);
+        /* each failed removal or walk error is logged; the command then fails, whatever it
+         * did remove (issue 13 point 11) */
+        s = kpc_store_clear(st, &removed, &failed);
         kpc_store_close(st);
-        if (s != KPC_OK)
-            return EXIT_FAIL;
     }
     if (co->json) {
         cJSON *o = cJSON_CreateObject();
         cJSON_AddNumberToObject(o, "removed", (double)removed);
-        return print_json(o);
+        cJSON_AddNumberToObject(o, "failed", (double)failed);
+        print_json(o);
+    } else
+        printf("removed %llu files\n", (unsigned long long)removed);
+    if (s != KPC_OK) {
+        fprintf(stderr, "kpc: %s: %llu files could not be removed%s (above)\n", root,
+                (unsigned long long)failed, failed ? "" : ", the walk met errors");
+        return EXIT_FAIL;
     }
-    printf("removed %llu files\n", (unsigned long long)removed);
     return EXIT_OK;
 }
 
