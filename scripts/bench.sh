@@ -12,7 +12,7 @@
 #   scripts/bench.sh                    the full run (7 to 15 min on 2 cores)
 #   scripts/bench.sh --quick            fewer repeats and smaller sizes: a smoke test; it
 #                                       prints the table but leaves docs/ alone
-#   scripts/bench.sh --only storm,disk  some of: hit xproc storm index disk ccache cluster
+#   scripts/bench.sh --only storm,disk  some of: hit xproc storm index disk ccache cluster manifest
 #   scripts/bench.sh --no-docs          do not touch docs/benchmarks.md
 #   scripts/bench.sh --render DIR       no run: render DIR/rows.tsv (with DIR/machine.txt,
 #                                       DIR/command.txt, DIR/section.txt), e.g. what
@@ -31,6 +31,8 @@
 #   bench_cluster                  8  the cluster tier: 4 hosts x 8 processes x 8 sources
 #                                     with and without Redis; the remote warm hit beside
 #                                     the disk hit and the compile (root: simulated hosts)
+#   bench_manifest                 7  the hit of a source with 50 included files (in-memory
+#                                     and new process) beside the same headers in memory
 set -euo pipefail
 cd "$(dirname "$0")/.."
 root=$PWD
@@ -208,6 +210,7 @@ if ((quick)); then
   want disk && step disk "$bin/bench_disk" --files 10000 --runs 1
   want ccache && step ccache "$bin/bench_ccache" --files 1 --runs 2
   want cluster && [ -x "$bin/bench_cluster" ] && step cluster "$bin/bench_cluster" --hosts 2 --procs 4 --k 4 --runs 5
+  want manifest && step manifest "$bin/bench_manifest" --rounds 5 --runs 3
 else
   want hit && step hit "$bin/bench_hit"
   want xproc && step xproc "$bin/bench_xproc"
@@ -219,6 +222,7 @@ else
   fi
   want ccache && step ccache "$bin/bench_ccache"
   want cluster && [ -x "$bin/bench_cluster" ] && step cluster "$bin/bench_cluster" --hosts 4 --procs 8 --k 8 --runs 15
+  want manifest && step manifest "$bin/bench_manifest"
 fi
 echo "bench: all done in $(($(date +%s) - start)) s; load average now $(cut -d' ' -f1-3 /proc/loadavg)" \
   | tee -a "$log" >&2

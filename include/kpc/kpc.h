@@ -30,6 +30,10 @@
  *     (logged once, disk only). A process building a source is waited for at most
  *     KPC_BUILD_WAIT_MAX_MS (600000, 10 minutes) from its claim: a stopped or hung
  *     builder then sends the waiters to compile for themselves (kpc_stats.wait_timeouts).
+ *   - Files on disk: a header that appears where the compiler would have found it
+ *     before the one it read (an earlier -I directory) is not noticed until the files
+ *     it did read change, as with ccache's direct mode; remove the cached objects
+ *     (`kpc clear`) after adding such a shadowing header.
  *   - Release: kpc_program_release() drops the caller's reference; the code object,
  *     lowered names and kernels stay valid until the last reference is gone, even if
  *     the context's map has evicted the program.
@@ -195,6 +199,13 @@ KPC_API void kpc_context_destroy(kpc_context *ctx);
  * Get the program for this source on this context: from the in-memory map, else the
  * host index and disk, else built once (once per host, however many threads and
  * processes ask at once). On a device context the module is loaded.
+ * Files the compile reads from disk (headers found through -I, -isystem, -include or a
+ * quoted include, host headers such as <type_traits>) are recorded with their content
+ * digests and checked on every get, the in-memory hit included: a file changed, replaced
+ * or gone is a miss and a rebuild, never a stale object. An option naming a relative
+ * path makes the working directory part of the request. A compile whose files changed
+ * within a second of it, or whose files the compiler could not tell (a header not
+ * found), is returned but not cached. A request that reads no file is as fast as before.
  * @param out receives a reference; release it with kpc_program_release().
  * @return KPC_OK; KPC_E_INVALID (NULL argument, empty source, an option that sets the
  *         target, a cache opened by the parent of this fork child); KPC_E_COMPILE (*out is NULL, kpc_last_log() holds the compiler's log);
@@ -217,7 +228,15 @@ KPC_API const void *kpc_program_code(const kpc_program *prog, size_t *size);
 
 /**
  * The lowered (mangled) name of a name expression given in kpc_source.name_expressions,
- * valid while a reference is held; NULL if the expression was not given.
+ * valid while a reference is held.
+ * @return the lowered name; "" (empty, not NULL) for an expression the compiler accepted
+ *         but gave no lowered name for (hipRTC 5.2: one that does not name a __global__
+ *         function or template instantiation as written, e.g. a cast, refused with
+ *         HIPRTC_ERROR_NAME_EXPRESSION_NOT_VALID; `kpc compile --name-expr` prints the
+ *         compiler's reason); NULL if the expression was not given (or prog is NULL).
+ *         An expression the compiler rejects while compiling (an undeclared name, a
+ *         template argument that is no type) fails the request instead: kpc_program_get
+ *         returns KPC_E_COMPILE and kpc_last_log() holds the compiler's diagnostic.
  */
 KPC_API const char *kpc_program_lowered_name(const kpc_program *prog, const char *name_expression);
 

@@ -19,17 +19,52 @@
  * whose fields fit the buffer is written without a bounds check per field: that halved
  * the serialization's cost (bench_hit --breakdown: kpc_key_compute of a 1 KB source
  * went from the hash of its bytes + ~80 ns to + ~35 ns). The bytes hashed are the same.
+ *
+ * The working directory (its path's XXH3-128) enters the key (field 'W') only where the outcome may depend on
+ * it: an option names a relative include path or file (core/manifest.h says which), or,
+ * under NVRTC, which searches the source's own directory, the source's name is relative.
+ * A request without either pays a scan of its options' first bytes and no system call.
+ * The files a compile reads are not in the key: a manifest under the key lists them
+ * (core/manifest.h).
  */
+#define _GNU_SOURCE /* PATH_MAX */
 #include "core/key.h"
+#include "core/manifest.h"
 
+#include <limits.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 #define XXH_STATIC_LINKING_ONLY /* XXH3_state_t on the stack */
 #include <xxhash.h>
 
 /* -2: large fields by digest (-1 held them whole); -3: the hidden options out of the
- * compiler identity into a key identity of their own (kpc_key_identity) */
-#define KEY_FORMAT "kpc-key-3"
+ * compiler identity into a key identity of their own (kpc_key_identity); -4: files read
+ * from disk in manifests under the key, the working directory where it matters (a record
+ * of -3 under a key of a request with -I was built without a manifest: never reached) */
+#define KEY_FORMAT "kpc-key-4"
+
+/* NVRTC adds the source's directory to the include path (core/manifest.h): kpc's NVIDIA
+ * platform and the NVRTC drop-in's ("nvrtc") */
+static bool searches_source_dir(const char *platform)
+{
+    return strcmp(platform, "nvidia") == 0 || strcmp(platform, "nvrtc") == 0;
+}
+
+/* Whether the request's outcome may depend on the working directory; if so, *cwd gets
+ * the XXH3-128 of its path (all zeros when it cannot be read: such a request's relative
+ * files are never recorded, so its outcome is not cached: core/manifest.h). Out of line:
+ * the path's buffer stays off the stack of every other request. */
+static __attribute__((noinline)) bool key_cwd(const kpc_source *src, bool source_dir, uint8_t cwd[16])
+{
+    if (!kpc_manifest_needs_cwd(src, source_dir))
+        return false;
+    char buf[PATH_MAX];
+    memset(cwd, 0, 16);
+    if (getcwd(buf, sizeof buf))
+        XXH128_canonicalFromHash((XXH128_canonical_t *)cwd, XXH3_128bits(buf, strlen(buf)));
+    return true;
+}
 
 #define KEY_BUF 1024 /* the small fields of a request that is hashed in one shot */
 
@@ -119,6 +154,7 @@ static uint8_t *w_digest(uint8_t *p, uint8_t tag, const void *data, size_t len)
 void kpc_key_prefix_init(kpc_key_prefix *pre, const uint8_t compiler_id[16], const char *platform,
                          const char *target)
 {
+    pre->source_dir = searches_source_dir(platform);
     size_t need = 9 + strlen(KEY_FORMAT) + 9 + strlen(platform) + 9 + 16 + 9 + strlen(target);
     if (need > sizeof pre->bytes) {
         pre->len = SIZE_MAX; /* kpc_key_compute_prefixed cannot use it: never for real names */
@@ -159,6 +195,9 @@ static void compute_slow(const uint8_t compiler_id[16], const char *platform, co
     head(&z, 'e', src->num_name_expressions); /* a count: the head alone */
     for (size_t i = 0; i < src->num_name_expressions; i++)
         put_str(&z, 'E', src->name_expressions[i]);
+    uint8_t cwd[16];
+    if (key_cwd(src, searches_source_dir(platform), cwd))
+        put(&z, 'W', cwd, sizeof cwd);
     XXH128_hash_t h = z.streaming ? XXH3_128bits_digest(&z.st) : XXH3_128bits(z.buf, z.n);
     XXH128_canonicalFromHash((XXH128_canonical_t *)out->bytes, h);
 }
@@ -171,7 +210,10 @@ kpc_status kpc_key_compute_prefixed(const kpc_key_prefix *pre, const kpc_source 
         compute_slow(pre->compiler_id, pre->platform, pre->target, src, out);
         return KPC_OK;
     }
-    size_t need = pre->len + 9 + 9 + (src->name ? strlen(src->name) : 0) + 9 + 16 + 9 + 9;
+    uint8_t cwd[16];
+    bool with_cwd = key_cwd(src, pre->source_dir, cwd);
+    size_t need = pre->len + 9 + 9 + (src->name ? strlen(src->name) : 0) + 9 + 16 + 9 + 9 +
+                  (with_cwd ? 9 + sizeof cwd : 0);
     for (size_t i = 0; i < src->num_options && need <= KEY_BUF; i++)
         need += 9 + strlen(src->options[i]);
     for (size_t i = 0; i < src->num_headers && need <= KEY_BUF; i++)
@@ -198,6 +240,8 @@ kpc_status kpc_key_compute_prefixed(const kpc_key_prefix *pre, const kpc_source 
     p = w_head(p, 'e', src->num_name_expressions);
     for (size_t i = 0; i < src->num_name_expressions; i++)
         p = w_str(p, 'E', src->name_expressions[i]);
+    if (with_cwd)
+        p = w_put(p, 'W', cwd, sizeof cwd);
     XXH128_canonicalFromHash((XXH128_canonical_t *)out->bytes, XXH3_128bits(buf, (size_t)(p - buf)));
     return KPC_OK;
 }

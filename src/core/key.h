@@ -19,6 +19,7 @@ typedef struct kpc_key_prefix {
     size_t len; /* SIZE_MAX: the names were too long for bytes */
     uint8_t compiler_id[16];
     const char *platform, *target;
+    bool source_dir; /* the compiler searches the source's directory (NVRTC) */
 } kpc_key_prefix;
 void kpc_key_prefix_init(kpc_key_prefix *pre, const uint8_t compiler_id[16], const char *platform,
                          const char *target);

@@ -27,7 +27,8 @@
  *
  * Lifetime: an entry is freed when it is out of the table and no waiter points at it;
  * the entry owns one program reference, dropped when the entry is freed. Only
- * publication (FAILED) and eviction (READY) unlink an entry.
+ * publication (FAILED), eviction and kpc_map_forget (READY) unlink an entry; the last two
+ * hold evict_lock.
  */
 #define _GNU_SOURCE
 #include "core/map.h"
@@ -281,11 +282,15 @@ void kpc_map_publish(kpc_map *m, kpc_map_entry *e, kpc_status st, kpc_program *p
     char *log_copy = st == KPC_OK ? NULL : kpc__strdup(log ? log : "");
     map_shard *sh = shard_of(m, &e->key);
     uint64_t epoch = atomic_fetch_add(&m->epoch, 1) + 1;
+    size_t ready = 0;
     pthread_rwlock_wrlock(&sh->lock);
     if (st == KPC_OK) {
         e->prog = prog;
         atomic_store_explicit(&e->last_use, epoch, memory_order_relaxed);
         atomic_store_explicit(&e->state, ENTRY_READY, memory_order_release);
+        /* counted under the shard lock: kpc_map_forget, which takes it, never uncounts
+         * an entry before it was counted */
+        ready = atomic_fetch_add(&m->ready, 1) + 1;
     } else {
         e->status = st;
         e->log = log_copy;
@@ -301,8 +306,29 @@ void kpc_map_publish(kpc_map *m, kpc_map_entry *e, kpc_status st, kpc_program *p
     pthread_mutex_unlock(&m->wait_lock);
     if (free_it)
         entry_free(e);
-    if (st == KPC_OK && atomic_fetch_add(&m->ready, 1) + 1 > m->max_ready)
+    if (st == KPC_OK && ready > m->max_ready)
         evict(m);
+}
+
+void kpc_map_forget(kpc_map *m, const kpc_key *key, const kpc_program *prog)
+{
+    map_shard *sh = shard_of(m, key);
+    /* evict_lock: an evictor picks its victim under a read lock and unlinks it later,
+     * trusting that no one else unlinks a READY entry meanwhile */
+    pthread_mutex_lock(&m->evict_lock);
+    pthread_rwlock_wrlock(&sh->lock);
+    kpc_map_entry *e = find(sh, key);
+    bool drop = e && atomic_load(&e->state) == ENTRY_READY && e->prog == prog;
+    bool free_it = false;
+    if (drop) {
+        table_unlink(sh, e);
+        free_it = e->waiters == 0;
+        atomic_fetch_sub(&m->ready, 1);
+    }
+    pthread_rwlock_unlock(&sh->lock);
+    pthread_mutex_unlock(&m->evict_lock);
+    if (free_it)
+        entry_free(e);
 }
 
 size_t kpc_map_count(kpc_map *m)

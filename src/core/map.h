@@ -22,5 +22,8 @@ kpc_status kpc_map_acquire(kpc_map *m, const kpc_key *key, kpc_program **prog,
 void kpc_map_publish(kpc_map *m, kpc_map_entry *entry, kpc_status st, kpc_program *prog,
                      const char *log);
 size_t kpc_map_count(kpc_map *m);
+/* Drop key's READY entry if it still holds prog (a program whose files changed since,
+ * or one not to be kept): the next request for key misses. */
+void kpc_map_forget(kpc_map *m, const kpc_key *key, const kpc_program *prog);
 
 #endif /* KPC_CORE_MAP_H */

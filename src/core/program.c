@@ -26,6 +26,7 @@ kpc_status kpc_program_new(const kpc_key *key, kpc_build *b, kpc_program **out)
         return KPC_E_NOMEM;
     atomic_init(&p->refs, 1);
     p->key = *key;
+    p->object = *key;
     p->code = b->code;
     p->code_size = b->code_size;
     p->names = b->names;
@@ -57,6 +58,7 @@ void kpc_program_release(kpc_program *prog)
     pthread_mutex_destroy(&prog->kernels_lock);
     free(prog->code);
     free(prog->names);
+    kpc_manifest_deps_free(prog->deps);
     free(prog);
 }
 
@@ -73,6 +75,13 @@ const char *kpc_program_lowered_name(const kpc_program *prog, const char *name_e
     if (prog == NULL || name_expression == NULL || prog->names == NULL)
         return NULL;
     return kpc_names_find(prog->names, prog->names_size, name_expression);
+}
+
+const char *kpc_program_lowered_reason(const kpc_program *prog, const char *name_expression)
+{
+    if (prog == NULL || name_expression == NULL || prog->names == NULL)
+        return NULL;
+    return kpc_names_reason(prog->names, prog->names_size, name_expression);
 }
 
 kpc_status kpc_kernel_get(kpc_context *ctx, kpc_program *prog, const char *kernel_name, hipFunction_t *out)

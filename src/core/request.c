@@ -1,11 +1,16 @@
 /*
  * request.c - kpc_program_get: a request checked, its key computed, then the context's
  * map (a hit, or a wait on another thread's build) and, on a miss, core/resolve.c.
+ *
+ * A hit on a program whose compile read files from disk checks them first
+ * (core/manifest.h): one changed or gone, the entry is dropped and the request misses.
+ * A program with no such file (p->deps NULL) costs one pointer test more than before.
  */
 #define _GNU_SOURCE
 #include "core/cache.h"
 #include "core/context.h"
 #include "core/key.h"
+#include "core/manifest.h"
 #include "core/map.h"
 #include "core/program.h"
 #include "core/resolve.h"
@@ -84,7 +89,15 @@ kpc_status kpc_program_get(kpc_context *ctx, const kpc_source *src, kpc_program 
 
     kpc_map_entry *entry;
     bool waited;
-    s = kpc_map_acquire(ctx->map, &key, out, &entry, &waited);
+    for (;;) {
+        s = kpc_map_acquire(ctx->map, &key, out, &entry, &waited);
+        /* a program handed over by a build just waited for is fresh; a hit is checked */
+        if (s != KPC_OK || waited || (*out)->deps == NULL || kpc_manifest_deps_match((*out)->deps))
+            break;
+        kpc_map_forget(ctx->map, &key, *out); /* a file changed: the next acquire misses */
+        kpc_program_release(*out);
+        *out = NULL;
+    }
     if (s != KPC_E_NOT_FOUND) {
         if (waited)
             atomic_fetch_add_explicit(&cache->waits, 1, memory_order_relaxed);
@@ -103,6 +116,8 @@ kpc_status kpc_program_get(kpc_context *ctx, const kpc_source *src, kpc_program 
         kpc__last_log_set(log);
     }
     kpc_map_publish(ctx->map, entry, s, prog, log);
+    if (s == KPC_OK && prog->transient)
+        kpc_map_forget(ctx->map, &key, prog); /* shared with the waiters, kept by no one */
     free(log);
     return s;
 }

@@ -16,6 +16,17 @@
  *   device      -> load the module; an image the runtime refuses is removed from the
  *                  tiers and the index and built once more (the stale-cache bulwark)
  *
+ * Files read from disk (core/manifest.h). A compile that read none stores its record
+ * under the request key, as before manifests. One that read some stores it under its
+ * object key (the request key mixed with each file's path and digest) and adds an entry
+ * list to the manifest under the request key; a reader takes the entry whose files all
+ * match now, else misses (a stale object is never read). An outcome whose files could
+ * not be vouched for (unknown, or modified within the race window) is stored nowhere:
+ * the claim ends UNSTORED and the program is transient. For those outcomes the claim's
+ * lease on a coordinating tier is abandoned, never published: that tier's begin answers
+ * a key with its record unchecked, so only records the manifest checks reach it, by
+ * kpc_tier_write to every writable tier.
+ *
  * The claim (storage/claim.h) is finished exactly once on every path of obtain(): each
  * branch below ends in one kpc_claim_finish, and finish on a claim that holds nothing
  * does nothing. Every level that fails is logged and skipped; only the request itself
@@ -26,13 +37,17 @@
 #include "core/cache.h"
 #include "core/context.h"
 #include "core/key.h"
+#include "core/manifest.h"
 #include "core/program.h"
 #include "base/log.h"
+#include "platform/depfile.h"
 #include "storage/claim.h"
 
+#include <limits.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 #define MAX_ROUNDS 4 /* index rounds before building without it: bounds a pathological race */
 
@@ -76,14 +91,93 @@ static char *log_text(const kpc_record *rec)
     return log;
 }
 
-/* The log of a build another process ran and failed; NULL when its log record is gone. */
+/* ---- manifests ---------------------------------------------------------------------- */
+/* The manifest under key, decoded; empty when there is none or it fails its checks. */
+static void read_manifest(kpc_context *ctx, const kpc_key *key, kpc_manifest *m)
+{
+    m->count = 0;
+    kpc_record rec;
+    if (kpc_tier_read(&ctx->cache->tiers, key, ctx->target, KPC_RECORD_MANIFEST, &rec) != KPC_OK)
+        return;
+    if (kpc_manifest_decode(rec.payload, rec.code_size, m) != KPC_OK) {
+        char hex[KPC_KEY_HEX];
+        kpc_key_hex(key, hex);
+        KPC_LOG(KPC_LOG_WARN, "manifest %s for %s is malformed: ignored (rewritten by the next build)",
+                hex, ctx->target);
+    }
+    kpc_record_free(&rec);
+}
+
+/* The outcome the manifest under key leads to for the files as they are now: the record
+ * (CODE or LOG) of the first entry whose files all match, with that entry's files in
+ * *deps (owned). KPC_E_NOT_FOUND: no manifest, no entry matches, or its record is gone. */
+static kpc_status read_via_manifest(kpc_context *ctx, const kpc_key *key, kpc_record *rec,
+                                    kpc_deps **deps)
+{
+    kpc_manifest m;
+    read_manifest(ctx, key, &m);
+    kpc_manifest_entry *e = (kpc_manifest_entry *)kpc_manifest_match(&m);
+    kpc_status s = KPC_E_NOT_FOUND;
+    if (e) {
+        uint32_t kind = e->outcome == KPC_MANIFEST_LOG ? KPC_RECORD_LOG : KPC_RECORD_CODE;
+        s = kpc_tier_read(&ctx->cache->tiers, &e->object, ctx->target, kind, rec);
+        if (s == KPC_OK) {
+            *deps = e->deps; /* taken: the manifest is freed below */
+            e->deps = NULL;
+        }
+    }
+    kpc_manifest_free(&m);
+    return s;
+}
+
+/* Add (object, outcome, deps) to the manifest under key, in every writable tier. */
+static kpc_status manifest_add(kpc_context *ctx, const kpc_key *key, const kpc_source *src,
+                               const kpc_key *object, uint32_t outcome, const kpc_deps *deps)
+{
+    kpc_manifest m;
+    read_manifest(ctx, key, &m);
+    void *buf = NULL;
+    size_t size = 0;
+    kpc_status s = kpc_manifest_add(&m, object, outcome, deps);
+    if (s == KPC_OK)
+        s = kpc_manifest_encode(&m, &buf, &size);
+    kpc_manifest_free(&m);
+    if (s != KPC_OK)
+        return s;
+    kpc_record rec;
+    fill_record(&rec, ctx, key, src, KPC_RECORD_MANIFEST);
+    rec.code_size = size;
+    s = kpc_tier_write(&ctx->cache->tiers, NULL, &rec, buf, NULL);
+    free(buf);
+    return s;
+}
+
+/* The files the compile read, recorded now (core/manifest.h): true with *deps (NULL when
+ * none) if its outcome may be cached, false if they cannot be vouched for. */
+static bool record_deps(const kpc_build *b, uint64_t started_ns, kpc_deps **deps)
+{
+    *deps = NULL;
+    if (b->deps_unknown)
+        return false;
+    if (b->num_deps == 0)
+        return true;
+    char cwd[PATH_MAX];
+    return kpc_manifest_deps_record((const char *const *)b->deps, b->num_deps,
+                                    getcwd(cwd, sizeof cwd) ? cwd : NULL, started_ns, deps) == KPC_OK;
+}
+
+/* The log of a build another process ran and failed; NULL when its log record is gone
+ * (or, behind a manifest, when the files changed since). */
 static char *failed_log(kpc_context *ctx, const kpc_key *key)
 {
     kpc_record rec;
-    if (kpc_tier_read(&ctx->cache->tiers, key, ctx->target, KPC_RECORD_LOG, &rec) != KPC_OK)
+    kpc_deps *deps = NULL;
+    if (kpc_tier_read(&ctx->cache->tiers, key, ctx->target, KPC_RECORD_LOG, &rec) != KPC_OK &&
+        read_via_manifest(ctx, key, &rec, &deps) != KPC_OK)
         return NULL;
-    char *log = log_text(&rec);
+    char *log = rec.kind == KPC_RECORD_LOG ? log_text(&rec) : NULL;
     kpc_record_free(&rec);
+    kpc_manifest_deps_free(deps);
     return log;
 }
 
@@ -94,23 +188,39 @@ static kpc_status build(kpc_context *ctx, const kpc_key *key, const kpc_source *
     kpc_cache *cache = ctx->cache;
     kpc_tiers *tiers = &cache->tiers;
     kpc_build b = {0};
-    uint64_t t0 = kpc__now_ns();
+    uint64_t t0 = kpc__now_ns(), started = kpc__wall_ns();
     kpc_status s = cache->platform->compile(ctx->target, src, &b);
     if (cache->index && (s == KPC_OK || s == KPC_E_COMPILE))
         kpc_index_note_compile(cache->index, s == KPC_OK);
     /* a lease's record reaches the coordinating tier through the claim's finish */
     const kpc_tier *upto = claim->tier;
+    /* the files it read: where its record goes, or that it goes nowhere */
+    kpc_deps *deps = NULL;
+    bool keep = (s == KPC_OK || (s == KPC_E_COMPILE && !b.local)) && record_deps(&b, started, &deps);
+    kpc_key object;
+    kpc_manifest_object_key(key, deps, &object);
+    if ((s == KPC_OK || (s == KPC_E_COMPILE && !b.local)) && !keep)
+        KPC_LOG(KPC_LOG_DEBUG, "the outcome of %s for %s is not cached: the files it read cannot be "
+                "vouched for", src->name ? src->name : "(unnamed)", ctx->target);
     kpc_record rec;
     if (s == KPC_E_COMPILE && !b.local) {
         atomic_fetch_add_explicit(&cache->build_failures, 1, memory_order_relaxed);
         KPC_LOG(KPC_LOG_INFO, "compile of %s for %s failed", src->name ? src->name : "(unnamed)",
                 ctx->target);
         const char *text = b.log ? b.log : "";
-        fill_record(&rec, ctx, key, src, KPC_RECORD_LOG);
+        fill_record(&rec, ctx, &object, src, KPC_RECORD_LOG);
         rec.code_size = strlen(text);
-        bool stored = kpc_tier_write(tiers, upto, &rec, text, NULL) == KPC_OK;
-        /* not stored: the waiters compile it (and fail) themselves */
-        kpc_claim_finish(claim, stored ? KPC_CLAIM_FAILED : KPC_CLAIM_UNSTORED, &rec, text, NULL);
+        if (!keep) /* not stored: the waiters compile it (and fail, or not) themselves */
+            kpc_claim_finish(claim, KPC_CLAIM_UNSTORED, NULL, NULL, NULL);
+        else if (deps == NULL) {
+            bool stored = kpc_tier_write(tiers, upto, &rec, text, NULL) == KPC_OK;
+            kpc_claim_finish(claim, stored ? KPC_CLAIM_FAILED : KPC_CLAIM_UNSTORED, &rec, text, NULL);
+        } else {
+            bool stored = kpc_tier_write(tiers, NULL, &rec, text, NULL) == KPC_OK &&
+                          manifest_add(ctx, key, src, &object, KPC_MANIFEST_LOG, deps) == KPC_OK;
+            kpc_claim_finish(claim, stored ? KPC_CLAIM_FAILED : KPC_CLAIM_UNSTORED, NULL, NULL, NULL);
+        }
+        kpc_manifest_deps_free(deps);
         *log = b.log;
         b.log = NULL;
         kpc_platform_build_free(&b);
@@ -132,33 +242,57 @@ static kpc_status build(kpc_context *ctx, const kpc_key *key, const kpc_source *
         return s;
     }
     atomic_fetch_add_explicit(&cache->builds, 1, memory_order_relaxed);
-    KPC_LOG(KPC_LOG_INFO, "built %s for %s in %.1f ms (%zu bytes)", src->name ? src->name : "(unnamed)",
-            ctx->target, (double)(kpc__now_ns() - t0) / 1e6, b.code_size);
-    fill_record(&rec, ctx, key, src, KPC_RECORD_CODE);
+    KPC_LOG(KPC_LOG_INFO, "built %s for %s in %.1f ms (%zu bytes, %zu files read from disk)",
+            src->name ? src->name : "(unnamed)", ctx->target, (double)(kpc__now_ns() - t0) / 1e6,
+            b.code_size, b.num_deps);
+    fill_record(&rec, ctx, &object, src, KPC_RECORD_CODE);
     rec.code_size = b.code_size;
     rec.names_size = b.names_size;
-    bool stored = kpc_tier_write(tiers, upto, &rec, b.code, b.names) == KPC_OK;
-    /* not stored: no one can read it: the waiters build for themselves */
-    kpc_claim_finish(claim, stored ? KPC_CLAIM_READY : KPC_CLAIM_UNSTORED, &rec, b.code, b.names);
+    if (!keep) { /* no one can read it: the waiters build for themselves */
+        kpc_claim_finish(claim, KPC_CLAIM_UNSTORED, NULL, NULL, NULL);
+    } else if (deps == NULL) {
+        bool stored = kpc_tier_write(tiers, upto, &rec, b.code, b.names) == KPC_OK;
+        kpc_claim_finish(claim, stored ? KPC_CLAIM_READY : KPC_CLAIM_UNSTORED, &rec, b.code, b.names);
+    } else {
+        bool stored = kpc_tier_write(tiers, NULL, &rec, b.code, b.names) == KPC_OK &&
+                      manifest_add(ctx, key, src, &object, KPC_MANIFEST_CODE, deps) == KPC_OK;
+        kpc_claim_finish(claim, stored ? KPC_CLAIM_READY : KPC_CLAIM_UNSTORED, NULL, NULL, NULL);
+    }
     free(b.log);
     b.log = NULL;
-    return kpc_program_new(key, &b, out) == KPC_OK ? KPC_OK : (kpc_platform_build_free(&b), KPC_E_NOMEM);
+    kpc_depfile_paths_free(b.deps, b.num_deps);
+    b.deps = NULL;
+    b.num_deps = 0;
+    if (kpc_program_new(key, &b, out) != KPC_OK) {
+        kpc_platform_build_free(&b);
+        kpc_manifest_deps_free(deps);
+        return KPC_E_NOMEM;
+    }
+    (*out)->object = object;
+    (*out)->deps = deps;
+    (*out)->transient = !keep;
+    return KPC_OK;
 }
 
 /* A record in hand (read from a tier, or the coordinating tier's answer): the program,
- * and the claim finished READY. */
+ * and the claim finished READY. deps (owned; NULL: a record under the request key): the
+ * files of the manifest entry it was found through, which the map checks on every hit;
+ * such a record is never published to a lease (see the top of this file). */
 static kpc_status take_record(kpc_context *ctx, const kpc_key *key, kpc_claim *claim, kpc_record *rec,
-                              kpc_program **out, bool *from_disk)
+                              kpc_deps *deps, kpc_program **out, bool *from_disk)
 {
     kpc_record head = *rec; /* the claim publishes the size; the payload moves below */
     kpc_status r = prog_from_record(key, rec, out);
     kpc_record_free(rec);
     if (r != KPC_OK) {
+        kpc_manifest_deps_free(deps);
         kpc_claim_finish(claim, KPC_CLAIM_ABANDON, NULL, NULL, NULL);
         return r;
     }
+    (*out)->object = head.key;
+    (*out)->deps = deps;
     head.payload = NULL;
-    kpc_claim_finish(claim, KPC_CLAIM_READY, &head, NULL, NULL);
+    kpc_claim_finish(claim, KPC_CLAIM_READY, deps ? NULL : &head, NULL, NULL);
     atomic_fetch_add_explicit(&ctx->cache->disk_hits, 1, memory_order_relaxed);
     *from_disk = true;
     return KPC_OK;
@@ -174,9 +308,13 @@ static kpc_status coordinate(kpc_context *ctx, const kpc_key *key, kpc_claim *cl
     kpc_tier_begin res;
     if (coord == NULL || kpc_claim_tier_begin(claim, coord, ctx->target, &res) != KPC_OK)
         return KPC_E_NOT_FOUND; /* no cluster, or a sick one: build host-local */
+    if (res.verdict == KPC_TIER_HIT && res.rec.kind != KPC_RECORD_CODE) {
+        kpc_record_free(&res.rec); /* only a CODE record answers a key unchecked */
+        return KPC_E_NOT_FOUND;
+    }
     if (res.verdict == KPC_TIER_HIT) {
         kpc_tier_backfill(tiers, coord, &res.rec);
-        return take_record(ctx, key, claim, &res.rec, out, from_disk);
+        return take_record(ctx, key, claim, &res.rec, NULL, out, from_disk);
     }
     if (res.verdict == KPC_TIER_FAILED) {
         /* a compile error another host had: shared here as on that host */
@@ -217,7 +355,18 @@ static kpc_status obtain(kpc_context *ctx, const kpc_key *key, const kpc_source 
         if (tiers->n && (!skip_disk || verdict == KPC_INDEX_READY)) {
             kpc_record rec;
             if (kpc_tier_read(tiers, key, ctx->target, KPC_RECORD_CODE, &rec) == KPC_OK)
-                return take_record(ctx, key, &claim, &rec, out, from_disk);
+                return take_record(ctx, key, &claim, &rec, NULL, out, from_disk);
+            /* behind a manifest: the outcome of the entry whose files match now */
+            kpc_deps *deps = NULL;
+            if (read_via_manifest(ctx, key, &rec, &deps) == KPC_OK) {
+                if (rec.kind == KPC_RECORD_CODE)
+                    return take_record(ctx, key, &claim, &rec, deps, out, from_disk);
+                *log = log_text(&rec); /* a compile error these very files gave */
+                kpc_record_free(&rec);
+                kpc_manifest_deps_free(deps);
+                kpc_claim_finish(&claim, KPC_CLAIM_FAILED, NULL, NULL, NULL);
+                return KPC_E_COMPILE;
+            }
             if (verdict == KPC_INDEX_READY) {
                 /* the index says READY but the record is gone or bad: claim the slot */
                 flags = KPC_INDEX_STALE;
@@ -258,7 +407,7 @@ kpc_status kpc_resolve_miss(kpc_context *ctx, const kpc_key *key, const kpc_sour
          * now (waiting on the index for the rebuild) instead of removing the fresh object. */
         kpc_tiers *tiers = &ctx->cache->tiers;
         bool removed = tiers->n == 0 ||
-                       kpc_tier_remove_same(tiers, key, ctx->target, p->code, p->code_size) != KPC_E_NOT_FOUND;
+                       kpc_tier_remove_same(tiers, &p->object, ctx->target, p->code, p->code_size) != KPC_E_NOT_FOUND;
         KPC_LOG(KPC_LOG_WARN, "the runtime refused cached object %s for %s: %s", hex, ctx->target,
                 removed ? "removed it, building it again" : "it was replaced already, taking the new one");
         kpc_program_release(p);

@@ -18,6 +18,7 @@
 #include "base/log.h"
 #include "platform/compile.h"
 #include "platform/identity.h"
+#include "platform/include_scan.h"
 #include "platform/platform.h"
 
 #include <bsd/string.h>
@@ -151,6 +152,8 @@ static const kpc_compiler nvrtc_compiler = {
     .destroy = c_destroy,
     .classify = c_classify,
     .error_string = c_error_string,
+    /* the files a compile may read (NVRTC has no dependency output): core/manifest.h */
+    .deps_scan = kpc_include_scan,
 };
 
 static kpc_status nv_compile(const char *target, const kpc_source *src, kpc_build *b)

@@ -13,6 +13,7 @@
  */
 #define _GNU_SOURCE
 #define __HIP_PLATFORM_AMD__ 1
+#include "platform/amd_deps.h"
 #include "platform/compile.h"
 #include "platform/identity.h"
 #include "base/log.h"
@@ -392,6 +393,8 @@ static const kpc_compiler hiprtc = {
     .destroy = rtc_destroy,
     .classify = rtc_classify,
     .error_string = rtc_error,
+    /* hipRTC's clang writes the files it read with -MD -MF (platform/amd_deps.c) */
+    .deps_from_file = kpc_amd_deps_collect,
 };
 
 static kpc_status amd_compile(const char *target, const kpc_source *src, kpc_build *b)

@@ -9,6 +9,7 @@
 #define _GNU_SOURCE
 #include "platform/compile.h"
 #include "base/log.h"
+#include "platform/depfile.h"
 #include "platform/names.h"
 
 #include <stdio.h>
@@ -52,13 +53,15 @@ kpc_status kpc_compile_run(const kpc_compiler *c, const char *target, const kpc_
     /* the compilers take a C string: copy a length-delimited source */
     size_t len = src->code_len ? src->code_len : strlen(src->code);
     char *code = malloc(len + 1);
-    const char **opts = calloc(src->num_options + 1, sizeof *opts);
+    const char **opts = calloc(src->num_options + 4, sizeof *opts);
     const char **lowered = calloc(src->num_name_expressions + 1, sizeof *lowered);
+    const char **reasons = calloc(src->num_name_expressions + 1, sizeof *reasons);
     char arch[96];
-    if (code == NULL || opts == NULL || lowered == NULL) {
+    if (code == NULL || opts == NULL || lowered == NULL || reasons == NULL) {
         free(code);
         free(opts);
         free(lowered);
+        free(reasons);
         return KPC_E_NOMEM;
     }
     memcpy(code, src->code, len);
@@ -66,7 +69,23 @@ kpc_status kpc_compile_run(const kpc_compiler *c, const char *target, const kpc_
     for (size_t i = 0; i < src->num_options; i++)
         opts[i] = src->options[i];
     snprintf(arch, sizeof arch, "%s%s", c->arch_option, target);
-    opts[src->num_options] = arch;
+    int nopts = (int)src->num_options;
+    opts[nopts++] = arch;
+    /* the dependency file: -MD -MF <file> after the caller's options (the last -MF wins) */
+    char depfile[4200] = "";
+    /* the caller's own dependency options (-MM leaves system headers out, -M only
+     * preprocesses) would change what the file says: its files are unknown then */
+    for (size_t i = 0; i < src->num_options; i++)
+        if (strncmp(src->options[i], "-M", 2) == 0)
+            b->deps_unknown = true;
+    if (c->deps_from_file && !b->deps_unknown) {
+        if (kpc_depfile_temp(depfile, sizeof depfile) == KPC_OK) {
+            opts[nopts++] = "-MD";
+            opts[nopts++] = "-MF";
+            opts[nopts++] = depfile;
+        } else
+            b->deps_unknown = true;
+    }
 
     kpc_status s = KPC_OK;
     if (c->lock)
@@ -86,7 +105,7 @@ kpc_status kpc_compile_run(const kpc_compiler *c, const char *target, const kpc_
                 r == -1 ? "no program" : c->error_string(r));
     } else {
         step = "compile";
-        r = c->compile(prog, (int)src->num_options + 1, opts);
+        r = c->compile(prog, nopts, opts);
         b->log = read_log(c, prog);
         size_t size = 0;
         if (r == 0 && (r = c->code_size(prog, target, &size)) == 0 && (b->code = malloc(size)) == NULL)
@@ -94,13 +113,17 @@ kpc_status kpc_compile_run(const kpc_compiler *c, const char *target, const kpc_
         else if (r == 0 && (r = c->code(prog, target, b->code)) == 0)
             b->code_size = size;
         /* a name expression the compiler could not lower stays "" (then
-         * kpc_program_lowered_name gives "") */
-        for (size_t i = 0; r == 0 && s == KPC_OK && i < src->num_name_expressions; i++)
-            if (c->lowered(prog, src->name_expressions[i], &lowered[i]) != 0 || lowered[i] == NULL)
+         * kpc_program_lowered_name gives ""), with the compiler's reason beside it */
+        for (size_t i = 0; r == 0 && s == KPC_OK && i < src->num_name_expressions; i++) {
+            int lr = c->lowered(prog, src->name_expressions[i], &lowered[i]);
+            if (lr != 0 || lowered[i] == NULL) {
                 lowered[i] = "";
+                reasons[i] = lr != 0 ? c->error_string(lr) : "no lowered name";
+            }
+        }
         if (r == 0 && s == KPC_OK)
-            s = kpc_names_encode(src->name_expressions, lowered, src->num_name_expressions, &b->names,
-                                 &b->names_size);
+            s = kpc_names_encode_reasons(src->name_expressions, lowered, reasons,
+                                         src->num_name_expressions, &b->names, &b->names_size);
         if (r != 0 && s == KPC_OK && c->classify(r) == KPC_COMPILE_NOMEM)
             s = KPC_E_NOMEM; /* not the source's fault: never recorded as a compile error */
         else if (r != 0 && s == KPC_OK) {
@@ -119,6 +142,34 @@ kpc_status kpc_compile_run(const kpc_compiler *c, const char *target, const kpc_
         c->destroy(&prog); /* the lowered names die here: encoded above */
     if (c->lock)
         pthread_mutex_unlock(c->lock);
+    /* the files it read: for an outcome that may be cached (a success, or a compile
+     * error with diagnostics); the dependency file is removed either way */
+    bool outcome = s == KPC_OK || (s == KPC_E_COMPILE && !b->local);
+    kpc_status d = KPC_OK;
+    if (depfile[0]) {
+        char **paths = NULL;
+        size_t n = 0;
+        d = c->deps_from_file(depfile, &paths, &n); /* reads and removes it */
+        if (outcome && d == KPC_OK)
+            b->deps = paths, b->num_deps = n;
+        else
+            kpc_depfile_paths_free(paths, n);
+    } else if (outcome && c->deps_scan) {
+        bool unresolved = false;
+        d = c->deps_scan(src, &b->deps, &b->num_deps, &unresolved);
+        if (d == KPC_OK && unresolved && s == KPC_E_COMPILE)
+            d = KPC_E_NOT_FOUND; /* perhaps a missing header: retried, never cached */
+    }
+    if (d == KPC_E_NOMEM && s == KPC_OK)
+        s = KPC_E_NOMEM;
+    else if (d != KPC_OK)
+        b->deps_unknown = true;
+    if (b->deps_unknown) { /* nothing half known is handed on */
+        kpc_depfile_paths_free(b->deps, b->num_deps);
+        b->deps = NULL;
+        b->num_deps = 0;
+    }
+    free(reasons);
     free(lowered);
     free(code);
     free(opts);
@@ -127,6 +178,11 @@ kpc_status kpc_compile_run(const kpc_compiler *c, const char *target, const kpc_
         free(b->names);
         b->code = b->names = NULL;
         b->code_size = b->names_size = 0;
+    }
+    if (s != KPC_OK && s != KPC_E_COMPILE) {
+        kpc_depfile_paths_free(b->deps, b->num_deps);
+        b->deps = NULL;
+        b->num_deps = 0;
     }
     if (s == KPC_E_INVALID || s == KPC_E_NOMEM) {
         free(b->log);

@@ -48,6 +48,16 @@ typedef struct kpc_compiler {
     void (*destroy)(void **prog);
     enum kpc_compile_class (*classify)(int result);
     const char *(*error_string)(int result);
+    /* The files the compile reads (kpc_build.deps). A compiler that writes a make-format
+     * dependency file when given -MD -MF <file> (hipRTC's clang) sets deps_from_file:
+     * it gets that file after the compile and lists the files that are not its own. A
+     * compiler without (NVRTC) sets deps_scan, which finds them from the request and says
+     * whether an include was found nowhere (then a compile error is not cached: it may
+     * be a missing header, whose later arrival no manifest would notice). Each
+     * returns KPC_E_NOT_FOUND when it cannot tell (the outcome is then not cached).
+     * Neither: the compile reads no file. */
+    kpc_status (*deps_from_file)(const char *depfile, char ***paths, size_t *n);
+    kpc_status (*deps_scan)(const kpc_source *src, char ***paths, size_t *n, bool *unresolved);
 } kpc_compiler;
 
 /* Compile src for target with c (the platform has loaded its library already). */

@@ -22,22 +22,42 @@ static uint32_t get_u32(const uint8_t *p)
 kpc_status kpc_names_encode(const char *const *exprs, const char *const *lowered, size_t n,
                                  void **out, size_t *size)
 {
+    return kpc_names_encode_reasons(exprs, lowered, NULL, n, out, size);
+}
+
+/* The lowered field of expression i: the name with its NUL, or for an empty name with a
+ * reason, "" then the reason with its NUL (a reader that stops at the first NUL sees ""). */
+static size_t field_len(const char *lowered, const char *reason)
+{
+    lowered = lowered ? lowered : "";
+    return strlen(lowered) + 1 + (lowered[0] == '\0' && reason ? strlen(reason) + 1 : 0);
+}
+
+kpc_status kpc_names_encode_reasons(const char *const *exprs, const char *const *lowered,
+                                    const char *const *reasons, size_t n, void **out, size_t *size)
+{
     size_t total = 4;
     for (size_t i = 0; i < n; i++)
-        total += 8 + strlen(exprs[i]) + 1 + strlen(lowered[i] ? lowered[i] : "") + 1;
+        total += 8 + strlen(exprs[i]) + 1 + field_len(lowered[i], reasons ? reasons[i] : NULL);
     uint8_t *buf = malloc(total), *p = buf;
     if (buf == NULL)
         return KPC_E_NOMEM;
     put_u32(p, (uint32_t)n);
     p += 4;
     for (size_t i = 0; i < n; i++) {
-        const char *pair[2] = {exprs[i], lowered[i] ? lowered[i] : ""};
-        for (int j = 0; j < 2; j++) {
-            size_t len = strlen(pair[j]) + 1;
-            put_u32(p, (uint32_t)len);
-            memcpy(p + 4, pair[j], len);
-            p += 4 + len;
-        }
+        size_t len = strlen(exprs[i]) + 1;
+        put_u32(p, (uint32_t)len);
+        memcpy(p + 4, exprs[i], len);
+        p += 4 + len;
+        const char *low = lowered[i] ? lowered[i] : "", *why = reasons ? reasons[i] : NULL;
+        len = field_len(low, why);
+        put_u32(p, (uint32_t)len);
+        if (low[0] == '\0' && why) {
+            p[4] = '\0';
+            memcpy(p + 5, why, len - 1);
+        } else
+            memcpy(p + 4, low, len);
+        p += 4 + len;
     }
     *out = buf;
     *size = total;
@@ -91,4 +111,12 @@ const char *kpc_names_find(const void *names, size_t size, const char *expr)
     bool valid;
     uint32_t len = 0;
     return (const char *)names_find(names, size, expr, &len, &valid);
+}
+
+const char *kpc_names_reason(const void *names, size_t size, const char *expr)
+{
+    bool valid;
+    uint32_t len = 0;
+    const char *low = (const char *)names_find(names, size, expr, &len, &valid);
+    return low && low[0] == '\0' && len > 1 ? low + 1 : NULL;
 }

@@ -5,7 +5,8 @@
  *
  * Format: u32 count, then for each name expression u32 length + bytes of the
  * expression, u32 length + bytes of its lowered name; little-endian; each string's bytes
- * include its terminating NUL, so a lowered name is returned in place.
+ * include its terminating NUL, so a lowered name is returned in place. An empty lowered
+ * name may carry the compiler's reason after its NUL ("\0reason\0").
  */
 #ifndef KPC_PLATFORM_NAMES_H
 #define KPC_PLATFORM_NAMES_H
@@ -18,9 +19,17 @@
 /* Encode n expressions and their lowered names (a NULL lowered name is stored as ""). */
 kpc_status kpc_names_encode(const char *const *exprs, const char *const *lowered, size_t n,
                             void **out, size_t *size);
+/* kpc_names_encode, with reasons[i] (may be NULL, or an entry NULL) for an expression the
+ * compiler gave no lowered name for: stored after the empty name's NUL, so every reader
+ * of the table still finds "" there. */
+kpc_status kpc_names_encode_reasons(const char *const *exprs, const char *const *lowered,
+                                    const char *const *reasons, size_t n, void **out, size_t *size);
 /* True if the table is well formed (every length in bounds, every string terminated). */
 bool kpc_names_valid(const void *names, size_t size);
 /* The lowered name of expr in a well-formed table, or NULL. */
 const char *kpc_names_find(const void *names, size_t size, const char *expr);
+/* The compiler's reason for an empty lowered name of expr; NULL when none was stored
+ * (a name was given, or the table predates reasons, or expr is not in it). */
+const char *kpc_names_reason(const void *names, size_t size, const char *expr);
 
 #endif /* KPC_PLATFORM_NAMES_H */

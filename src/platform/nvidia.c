@@ -25,6 +25,7 @@
  */
 #define _GNU_SOURCE
 #include "platform/compile.h"
+#include "platform/include_scan.h"
 #include "platform/identity.h"
 #include "base/log.h"
 
@@ -415,6 +416,9 @@ static const kpc_compiler nvrtc = {
     .destroy = rtc_destroy,
     .classify = rtc_classify,
     .error_string = rtc_error,
+    /* NVRTC (12.x, 13.x) documents no dependency output (no -MD/-MF among its options):
+     * the files are found from the includes (platform/include_scan.c) */
+    .deps_scan = kpc_include_scan,
 };
 
 static kpc_status nvidia_compile(const char *target, const kpc_source *src, kpc_build *b)

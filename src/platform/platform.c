@@ -6,6 +6,7 @@
  */
 #define _GNU_SOURCE
 #include "platform/platform.h"
+#include "platform/depfile.h"
 #include "base/log.h"
 
 #include <fcntl.h>
@@ -40,6 +41,7 @@ void kpc_platform_build_free(kpc_build *b)
     free(b->code);
     free(b->names);
     free(b->log);
+    kpc_depfile_paths_free(b->deps, b->num_deps);
     memset(b, 0, sizeof *b);
 }
 

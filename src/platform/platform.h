@@ -27,6 +27,15 @@ typedef struct kpc_build {
      * (the compiler gave no diagnostics: an unusable TMPDIR, an internal error). Such a
      * failure is never shared with other processes: they compile for themselves. */
     bool local;
+    /* The files the compile read from disk, beyond the source and the in-memory headers
+     * (the key covers those) and the compiler's own (its identity covers them): paths as
+     * the compiler named them, relative ones relative to the working directory; each
+     * malloc'd, NULL and 0 when none (core/manifest.h records them). deps_unknown: they
+     * could not be learned (a fatal error stopped the compiler before it wrote them, a
+     * computed include): the outcome is then cached nowhere. */
+    char **deps;
+    size_t num_deps;
+    bool deps_unknown;
 } kpc_build;
 void kpc_platform_build_free(kpc_build *b);
 

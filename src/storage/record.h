@@ -17,7 +17,9 @@
 #define KPC_STORE_VERSION 1u
 #define KPC_RECORD_HEADER 256u        /* bytes of header before the payload */
 #define KPC_RECORD_MAX (1ull << 30)   /* the largest code, names or log part accepted */
-enum kpc_record_kind { KPC_RECORD_CODE = 1, KPC_RECORD_LOG = 2 };
+/* MANIFEST (core/manifest.h): under a request key, the entry lists of the files its
+ * compiles read, each leading to the key of a CODE or LOG record */
+enum kpc_record_kind { KPC_RECORD_CODE = 1, KPC_RECORD_LOG = 2, KPC_RECORD_MANIFEST = 3 };
 
 typedef struct kpc_record {
     kpc_key key;
@@ -26,7 +28,7 @@ typedef struct kpc_record {
     char target[64];
     char source_name[80];
     uint8_t compiler_id[16];
-    void *payload; /* malloc'd: code then names (CODE), or the log text (LOG) */
+    void *payload; /* malloc'd: code then names (CODE), the log text (LOG), the manifest (MANIFEST) */
     uint64_t code_size;
     uint64_t names_size;
 } kpc_record;

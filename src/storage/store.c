@@ -5,6 +5,7 @@
  *
  *   <root>/v1/<target>/<first 2 hex of key>/<32 hex key>.co    code object record
  *   <root>/v1/<target>/<2 hex>/<32 hex key>.log                 failed-compile log record
+ *   <root>/v1/<target>/<2 hex>/<32 hex key>.mf                  manifest (core/manifest.h)
  *   <root>/v1/tmp/                                              staging, same file system
  *   <root>/v1/prune.lock                                        one pruner at a time (flock)
  *
@@ -34,7 +35,10 @@
 #define TOUCH_INTERVAL_NS (60ull * 1000000000ull)
 
 /* ---- paths ----------------------------------------------------------------------------- */
-static const char *kind_ext(uint32_t kind) { return kind == KPC_RECORD_LOG ? "log" : "co"; }
+static const char *kind_ext(uint32_t kind)
+{
+    return kind == KPC_RECORD_LOG ? "log" : kind == KPC_RECORD_MANIFEST ? "mf" : "co";
+}
 
 static int record_path(const kpc_store *st, const kpc_key *key, const char *target, uint32_t kind,
                        char *out, size_t cap, char *dir, size_t dir_cap)

@@ -32,6 +32,8 @@ static bool record_name(const char *name, uint32_t *kind)
         *kind = KPC_RECORD_CODE;
     else if (n == 36 && strcmp(name + 32, ".log") == 0)
         *kind = KPC_RECORD_LOG;
+    else if (n == 35 && strcmp(name + 32, ".mf") == 0)
+        *kind = KPC_RECORD_MANIFEST;
     else
         return false;
     kpc_key k;

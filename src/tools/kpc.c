@@ -18,6 +18,7 @@
 #include "base/root.h"
 #include "core/config.h"
 #include "core/key.h"
+#include "core/program.h"
 #include "platform/platform.h"
 #include "storage/index.h"
 #include "storage/remote.h"
@@ -183,9 +184,13 @@ typedef struct file_result {
     int outcome;      /* 0 built, 1 hit, 2 waited (another process built it) */
     double seconds;
     uint64_t size;    /* bytes of the code object (the file on disk adds a header) */
-    char lowered[LOWERED_MAX]; /* a name that does not fit is left empty (and said so) */
+    /* a name that does not fit is left empty (and said so); an expression the compiler
+     * gave no name for is REFUSED then the compiler's reason */
+    char lowered[LOWERED_MAX];
     char log[LOG_MAX];
 } file_result;
+
+#define REFUSED '\001' /* cannot begin a name: marks a reason in file_result.lowered */
 
 typedef struct compile_job {
     const tool *t;
@@ -201,13 +206,22 @@ static int result_status(const file_result *r)
     return __atomic_load_n(&r->status, __ATOMIC_ACQUIRE);
 }
 
-/* The lowered name of expression e of a result: names are packed in order. */
-static const char *lowered_name(const file_result *r, size_t e)
+/* What is packed for expression e of a result: names are packed in order. */
+static const char *lowered_entry(const file_result *r, size_t e)
 {
     const char *p = r->lowered;
     while (e-- > 0)
         p += strlen(p) + 1;
     return p;
+}
+
+/* The lowered name of expression e ("" when none), and *reason the compiler's reason
+ * for none (NULL when it gave none, or the name did not fit). */
+static const char *lowered_name(const file_result *r, size_t e, const char **reason)
+{
+    const char *p = lowered_entry(r, e);
+    *reason = p[0] == REFUSED ? p + 1 : NULL;
+    return p[0] == REFUSED ? "" : p;
 }
 
 /* A source file, or NULL with errno set (EISDIR for a directory, not the read's EEXIST). */
@@ -316,6 +330,12 @@ static void compile_one(worker *w, file_result *r, int i)
         size_t used = 0;
         for (size_t e = 0; e < t->num_exprs; e++) {
             const char *low = kpc_program_lowered_name(p, t->exprs[e]);
+            const char *why = low && low[0] == '\0' ? kpc_program_lowered_reason(p, t->exprs[e]) : NULL;
+            char refused[512];
+            if (why) {
+                snprintf(refused, sizeof refused, "%c%s", REFUSED, why);
+                low = refused;
+            }
             size_t n = low ? strlen(low) : 0;
             /* room for this name and an empty one for each expression after it */
             if (used + n + 1 + (t->num_exprs - e - 1) > sizeof r->lowered)
@@ -411,8 +431,13 @@ static int compile_report(const tool *t, const file_result *results)
             cJSON_AddNumberToObject(o, "seconds", r->seconds);
             cJSON_AddNumberToObject(o, "size", (double)r->size);
             cJSON *low = cJSON_AddObjectToObject(o, "lowered_names");
-            for (size_t e = 0; e < t->num_exprs; e++)
-                cJSON_AddStringToObject(low, t->exprs[e], lowered_name(r, e));
+            cJSON *refused = NULL;
+            for (size_t e = 0; e < t->num_exprs; e++) {
+                const char *why;
+                cJSON_AddStringToObject(low, t->exprs[e], lowered_name(r, e, &why));
+                if (why && (refused || (refused = cJSON_AddObjectToObject(o, "lowered_refused"))))
+                    cJSON_AddStringToObject(refused, t->exprs[e], why);
+            }
             if (r->status != KPC_OK)
                 cJSON_AddStringToObject(o, "log", r->log);
             cJSON_AddItemToArray(arr, o);
@@ -422,8 +447,11 @@ static int compile_report(const tool *t, const file_result *results)
             human(size, sizeof size, r->size);
             printf("%-12s %9.3f ms %5s code  %s\n", outcome[r->outcome], r->seconds * 1e3, size, file);
             for (size_t e = 0; e < t->num_exprs; e++) {
-                const char *low = lowered_name(r, e);
-                printf("    %s -> %s\n", t->exprs[e], low[0] ? low : "(not found, or too long to report)");
+                const char *why, *low = lowered_name(r, e, &why);
+                if (why)
+                    printf("    %s -> (no lowered name: the compiler refused it: %s)\n", t->exprs[e], why);
+                else
+                    printf("    %s -> %s\n", t->exprs[e], low[0] ? low : "(not found, or too long to report)");
             }
         } else
             printf("%-12s %9.3f ms %5s       %s\n", "failed", r->seconds * 1e3, "-", file);
@@ -625,7 +653,7 @@ static int collect_row(const kpc_store_entry *e, void *arg)
     r->path = path;
     const char *base = strrchr(e->path, '/') + 1;
     memcpy(r->key, base, 32);
-    snprintf(r->kind, sizeof r->kind, "%s", strstr(base, ".log") ? "log" : "co");
+    snprintf(r->kind, sizeof r->kind, "%s", strstr(base, ".log") ? "log" : strstr(base, ".mf") ? "mf" : "co");
     r->size = e->size;
     r->mtime_ns = e->mtime_ns;
     r->bad = e->status != KPC_OK;

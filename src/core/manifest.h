@@ -1,0 +1,119 @@
+/*
+ * manifest.h - the files a compile read, and the manifests that map a request to its
+ * outcomes (ccache's direct mode, for runtime compiles).
+ *
+ * A request key (key.c) covers the source, the in-memory headers, the options, the
+ * target and the compiler. It does not cover the files the compiler read from disk
+ * (a header found through -I, -isystem, -include or a host system header). Those are
+ * recorded after each compile as a dependency list, kpc_deps: for every file its
+ * absolute path as the compiler opened it (symlinks not resolved, so a re-pointed link
+ * is seen), its size, mtime, ctime and the XXH3-128 digest of its content.
+ *
+ * A manifest, stored under the request key, holds up to KPC_MANIFEST_MAX_ENTRIES entry
+ * lists, newest first, one per distinct outcome, each leading to the key of its
+ * outcome's record (the object key: the request key mixed with every (path, digest)).
+ * A lookup takes the first entry whose files all still match; none: a miss, never a
+ * stale hit. A request whose compile read no such file has no manifest at all: its
+ * record lies under the request key itself, as before manifests existed.
+ *
+ * The check (kpc_manifest_deps_match): a missing file, another size or another content
+ * is a mismatch. A stat whose size, mtime and ctime (nanoseconds) equal the recorded
+ * ones skips re-hashing, as ccache does, unless the file changed within the last
+ * second (KPC_MANIFEST_RECENT_NS): a file system with coarse timestamps could give an
+ * edit made now the recorded mtime, so a recent file is always re-hashed.
+ * Recording (kpc_manifest_deps_record) refuses a file modified within that second
+ * before the compile started, or during it: the compiler may have read other bytes
+ * than the ones hashed after it ("file modified too recently", ccache's race rule);
+ * that outcome is then not cached at all.
+ *
+ * Every structure here is immutable once built, so threads share it without a lock.
+ */
+#ifndef KPC_CORE_MANIFEST_H
+#define KPC_CORE_MANIFEST_H
+
+#include "base/util.h" /* kpc_key */
+#include "kpc/kpc.h"
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#define KPC_MANIFEST_RECENT_NS 1000000000ull /* one second: see above */
+#define KPC_MANIFEST_MAX_ENTRIES 16          /* entry lists per manifest; the oldest goes */
+#define KPC_MANIFEST_MAX_FILES 65536         /* files per entry list */
+#define KPC_MANIFEST_MAX_BYTES (64u << 20)   /* an encoded manifest */
+
+/* One file a compile read, as it was when the outcome was recorded. */
+typedef struct kpc_manifest_file {
+    const char *path; /* absolute, as the compiler opened it; points into the kpc_deps block */
+    uint64_t size;
+    int64_t mtime_ns, ctime_ns;
+    uint8_t digest[16]; /* XXH3-128 of the content, canonical (big-endian) bytes */
+} kpc_manifest_file;
+
+/* The files of one outcome, in the compiler's order: one allocation (kpc_manifest_deps_free). */
+typedef struct kpc_deps {
+    size_t count;
+    kpc_manifest_file files[];
+} kpc_deps;
+
+/* Outcome kinds an entry leads to (the record kinds of the store). */
+enum kpc_manifest_outcome { KPC_MANIFEST_CODE = 1, KPC_MANIFEST_LOG = 2 };
+
+typedef struct kpc_manifest_entry {
+    kpc_key object;   /* the key of the outcome's record */
+    uint32_t outcome; /* enum kpc_manifest_outcome */
+    kpc_deps *deps;   /* owned */
+} kpc_manifest_entry;
+
+typedef struct kpc_manifest {
+    size_t count;                                        /* newest first */
+    kpc_manifest_entry entries[KPC_MANIFEST_MAX_ENTRIES];
+} kpc_manifest;
+
+/*
+ * Record the files a compile read. paths: as the compiler named them; a relative one
+ * is taken relative to cwd (the working directory of the compile). Each file is
+ * stat'ed and hashed now. compile_start_ns: CLOCK_REALTIME when the compile began.
+ * KPC_OK with *out (NULL when paths is empty); KPC_E_NOT_FOUND when a file is gone or
+ * unreadable, or was modified too recently to be trusted (logged at debug): the
+ * outcome must not be cached; KPC_E_NOMEM; KPC_E_INVALID (a relative path and no cwd,
+ * too many files).
+ */
+kpc_status kpc_manifest_deps_record(const char *const *paths, size_t n, const char *cwd,
+                                    uint64_t compile_start_ns, kpc_deps **out);
+/* True if every file still matches (see the top of this file). NULL or empty: true. */
+bool kpc_manifest_deps_match(const kpc_deps *deps);
+/* A copy (one allocation); NULL for NULL or on ENOMEM (then *ok is false). */
+kpc_deps *kpc_manifest_deps_copy(const kpc_deps *deps, bool *ok);
+void kpc_manifest_deps_free(kpc_deps *deps);
+
+/* The key of the outcome recorded with deps: XXH3-128 of the request key and each
+ * (path, digest). Without deps (NULL or empty) it is the request key itself. */
+void kpc_manifest_object_key(const kpc_key *request, const kpc_deps *deps, kpc_key *out);
+
+/* Serialize a manifest (the payload of a KPC_RECORD_MANIFEST record; format in
+ * docs/file-format.md). *buf is malloc'd. */
+kpc_status kpc_manifest_encode(const kpc_manifest *m, void **buf, size_t *size);
+/* Parse and check one; KPC_E_CORRUPT for anything malformed (never reads past size). */
+kpc_status kpc_manifest_decode(const void *buf, size_t size, kpc_manifest *out);
+void kpc_manifest_free(kpc_manifest *m);
+/* The first entry (newest first) whose files all match now; NULL if none. */
+const kpc_manifest_entry *kpc_manifest_match(const kpc_manifest *m);
+/* Put (object, outcome, a copy of deps) first; an entry with the same object key is
+ * replaced, and past KPC_MANIFEST_MAX_ENTRIES the oldest is dropped. */
+kpc_status kpc_manifest_add(kpc_manifest *m, const kpc_key *object, uint32_t outcome,
+                            const kpc_deps *deps);
+
+/*
+ * Whether the request's outcome may depend on the working directory: an option names
+ * a relative path to search or to include (-I dir, -Idir, --include-path=dir, -isystem,
+ * -iquote, -idirafter, -include, --pre-include, -imacros, and the separated forms). A
+ * quoted #include never resolves against the working directory under hipRTC (the
+ * source is compiled from comgr's own directory); a platform where it does (NVRTC adds
+ * the source's directory) says so with source_dir_searched, and then a relative source
+ * name counts too.
+ */
+bool kpc_manifest_needs_cwd(const kpc_source *src, bool source_dir_searched);
+
+#endif /* KPC_CORE_MANIFEST_H */

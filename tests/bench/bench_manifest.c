@@ -1,0 +1,241 @@
+/*
+ * bench_manifest.c - figure 7: the hit of a source that includes files from disk.
+ *
+ * One source includes 50 headers (h0.h .. h49.h, a few lines each) found through -I;
+ * the same source with the same 50 headers passed in memory (kpc_source.header_*) is
+ * the reference: its key covers the headers' text, so its hit checks no file. A third
+ * source includes nothing (the path of every request without a file include).
+ *
+ *   in-memory hit   ns per kpc_program_get + release on a warm context: for the files,
+ *                   a stat of each of the 50 (their size, mtime and ctime vouch for the
+ *                   content: no re-hash; they are older than a second)
+ *   new process     kpc_program_get alone in a fresh process (fork + exec of this
+ *                   program in its helper mode), which reads the manifest and then the
+ *                   record from disk; median over --runs processes after a warm-up
+ *
+ * usage: bench_manifest [--rounds N] [--runs N]
+ *        bench_manifest --helper files|memory|none DIR HEADERS   (the fresh process)
+ */
+#define _GNU_SOURCE
+#include "bench.h"
+
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#define NFILES 50
+
+static char *header_text(int i)
+{
+    char *t = malloc(256);
+    snprintf(t, 256, "#pragma once\n/* header %d of the manifest benchmark */\n"
+             "#define V%d (%d.0f)\nstatic __device__ inline float f%d(float x) { return x * V%d; }\n",
+             i, i, i + 1, i, i);
+    return t;
+}
+
+static char *source_text(bool includes)
+{
+    size_t cap = 16384, n = 0;
+    char *s = malloc(cap);
+    if (includes)
+        for (int i = 0; i < NFILES; i++)
+            n += (size_t)snprintf(s + n, cap - n, "#include \"h%d.h\"\n", i);
+    n += (size_t)snprintf(s + n, cap - n, "extern \"C\" __global__ void manifest_bench(float *a)\n{\n"
+                          "  float x = a[threadIdx.x];\n");
+    for (int i = 0; includes && i < NFILES; i++)
+        n += (size_t)snprintf(s + n, cap - n, "  x = f%d(x);\n", i);
+    snprintf(s + n, cap - n, "  a[threadIdx.x] = x;\n}\n");
+    return s;
+}
+
+/* The three requests; the strings live as long as the program. */
+typedef struct requests {
+    kpc_source files, memory, none;
+    char *opt, *names[NFILES], *texts[NFILES];
+    const char *opts[1];
+} requests;
+
+static void make_requests(requests *r, const char *hdir)
+{
+    char *with = source_text(true);
+    r->opt = malloc(strlen(hdir) + 3);
+    sprintf(r->opt, "-I%s", hdir);
+    r->opts[0] = r->opt;
+    for (int i = 0; i < NFILES; i++) {
+        r->names[i] = malloc(16);
+        snprintf(r->names[i], 16, "h%d.h", i);
+        r->texts[i] = header_text(i);
+    }
+    r->files = (kpc_source){.code = with, .name = "manifest_files.hip", .options = r->opts,
+                            .num_options = 1};
+    r->memory = (kpc_source){.code = with, .name = "manifest_memory.hip",
+                             .header_names = (const char *const *)r->names,
+                             .header_sources = (const char *const *)r->texts,
+                             .num_headers = NFILES};
+    r->none = (kpc_source){.code = source_text(false), .name = "manifest_none.hip"};
+}
+
+static const kpc_source *pick(requests *r, const char *which)
+{
+    return strcmp(which, "files") == 0 ? &r->files : strcmp(which, "memory") == 0 ? &r->memory : &r->none;
+}
+
+/* The fresh process: prints "get_ns builds disk_hits". */
+static int helper(const char *which, const char *dir, const char *hdir)
+{
+    requests r;
+    make_requests(&r, hdir);
+    kpc_config cfg = {.struct_size = sizeof cfg, .cache_dir = dir};
+    kpc_cache *cache = NULL;
+    kpc_context *ctx = NULL;
+    kpc_program *p = NULL;
+    if (kpc_cache_open(&cfg, &cache) != KPC_OK ||
+        kpc_context_create_for_target(cache, bn_target(), &ctx) != KPC_OK)
+        return 1;
+    uint64_t t0 = bn_now_ns();
+    kpc_status s = kpc_program_get(ctx, pick(&r, which), &p);
+    uint64_t t1 = bn_now_ns();
+    if (s != KPC_OK) {
+        fprintf(stderr, "helper %s: %s\n%s", which, kpc_status_str(s), kpc_last_log());
+        return 1;
+    }
+    kpc_stats st;
+    kpc_stats_get(cache, &st);
+    kpc_program_release(p);
+    printf("%llu %llu %llu\n", (unsigned long long)(t1 - t0), (unsigned long long)st.builds,
+           (unsigned long long)st.disk_hits);
+    kpc_context_destroy(ctx);
+    kpc_cache_close(cache);
+    return 0;
+}
+
+/* ns per warm in-memory get: the median of `rounds` batches of ~10 ms. */
+static double mem_hit_ns(kpc_context *ctx, const kpc_source *src, int rounds)
+{
+    bn_get(ctx, src); /* warm */
+    size_t batch = 16;
+    for (;;) { /* size a batch to ~10 ms */
+        uint64_t t0 = bn_now_ns();
+        for (size_t i = 0; i < batch; i++)
+            bn_get(ctx, src);
+        if (bn_now_ns() - t0 > 10000000 || batch > (1u << 24))
+            break;
+        batch *= 2;
+    }
+    double *v = calloc((size_t)rounds, sizeof *v);
+    for (int r = 0; r < rounds; r++) {
+        uint64_t t0 = bn_now_ns();
+        for (size_t i = 0; i < batch; i++)
+            bn_get(ctx, src);
+        v[r] = (double)(bn_now_ns() - t0) / (double)batch;
+    }
+    double m = bn_median(v, (size_t)rounds);
+    free(v);
+    return m;
+}
+
+/* A fresh process's get, median over runs (one warm-up run first, not counted). */
+static double xproc_ns(const char *which, const char *dir, const char *hdir, int runs)
+{
+    char self[4200];
+    snprintf(self, sizeof self, "%s/bench_manifest", bn_self_dir());
+    double *v = calloc((size_t)runs, sizeof *v);
+    for (int r = -1; r < runs; r++) {
+        int fds[2];
+        if (pipe(fds) != 0)
+            bn_die("pipe failed");
+        pid_t pid = fork();
+        if (pid == 0) {
+            dup2(fds[1], STDOUT_FILENO);
+            close(fds[0]);
+            execl(self, self, "--helper", which, dir, hdir, (char *)NULL);
+            _exit(127);
+        }
+        close(fds[1]);
+        char line[256] = "";
+        ssize_t n = read(fds[0], line, sizeof line - 1);
+        close(fds[0]);
+        int st;
+        waitpid(pid, &st, 0);
+        unsigned long long ns = 0, builds = 9, disk = 0;
+        if (n <= 0 || !WIFEXITED(st) || WEXITSTATUS(st) != 0 ||
+            sscanf(line, "%llu %llu %llu", &ns, &builds, &disk) != 3)
+            bn_die("helper %s failed", which);
+        if (builds != 0 || disk != 1)
+            bn_die("helper %s: %llu builds, %llu disk hits: not a disk hit", which, builds, disk);
+        if (r >= 0)
+            v[r] = (double)ns;
+    }
+    double m = bn_median(v, (size_t)runs);
+    free(v);
+    return m;
+}
+
+static void row(const char *id, const char *figure, double value_ns, const char *reference,
+                double ref_ns)
+{
+    char vt[64], rt[64], ratio[32];
+    bn_fmt_time(vt, sizeof vt, value_ns / 1e9);
+    bn_fmt_time(rt, sizeof rt, ref_ns / 1e9);
+    snprintf(ratio, sizeof ratio, "%.2fx", value_ns / ref_ns);
+    bn_row(id, figure, vt, reference, rt, ratio, "", -1, value_ns, "ns");
+}
+
+int main(int argc, char **argv)
+{
+    if (argc == 5 && strcmp(argv[1], "--helper") == 0)
+        return helper(argv[2], argv[3], argv[4]);
+    int rounds = 21, runs = 11;
+    for (int i = 1; i < argc; i++) {
+        if (strcmp(argv[i], "--rounds") == 0 && i + 1 < argc)
+            rounds = atoi(argv[++i]);
+        else if (strcmp(argv[i], "--runs") == 0 && i + 1 < argc)
+            runs = atoi(argv[++i]);
+        else
+            bn_die("usage: bench_manifest [--rounds N] [--runs N]");
+    }
+    char *dir = bn_tmpdir();
+    char hdir[4200];
+    snprintf(hdir, sizeof hdir, "%s", dir);
+    *strrchr(hdir, '/') = '\0';
+    strcat(hdir, "/headers");
+    if (kpc__mkdir_p(hdir, 0700) != 0)
+        bn_die("mkdir %s failed", hdir);
+    for (int i = 0; i < NFILES; i++) {
+        char path[4300], *t = header_text(i);
+        snprintf(path, sizeof path, "%s/h%d.h", hdir, i);
+        bn_write_file(path, t, strlen(t));
+        free(t);
+    }
+    /* a compile's outcome is cached only when its files are older than a second */
+    usleep(1100 * 1000);
+    requests r;
+    make_requests(&r, hdir);
+    kpc_cache *cache = bn_open(dir, 0, 0);
+    kpc_context *ctx = bn_context(cache);
+    bn_say("building the three sources");
+    bn_get(ctx, &r.files);
+    bn_get(ctx, &r.memory);
+    bn_get(ctx, &r.none);
+    double mem_files = mem_hit_ns(ctx, &r.files, rounds);
+    double mem_memory = mem_hit_ns(ctx, &r.memory, rounds);
+    double mem_none = mem_hit_ns(ctx, &r.none, rounds);
+    kpc_context_destroy(ctx);
+    kpc_cache_close(cache);
+    double xp_files = xproc_ns("files", dir, hdir, runs);
+    double xp_memory = xproc_ns("memory", dir, hdir, runs);
+    double xp_none = xproc_ns("none", dir, hdir, runs);
+    row("manifest_mem_50", "7 in-memory hit, 50 included files", mem_files,
+        "the 50 headers in memory", mem_memory);
+    row("manifest_mem_0", "7 in-memory hit, no included file", mem_none,
+        "the 50 headers in memory", mem_memory);
+    row("manifest_xproc_50", "7 new-process hit, 50 included files", xp_files,
+        "the 50 headers in memory", xp_memory);
+    row("manifest_xproc_0", "7 new-process hit, no included file", xp_none,
+        "the 50 headers in memory", xp_memory);
+    bn_cleanup(dir);
+    return 0;
+}

@@ -1,0 +1,5 @@
+# Manifests: dependency lists, the manifest file, the key's working directory (test_manifest);
+# the whole path through real hipRTC (test_manifest_rtc).
+kpc_check_test(test_manifest LABELS "manifest;threads")
+target_include_directories(test_manifest PRIVATE ${PROJECT_SOURCE_DIR}/src)
+kpc_check_test(test_manifest_rtc LABELS "manifest" TIMEOUT 600)
