@@ -38,5 +38,7 @@ done
 sleep 0.2 # the holders have mounted their /dev/shm
 mpiexec=$1
 shift
-KPC_REMOTE="redis+unix://$dir/redis.sock" KPC_DISABLE=0 \
+# a generous command timeout: the job counts builds exactly, and a loaded machine (ASan,
+# 2 cores) can keep a healthy Redis past the default 300 ms, which the tier treats as sick
+KPC_REMOTE="redis+unix://$dir/redis.sock" KPC_DISABLE=0 KPC_REMOTE_TIMEOUT_MS=5000 \
   "$mpiexec" -n $((hosts * procs)) "$@" sh "$here/mpi_host.sh" "$dir" "$procs" "$prog" "$k" "$mode"

@@ -963,6 +963,9 @@ kpc_status kpc_index_unlink(const char *cache_root)
 {
     char name[96];
     kpc_root_segment_name(cache_root, name, sizeof name);
+    /* with the segment go the temporary ones its dead creators left: no later create of
+     * this root may come to sweep them */
+    sweep_temps(name, NULL, NULL);
     if (shm_unlink(name) != 0)
         return errno == ENOENT ? KPC_E_NOT_FOUND : KPC_E_SHM;
     return KPC_OK;

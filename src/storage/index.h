@@ -76,8 +76,9 @@ void kpc_index_usage_words(kpc_index *ix, _Atomic uint64_t **bytes, _Atomic uint
 /* Attached processes, for kpc-shm-reset: calls fn for each live one (dead ones are swept). */
 typedef void (*kpc_index_proc_fn)(pid_t pid, void *arg);
 kpc_status kpc_index_live_procs(kpc_index *ix, kpc_index_proc_fn fn, void *arg, size_t *live);
-/* Remove the segment of cache_root (shm_unlink). It takes none of the segment's locks
- * and reads none of it: the way out of a damaged one. */
+/* Remove the segment of cache_root (shm_unlink), and the temporary segments its dead
+ * creators left. It takes none of the segment's locks and reads none of it: the way out
+ * of a damaged one. */
 kpc_status kpc_index_unlink(const char *cache_root);
 /* Remove the temporary segments of cache_root's index that creators killed mid-creation
  * left (their pid and start time dead); fn, if not NULL, gets each name removed. Done at
