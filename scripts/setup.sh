@@ -6,7 +6,7 @@ cd "$(dirname "$0")/.."
 
 packages=(
   build-essential cmake pkg-config
-  libbsd-dev libxxhash-dev libcjson-dev check
+  libbsd-dev libxxhash-dev libcjson-dev libzstd-dev check
   libamdhip64-dev libamd-comgr-dev rocm-device-libs hipcc
   openmpi-bin libopenmpi-dev
 )

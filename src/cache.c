@@ -42,6 +42,9 @@ kpc_status kpc_cache_open(const kpc_config *cfg, kpc_cache **out)
             c->index = NULL;
         }
     }
+    /* the packs are opened once, here: their headers and indexes checked and read */
+    if (kpc_pack_tier_open(getenv("KPC_PACK_PATH"), &c->packs) != KPC_OK)
+        c->packs = NULL;
     KPC_LOG(KPC_LOG_DEBUG, "cache open: platform %s, disk %s, host index %s", c->platform->name,
             c->store ? kpc_store_root(c->store) : "off", c->index ? "on" : "off");
     *out = c;
@@ -57,6 +60,7 @@ void kpc_cache_close(kpc_cache *cache)
         KPC_LOG(KPC_LOG_WARN, "kpc_cache_close: %d context(s) still open", live);
     kpc_index_close(cache->index);
     kpc_store_close(cache->store);
+    kpc_pack_tier_close(cache->packs);
     free(cache);
 }
 
@@ -84,6 +88,10 @@ kpc_status kpc_stats_get(kpc_cache *cache, kpc_stats *out)
         out->evictions = c.evictions;
         out->entries = c.entries;
         out->capacity = c.capacity;
+    }
+    if (cache->packs) {
+        uint64_t misses;
+        kpc_pack_tier_counters(cache->packs, &out->pack_hits, &misses, &out->pack_refused);
     }
     if (cache->store)
         kpc_store_usage_estimate(cache->store, &out->disk_bytes, &out->disk_files);

@@ -38,6 +38,7 @@ typedef struct kpc_settings {
     size_t mem_max_programs;
     size_t shm_entries;
     unsigned flags;
+    size_t build_threads; /* kpc_program_get_many's threads (platforms that compile in parallel) */
 } kpc_settings;
 /* Fill s from cfg, then the environment, then the defaults; KPC_E_INVALID (logged) for
  * a malformed value. */
@@ -200,7 +201,8 @@ bool kpc_prog_names_valid(const void *names, size_t size);
 
 /* ---- store.c: the disk tree ------------------------------------------------------ */
 #define KPC_STORE_MAGIC "KPCOBJ\x00\x01"
-#define KPC_STORE_VERSION 1u
+#define KPC_STORE_VERSION 2u /* 2 adds the request section; 1 (no request) is still read and
+                              * still written for records that keep none */
 enum kpc_record_kind { KPC_RECORD_CODE = 1, KPC_RECORD_LOG = 2 };
 
 typedef struct kpc_record {
@@ -210,9 +212,11 @@ typedef struct kpc_record {
     char target[64];
     char source_name[80];
     uint8_t compiler_id[16];
-    void *payload; /* malloc'd: code then names (CODE), or the log text (LOG) */
+    void *payload; /* malloc'd: code, names, then the request section (CODE), or the log text */
     uint64_t code_size;
     uint64_t names_size;
+    uint64_t request_size;  /* bytes of the request section (request.c) after the names; 0: none */
+    const void *request;    /* writing only: the request section's bytes (not owned) */
 } kpc_record;
 void kpc_record_free(kpc_record *r);
 
@@ -228,6 +232,11 @@ void kpc_store_share_usage(kpc_store *st, _Atomic uint64_t *bytes, _Atomic uint6
  * removed and logged). A code hit refreshes the file's time, rate-limited. */
 kpc_status kpc_store_read(kpc_store *st, const kpc_key *key, const char *target, uint32_t kind,
                           kpc_record *out);
+/* Check a whole record image in memory (every check of a read; key and target may be NULL
+ * for "any"). NULL when good: *out describes it and out->payload is buf with the header
+ * taken off (buf now belongs to out); else why not, and buf is still the caller's. */
+const char *kpc_store_parse(void *buf, size_t size, const kpc_key *key, const char *target,
+                            uint32_t kind, kpc_record *out);
 /* Publish atomically (O_EXCL temp file, fsync, rename); then keep the size limit. */
 kpc_status kpc_store_write(kpc_store *st, const kpc_record *rec, const void *code,
                            const void *names_or_log, size_t second_size);
@@ -270,6 +279,59 @@ kpc_status kpc_store_usage(kpc_store *st, uint64_t *bytes, uint64_t *files);
 kpc_status kpc_store_usage_estimate(kpc_store *st, uint64_t *bytes, uint64_t *files);
 kpc_status kpc_store_clear(kpc_store *st, uint64_t *files_removed);
 
+/* ---- request.c: the request a record keeps (for `kpc replay`) -------------------- */
+typedef struct kpc_request {
+    kpc_source src;      /* every string malloc'd and NUL-terminated */
+    size_t num_env;      /* the hidden-option variables as the requester had them */
+    char **env_names;
+    char **env_values;   /* NULL: the variable was unset */
+} kpc_request;
+/* Serialize src and the values of env_names (NULL-terminated; may be NULL) now, zstd'ed,
+ * into a malloc'd section. */
+kpc_status kpc_request_encode(const kpc_source *src, const char *const *env_names, void **out,
+                              size_t *size);
+/* KPC_E_CORRUPT when the section fails any check. */
+kpc_status kpc_request_decode(const void *section, size_t size, kpc_request *out);
+void kpc_request_free(kpc_request *rq);
+
+/* ---- storage/pack.c: pack files of pre-built records ----------------------------- */
+typedef struct kpc_pack kpc_pack;
+typedef struct kpc_pack_entry {
+    kpc_key key;
+    uint64_t offset, size; /* the record's bytes in the pack */
+    uint32_t kind;
+    char target[64];
+} kpc_pack_entry;
+/* Open and check a pack (header, size, index); KPC_E_CORRUPT (logged: why) when refused. */
+kpc_status kpc_pack_open(const char *path, kpc_pack **out);
+void kpc_pack_close(kpc_pack *p);
+const char *kpc_pack_path(const kpc_pack *p);
+size_t kpc_pack_count(const kpc_pack *p);
+kpc_status kpc_pack_entry_get(const kpc_pack *p, size_t i, kpc_pack_entry *e);
+/* Read and check one record (pread of that entry only): KPC_OK, KPC_E_NOT_FOUND,
+ * KPC_E_CORRUPT (a damaged entry: logged), KPC_E_IO, KPC_E_NOMEM. */
+kpc_status kpc_pack_read(kpc_pack *p, const kpc_key *key, const char *target, uint32_t kind,
+                         kpc_record *out);
+kpc_status kpc_pack_read_at(kpc_pack *p, size_t i, kpc_record *out);
+/* Writing: create (a temp file beside path), add whole record images (checked), finish
+ * (index, header, fsync, rename; *count gets the entries kept) or abort. */
+typedef struct kpc_pack_writer kpc_pack_writer;
+kpc_status kpc_pack_create(const char *path, kpc_pack_writer **out);
+kpc_status kpc_pack_add(kpc_pack_writer *w, const void *record, size_t size);
+kpc_status kpc_pack_finish(kpc_pack_writer *w, size_t *count);
+void kpc_pack_abort(kpc_pack_writer *w);
+
+/* ---- storage/pack_tier.c: the packs of KPC_PACK_PATH, read-only ------------------ */
+typedef struct kpc_pack_tier kpc_pack_tier;
+/* KPC_E_NOT_FOUND when pack_path (colon-separated files and directories) names no usable
+ * pack; refused packs are logged and left out. */
+kpc_status kpc_pack_tier_open(const char *pack_path, kpc_pack_tier **out);
+void kpc_pack_tier_close(kpc_pack_tier *t);
+/* The first good entry of the packs, in order; damaged entries are logged and skipped. */
+kpc_status kpc_pack_tier_read(kpc_pack_tier *t, const kpc_key *key, const char *target, uint32_t kind,
+                              kpc_record *out);
+void kpc_pack_tier_counters(kpc_pack_tier *t, uint64_t *hits, uint64_t *misses, uint64_t *refused);
+
 /* ---- cache.c / context.c ---------------------------------------------------------- */
 typedef struct kpc_index kpc_index; /* shm/index.h */
 
@@ -287,6 +349,7 @@ struct kpc_cache {
     const kpc_platform *platform;
     kpc_store *store;  /* NULL: disk level off */
     kpc_index *index;  /* NULL: host index off */
+    kpc_pack_tier *packs; /* NULL: no KPC_PACK_PATH (or no usable pack in it) */
     /* process counters */
     _Atomic uint64_t mem_misses, disk_hits, builds, build_failures, waits;
     atomic_int contexts;

@@ -118,7 +118,14 @@ static kpc_status build(kpc_context *ctx, const kpc_key *key, const kpc_source *
         fill_record(&rec, ctx, key, src, KPC_RECORD_CODE);
         rec.code_size = b.code_size;
         rec.names_size = b.names_size;
+        /* the request, for `kpc replay`; a failure to encode only costs the replay */
+        void *req = NULL;
+        size_t req_size = 0;
+        if (!(cache->settings.flags & KPC_NO_SOURCES) &&
+            kpc_request_encode(src, cache->platform->key_env, &req, &req_size) == KPC_OK)
+            rec.request = req, rec.request_size = req_size;
         stored = kpc_store_write(cache->store, &rec, b.code, b.names, b.names_size) == KPC_OK;
+        free(req);
     }
     if (ix && stored)
         kpc_index_publish(ix, key, true, b.code_size);
@@ -127,6 +134,32 @@ static kpc_status build(kpc_context *ctx, const kpc_key *key, const kpc_source *
     free(b.log);
     b.log = NULL;
     return kpc_prog_new(key, &b, out) == KPC_OK ? KPC_OK : (kpc_build_free(&b), KPC_E_NOMEM);
+}
+
+/* A pack's record for key: back-filled into the disk tree (published READY in the index
+ * when this process holds the claim), then the program. KPC_E_NOT_FOUND: build it. */
+static kpc_status from_pack(kpc_context *ctx, const kpc_key *key, bool claimed, kpc_program **out)
+{
+    kpc_cache *cache = ctx->cache;
+    kpc_record rec;
+    if (kpc_pack_tier_read(cache->packs, key, ctx->target, KPC_RECORD_CODE, &rec) != KPC_OK)
+        return KPC_E_NOT_FOUND;
+    bool stored = false;
+    if (cache->store) {
+        const uint8_t *p = rec.payload;
+        kpc_record copy = rec;
+        copy.request = p + rec.code_size + rec.names_size;
+        stored = kpc_store_write(cache->store, &copy, p, p + rec.code_size, rec.names_size) == KPC_OK;
+    }
+    kpc_status s = prog_from_record(key, &rec, out);
+    kpc_record_free(&rec);
+    if (claimed) {
+        if (s == KPC_OK && stored)
+            kpc_index_publish(cache->index, key, true, (*out)->code_size);
+        else
+            kpc_index_abandon(cache->index, key); /* a waiter reads the pack itself */
+    }
+    return s;
 }
 
 /* Get the program without loading it: from disk, or built. from_disk tells which. */
@@ -180,6 +213,11 @@ static kpc_status obtain(kpc_context *ctx, const kpc_key *key, const kpc_source 
                 flags = KPC_INDEX_STALE;
                 continue;
             }
+        }
+        /* a pack of KPC_PACK_PATH before a compile */
+        if (cache->packs && from_pack(ctx, key, claimed, out) == KPC_OK) {
+            *from_disk = true; /* a stale pack object is handled like a stale disk one */
+            return KPC_OK;
         }
         /* claimed only for BUILD: READY with no disk to read from, or SELF, builds for
          * ourselves */

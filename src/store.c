@@ -58,7 +58,7 @@ static uint32_t rd32(const uint8_t *p) { return (uint32_t)rd64((const uint8_t[8]
 enum {
     H_MAGIC = 0, H_VERSION = 8, H_HSIZE = 12, H_KEY = 16, H_KIND = 32, H_FLAGS = 36, H_PAYLOAD = 40,
     H_CODE = 48, H_NAMES = 56, H_SUM = 64, H_CREATED = 72, H_TARGET = 80, H_SOURCE = 144,
-    H_COMPILER = 224, H_RESERVED = 240, H_HSUM = 248
+    H_COMPILER = 224, H_REQUEST = 240, H_HSUM = 248
 };
 _Static_assert(H_HSUM + 8 == HEADER_SIZE, "the header layout must add up to HEADER_SIZE");
 
@@ -66,11 +66,12 @@ static void encode_header(uint8_t h[HEADER_SIZE], const kpc_record *r, uint64_t 
 {
     memset(h, 0, HEADER_SIZE);
     memcpy(h + H_MAGIC, KPC_STORE_MAGIC, 8);
-    le32(h + H_VERSION, KPC_STORE_VERSION);
+    /* version 1 where there is no request section: older readers still take it */
+    le32(h + H_VERSION, r->request_size ? KPC_STORE_VERSION : 1u);
     le32(h + H_HSIZE, HEADER_SIZE);
     memcpy(h + H_KEY, r->key.bytes, 16);
     le32(h + H_KIND, r->kind);
-    le64(h + H_PAYLOAD, r->code_size + r->names_size);
+    le64(h + H_PAYLOAD, r->code_size + r->names_size + r->request_size);
     le64(h + H_CODE, r->code_size);
     le64(h + H_NAMES, r->names_size);
     le64(h + H_SUM, payload_sum);
@@ -78,6 +79,7 @@ static void encode_header(uint8_t h[HEADER_SIZE], const kpc_record *r, uint64_t 
     memcpy(h + H_TARGET, r->target, strnlen(r->target, 63));
     memcpy(h + H_SOURCE, r->source_name, strnlen(r->source_name, 79));
     memcpy(h + H_COMPILER, r->compiler_id, 16);
+    le64(h + H_REQUEST, r->request_size);
     le64(h + H_HSUM, XXH3_64bits(h, H_HSUM));
 }
 
@@ -88,7 +90,8 @@ static const char *decode_header(const uint8_t *h, size_t avail, kpc_record *r)
         return "shorter than a header";
     if (memcmp(h + H_MAGIC, KPC_STORE_MAGIC, 8) != 0)
         return "bad magic (not a kpc record)";
-    if (rd32(h + H_VERSION) != KPC_STORE_VERSION)
+    uint32_t version = rd32(h + H_VERSION);
+    if (version != 1u && version != KPC_STORE_VERSION)
         return "unsupported format version";
     if (rd32(h + H_HSIZE) != HEADER_SIZE)
         return "bad header size";
@@ -100,8 +103,9 @@ static const char *decode_header(const uint8_t *h, size_t avail, kpc_record *r)
     r->code_size = rd64(h + H_CODE);
     r->names_size = rd64(h + H_NAMES);
     r->created_ns = rd64(h + H_CREATED);
-    if (r->code_size > MAX_RECORD || r->names_size > MAX_RECORD ||
-        r->code_size + r->names_size != rd64(h + H_PAYLOAD))
+    r->request_size = version >= 2u ? rd64(h + H_REQUEST) : 0; /* reserved (not checked) in 1 */
+    if (r->code_size > MAX_RECORD || r->names_size > MAX_RECORD || r->request_size > MAX_RECORD ||
+        r->code_size + r->names_size + r->request_size != rd64(h + H_PAYLOAD))
         return "inconsistent sizes";
     if (h[H_TARGET + 63] != '\0' || h[H_SOURCE + 79] != '\0')
         return "unterminated string field";
@@ -247,6 +251,34 @@ static enum removal remove_if_same(const char *path, int fd)
     return REMOVED;
 }
 
+const char *kpc_store_parse(void *buf, size_t size, const kpc_key *key, const char *target,
+                            uint32_t kind, kpc_record *out)
+{
+    const char *why = decode_header(buf, size, out);
+    if (why == NULL && key && memcmp(out->key.bytes, key->bytes, 16) != 0)
+        why = "the key does not match the file name";
+    if (why == NULL && out->kind != kind)
+        why = "wrong record kind";
+    if (why == NULL && target && strcmp(out->target, target) != 0)
+        why = "the target does not match";
+    uint64_t payload = out->code_size + out->names_size + out->request_size;
+    if (why == NULL && size != HEADER_SIZE + payload)
+        why = size < HEADER_SIZE + payload ? "truncated" : "trailing bytes";
+    if (why == NULL &&
+        XXH3_64bits((uint8_t *)buf + HEADER_SIZE, size - HEADER_SIZE) != rd64((uint8_t *)buf + H_SUM))
+        why = "payload checksum mismatch";
+    if (why == NULL && kind == KPC_RECORD_CODE &&
+        !kpc_prog_names_valid((uint8_t *)buf + HEADER_SIZE + out->code_size, out->names_size))
+        why = "bad lowered-name table";
+    if (why == NULL && kind == KPC_RECORD_CODE && out->code_size == 0)
+        why = "empty code object";
+    if (why != NULL)
+        return why;
+    memmove(buf, (uint8_t *)buf + HEADER_SIZE, size - HEADER_SIZE);
+    out->payload = buf;
+    return NULL;
+}
+
 /* Read and fully check the record at an open fd. NULL when good, else why not. *sb
  * gets the file's fstat when the read got that far. */
 static const char *read_record(int fd, const kpc_key *key, const char *target, uint32_t kind,
@@ -260,29 +292,11 @@ static const char *read_record(int fd, const kpc_key *key, const char *target, u
     if (*status != KPC_OK)
         return *status == KPC_E_NOMEM ? "out of memory" : "read failed";
     *status = KPC_E_CORRUPT;
-    const char *why = decode_header(buf, size, out);
-    if (why == NULL && key && memcmp(out->key.bytes, key->bytes, 16) != 0)
-        why = "the key does not match the file name";
-    if (why == NULL && out->kind != kind)
-        why = "wrong record kind";
-    if (why == NULL && target && strcmp(out->target, target) != 0)
-        why = "the target does not match";
-    if (why == NULL && size != HEADER_SIZE + out->code_size + out->names_size)
-        why = size < HEADER_SIZE + out->code_size + out->names_size ? "truncated" : "trailing bytes";
-    if (why == NULL &&
-        XXH3_64bits((uint8_t *)buf + HEADER_SIZE, size - HEADER_SIZE) != rd64((uint8_t *)buf + H_SUM))
-        why = "payload checksum mismatch";
-    if (why == NULL && kind == KPC_RECORD_CODE &&
-        !kpc_prog_names_valid((uint8_t *)buf + HEADER_SIZE + out->code_size, out->names_size))
-        why = "bad lowered-name table";
-    if (why == NULL && kind == KPC_RECORD_CODE && out->code_size == 0)
-        why = "empty code object";
+    const char *why = kpc_store_parse(buf, size, key, target, kind, out);
     if (why != NULL) {
         free(buf);
         return why;
     }
-    memmove(buf, (uint8_t *)buf + HEADER_SIZE, size - HEADER_SIZE);
-    out->payload = buf;
     *status = KPC_OK;
     return NULL;
 }
@@ -351,6 +365,7 @@ kpc_status kpc_store_write(kpc_store *st, const kpc_record *rec, const void *cod
     if (rec->kind == KPC_RECORD_LOG) {
         r.code_size = strlen(code); /* the log text is the "code" part */
         r.names_size = 0;
+        r.request_size = 0; /* a failed compile is never replayed */
         second_size = 0;
     }
     char path[4400], dir[4400], tmp[4400], hex[KPC_KEY_HEX];
@@ -368,6 +383,8 @@ kpc_status kpc_store_write(kpc_store *st, const kpc_record *rec, const void *cod
     XXH3_64bits_update(&sum, first, r.code_size);
     if (second_size)
         XXH3_64bits_update(&sum, names_or_log, second_size);
+    if (r.request_size)
+        XXH3_64bits_update(&sum, r.request, r.request_size);
     uint8_t header[HEADER_SIZE];
     encode_header(header, &r, XXH3_64bits_digest(&sum));
 
@@ -378,7 +395,8 @@ kpc_status kpc_store_write(kpc_store *st, const kpc_record *rec, const void *cod
     }
     const char *failed = NULL;
     if (kpc__write_all(fd, header, HEADER_SIZE) != 0 || kpc__write_all(fd, first, r.code_size) != 0 ||
-        (second_size && kpc__write_all(fd, names_or_log, second_size) != 0))
+        (second_size && kpc__write_all(fd, names_or_log, second_size) != 0) ||
+        (r.request_size && kpc__write_all(fd, r.request, r.request_size) != 0))
         failed = "write";
     else if (kpc__sys_fault(KPC_SYS_FSYNC) != 0 || fsync(fd) != 0)
         failed = "fsync";
@@ -392,7 +410,7 @@ kpc_status kpc_store_write(kpc_store *st, const kpc_record *rec, const void *cod
         write_failed(st, failed, failed[0] == 'r' ? path : tmp);
         return KPC_E_IO;
     }
-    usage_add(st, HEADER_SIZE + (int64_t)(r.code_size + second_size), 1);
+    usage_add(st, HEADER_SIZE + (int64_t)(r.code_size + second_size + r.request_size), 1);
     if (atomic_load(st->known) == 0) {
         uint64_t bytes, files;
         kpc_store_usage(st, &bytes, &files); /* sets the estimate */

@@ -80,6 +80,8 @@ typedef struct kpc_program kpc_program; /* a built code object, and its module o
 /* kpc_config.flags */
 #define KPC_NO_DISK 0x1u /* no disk tree (and so no host index: it shares objects through disk) */
 #define KPC_NO_SHM 0x2u  /* no host index: processes share the disk tree but may build twice */
+#define KPC_NO_SOURCES 0x4u /* records keep no request (source, options, headers), so `kpc
+                             * replay` cannot rebuild them; also KPC_KEEP_SOURCES=0 */
 
 typedef struct kpc_config {
     size_t struct_size;        /* sizeof(kpc_config): fields past it are treated as unset */
@@ -87,7 +89,11 @@ typedef struct kpc_config {
     uint64_t disk_max_bytes;   /* 0: KPC_CACHE_MAX_SIZE, else 2G */
     size_t mem_max_programs;   /* 0: KPC_MEM_MAX_PROGRAMS, else 256 (per context) */
     size_t shm_entries;        /* 0: KPC_SHM_ENTRIES, else 65536 (for a newly created index) */
-    unsigned flags;            /* KPC_NO_DISK, KPC_NO_SHM; KPC_DISABLE=1 sets both */
+    unsigned flags;            /* KPC_NO_DISK, KPC_NO_SHM, KPC_NO_SOURCES; KPC_DISABLE=1 sets
+                                * the first two */
+    size_t build_threads;      /* 0: KPC_BUILD_THREADS, else 1: threads kpc_program_get_many
+                                * compiles with, where the compiler builds in parallel inside a
+                                * process (NVRTC; hipRTC 5.2 does not: 1 is used there) */
 } kpc_config;
 
 typedef struct kpc_stats {
@@ -105,6 +111,9 @@ typedef struct kpc_stats {
      * host-wide with the index; without it (KPC_NO_SHM) other processes' writes show only
      * after this process's next prune. `kpc stats` counts the files exactly. */
     uint64_t disk_bytes, disk_files;
+    /* this process: requests answered by a pack of KPC_PACK_PATH, and pack entries refused
+     * as damaged (each then built) */
+    uint64_t pack_hits, pack_refused;
 } kpc_stats;
 
 typedef struct kpc_source {
