@@ -378,6 +378,11 @@ kpc_status kpc_index_begin(kpc_index *ix, const kpc_key *key, unsigned flags,
                 *verdict = KPC_INDEX_BUILD;
                 return KPC_OK;
             }
+            if (flags & KPC_INDEX_NOWAIT) { /* a batch claims the others first */
+                ix_unlock(&h->ixh_lock);
+                *verdict = KPC_INDEX_BUSY;
+                return KPC_OK;
+            }
             uint32_t gen = atomic_load(&s->ixs_gen);
             atomic_fetch_add(&s->ixs_sleepers, 1);
             ix_unlock(&h->ixh_lock);

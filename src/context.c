@@ -468,7 +468,7 @@ static bool sets_target(const char *opt)
     return false;
 }
 
-static kpc_status check_source(const kpc_source *src)
+kpc_status kpc_context_check_source(const kpc_source *src)
 {
     if (src->code == NULL || (src->code_len == 0 && src->code[0] == '\0')) {
         KPC_LOG(KPC_LOG_ERROR, "kpc_program_get: the source is NULL or empty");
@@ -514,6 +514,14 @@ static unsigned hit_slot(void)
     return slot - 1;
 }
 
+void kpc_context_key(const kpc_context *ctx, const kpc_source *src, kpc_key *key)
+{
+    if (ctx->key_prefix.len != SIZE_MAX)
+        kpc_key_compute_prefixed(&ctx->key_prefix, src, key);
+    else
+        kpc_key_compute(ctx->key_id, ctx->cache->platform->name, ctx->target, src, key);
+}
+
 kpc_status kpc_program_get(kpc_context *ctx, const kpc_source *src, kpc_program **out)
 {
     if (out)
@@ -522,15 +530,12 @@ kpc_status kpc_program_get(kpc_context *ctx, const kpc_source *src, kpc_program 
         KPC_LOG(KPC_LOG_ERROR, "kpc_program_get: NULL argument");
         return KPC_E_INVALID;
     }
-    kpc_status s = check_source(src);
+    kpc_status s = kpc_context_check_source(src);
     if (s != KPC_OK)
         return s;
     kpc_cache *cache = ctx->cache;
     kpc_key key;
-    if (ctx->key_prefix.len != SIZE_MAX)
-        kpc_key_compute_prefixed(&ctx->key_prefix, src, &key);
-    else
-        kpc_key_compute(ctx->key_id, cache->platform->name, ctx->target, src, &key);
+    kpc_context_key(ctx, src, &key);
 
     kpc_map_entry *entry;
     bool waited;

@@ -135,6 +135,9 @@ typedef struct kpc_platform {
     kpc_status (*module_load)(int device, const void *code, size_t size, void **module);
     void (*module_unload)(int device, void *module);
     kpc_status (*module_function)(int device, void *module, const char *name, void **fn);
+    /* true when compiles run in parallel in one process (NVRTC); hipRTC 5.2 serialises
+     * them, so kpc_program_get_many uses one thread there whatever KPC_BUILD_THREADS says */
+    bool parallel_compiles;
 } kpc_platform;
 
 /* The platform this library was built for, or the one a test installed. */
@@ -386,5 +389,12 @@ void kpc__key_identity(const kpc_platform *pf, const uint8_t compiler_id[16], ui
 /* Resolve a miss through the host index, the disk and the compiler (resolve.c). */
 kpc_status kpc__resolve(kpc_context *ctx, const kpc_key *key, const kpc_source *src,
                         kpc_program **out, char **log);
+/* The same, but where another process is building the key it returns KPC_E_NOT_FOUND
+ * at once with *busy set, instead of sleeping (kpc_program_get_many's first pass). */
+kpc_status kpc__resolve_nowait(kpc_context *ctx, const kpc_key *key, const kpc_source *src,
+                               kpc_program **out, char **log, bool *busy);
+/* Check a request as kpc_program_get does (logged), and compute its key (context.c). */
+kpc_status kpc_context_check_source(const kpc_source *src);
+void kpc_context_key(const kpc_context *ctx, const kpc_source *src, kpc_key *key);
 
 #endif /* KPC_INTERNAL_H */

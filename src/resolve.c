@@ -164,11 +164,11 @@ static kpc_status from_pack(kpc_context *ctx, const kpc_key *key, bool claimed, 
 
 /* Get the program without loading it: from disk, or built. from_disk tells which. */
 static kpc_status obtain(kpc_context *ctx, const kpc_key *key, const kpc_source *src, bool skip_disk,
-                         kpc_program **out, char **log, bool *from_disk)
+                         unsigned nowait, kpc_program **out, char **log, bool *from_disk, bool *busy)
 {
     kpc_cache *cache = ctx->cache;
     kpc_store *st = cache->store;
-    unsigned flags = skip_disk ? KPC_INDEX_STALE : 0;
+    unsigned flags = (skip_disk ? KPC_INDEX_STALE : 0) | nowait;
     *from_disk = false;
     for (int round = 0; round < MAX_ROUNDS; round++) {
         enum kpc_index_verdict verdict = KPC_INDEX_BUILD;
@@ -181,11 +181,15 @@ static kpc_status obtain(kpc_context *ctx, const kpc_key *key, const kpc_source 
                 claimed = verdict == KPC_INDEX_BUILD;
             if (waited)
                 atomic_fetch_add_explicit(&cache->waits, 1, memory_order_relaxed);
+            if (verdict == KPC_INDEX_BUSY) { /* NOWAIT: another process builds it */
+                *busy = true;
+                return KPC_E_NOT_FOUND;
+            }
         }
         if (verdict == KPC_INDEX_FAILED) {
             if ((*log = failed_log(ctx, key)) != NULL)
                 return KPC_E_COMPILE;
-            flags = KPC_INDEX_STALE; /* its log is gone (pruned): compile it again */
+            flags = KPC_INDEX_STALE | nowait; /* its log is gone (pruned): compile it again */
             continue;
         }
         /* skip_disk: the file on disk was refused; but READY here means this call waited
@@ -210,7 +214,7 @@ static kpc_status obtain(kpc_context *ctx, const kpc_key *key, const kpc_source 
             }
             if (verdict == KPC_INDEX_READY) {
                 /* the index says READY but the file is gone or bad: claim the slot */
-                flags = KPC_INDEX_STALE;
+                flags = KPC_INDEX_STALE | nowait;
                 continue;
             }
         }
@@ -228,11 +232,11 @@ static kpc_status obtain(kpc_context *ctx, const kpc_key *key, const kpc_source 
     return build(ctx, key, src, false, out, log);
 }
 
-kpc_status kpc__resolve(kpc_context *ctx, const kpc_key *key, const kpc_source *src, kpc_program **out,
-                        char **log)
+static kpc_status resolve(kpc_context *ctx, const kpc_key *key, const kpc_source *src, unsigned nowait,
+                          kpc_program **out, char **log, bool *busy)
 {
     bool from_disk;
-    kpc_status s = obtain(ctx, key, src, false, out, log, &from_disk);
+    kpc_status s = obtain(ctx, key, src, false, nowait, out, log, &from_disk, busy);
     if (s != KPC_OK || ctx->device < 0)
         return s;
     const kpc_platform *pf = ctx->cache->platform;
@@ -253,7 +257,7 @@ kpc_status kpc__resolve(kpc_context *ctx, const kpc_key *key, const kpc_source *
         *out = NULL;
         if (removed && ctx->cache->index)
             kpc_index_forget(ctx->cache->index, key);
-        s = obtain(ctx, key, src, removed, out, log, &from_disk);
+        s = obtain(ctx, key, src, removed, 0, out, log, &from_disk, busy);
         if (s != KPC_OK)
             return s;
         p = *out;
@@ -269,4 +273,18 @@ kpc_status kpc__resolve(kpc_context *ctx, const kpc_key *key, const kpc_source *
     p->ctx = ctx;
     p->device = ctx->device;
     return KPC_OK;
+}
+
+kpc_status kpc__resolve(kpc_context *ctx, const kpc_key *key, const kpc_source *src, kpc_program **out,
+                        char **log)
+{
+    bool busy = false;
+    return resolve(ctx, key, src, 0, out, log, &busy);
+}
+
+kpc_status kpc__resolve_nowait(kpc_context *ctx, const kpc_key *key, const kpc_source *src,
+                               kpc_program **out, char **log, bool *busy)
+{
+    *busy = false;
+    return resolve(ctx, key, src, KPC_INDEX_NOWAIT, out, log, busy);
 }

@@ -188,6 +188,31 @@ KPC_API void kpc_context_destroy(kpc_context *ctx);
  */
 KPC_API kpc_status kpc_program_get(kpc_context *ctx, const kpc_source *src, kpc_program **out);
 
+/**
+ * Get the programs of n sources on this context at once, building side by side with the
+ * other processes of the host that ask for the same sources. It first claims and builds
+ * (or reads) every key that no process on the host is building, in list order, then
+ * waits for the keys other processes were building. So P processes (MPI ranks) that call
+ * it with the same K sources in the same order build the K sources in parallel, each
+ * taking the next unclaimed key, where K calls of kpc_program_get would build them one
+ * after another while the others wait. A source repeated in the list is resolved once.
+ * With KPC_BUILD_THREADS (kpc_config.build_threads) = T > 1 and a compiler that builds in
+ * parallel inside a process (NVRTC; not hipRTC 5.2, where T is taken as 1), T threads
+ * of this process build at once.
+ * @param srcs         n requests (as for kpc_program_get).
+ * @param out_programs n slots: a reference for each request that succeeded (release each
+ *                     with kpc_program_release()), NULL for one that failed.
+ * @param out_statuses n slots for each request's own status (as kpc_program_get would
+ *                     return it); may be NULL.
+ * @return KPC_OK when every request succeeded (n = 0 included, whatever the other
+ *         arguments); else the status of the first request that failed (the others are
+ *         resolved all the same: one failing source does not fail the rest), and
+ *         kpc_last_log() holds that request's log; KPC_E_INVALID for a NULL ctx, srcs or
+ *         out_programs with n > 0 (every status KPC_E_INVALID); KPC_E_NOMEM.
+ */
+KPC_API kpc_status kpc_program_get_many(kpc_context *ctx, const kpc_source *srcs, size_t n,
+                                        kpc_program **out_programs, kpc_status *out_statuses);
+
 /** Take another reference to prog (for handing it to another owner). */
 KPC_API kpc_status kpc_program_retain(kpc_program *prog);
 

@@ -10,6 +10,7 @@
 #define _GNU_SOURCE
 #include "../../shm/index.h"
 #include "../kpc_internal.h"
+#include "tool.h"
 
 #include <bsd/libutil.h>
 #include <cjson/cJSON.h>
@@ -47,6 +48,11 @@ static const char *const usage_text =
     "                     evict least recently used files down to SIZE (default: the limit);\n"
     "                     --stale also removes every object built by another compiler\n"
     "  clear              remove every cached code object\n"
+    "  replay [--target T] [--from-target S] [-j N]\n"
+    "                     rebuild the recorded requests of another compiler (or those of\n"
+    "                     target S for target T) in N worker processes\n"
+    "  pack create OUT.kpack [--target T]... | pack verify FILE | pack ls FILE\n"
+    "                     pre-built records in one file, read through KPC_PACK_PATH\n"
     "Every command takes --cache-dir DIR, --json (where it prints data) and -h/--help.\n"
     "Exit status: 0 success, 1 failure, 2 bad usage. Manual: docs/manual.md\n";
 
@@ -719,6 +725,10 @@ int main(int argc, char **argv)
     /* getopt_long sees the subcommand as argv[0] */
     if (strcmp(cmd, "compile") == 0)
         return cmd_compile(argc - 1, argv + 1, &co);
+    if (strcmp(cmd, "replay") == 0)
+        return kpc_tool_replay(argc - 1, argv + 1);
+    if (strcmp(cmd, "pack") == 0)
+        return kpc_tool_pack(argc - 1, argv + 1);
     static const char *const simple[] = {"stats", "ls", "verify", "prune", "clear"};
     for (size_t i = 0; i < sizeof simple / sizeof simple[0]; i++)
         if (strcmp(cmd, simple[i]) == 0)
