@@ -103,8 +103,6 @@ static void pass1(batch *b, size_t i)
 static void pass2(batch *b, size_t i)
 {
     item *it = &b->items[i];
-    if (it->state != ITEM_PENDING)
-        return;
     kpc_program *prog = NULL;
     char *log = NULL;
     kpc_status s = kpc__resolve(b->ctx, &it->key, &b->srcs[i], &prog, &log);
@@ -118,11 +116,10 @@ static void *worker(void *arg)
         size_t i = atomic_fetch_add(&b->cursor, 1);
         if (i >= b->n)
             return NULL;
-        if (b->items[i].state == ITEM_REPEAT)
-            continue;
-        if (b->pass == 1)
+        /* one thread owns item i in this pass: the cursor hands each index out once */
+        if (b->pass == 1 && b->items[i].state == ITEM_TODO)
             pass1(b, i);
-        else
+        else if (b->pass == 2 && b->items[i].state == ITEM_PENDING)
             pass2(b, i);
     }
 }
