@@ -391,6 +391,7 @@ static int report(const job *j, bool json, double secs)
             cJSON *f = cJSON_CreateObject();
             cJSON_AddStringToObject(f, "key", hex);
             cJSON_AddStringToObject(f, "target", it->target);
+            cJSON_AddStringToObject(f, "built_for", j->target ? j->target : it->target);
             cJSON_AddStringToObject(f, "name", it->name);
             cJSON_AddStringToObject(f, "status", it->status == PENDING ? "not replayed" : kpc_status_str(it->status));
             cJSON_AddStringToObject(f, "log", it->log);
@@ -413,8 +414,9 @@ static int report(const job *j, bool json, double secs)
                 continue;
             char hex[KPC_KEY_HEX];
             kpc_key_hex(&it->key, hex);
-            printf("  %s %s %s (%s): %s", it->status == PENDING ? "not replayed" : "failed", hex,
-                   it->name[0] ? it->name : "(unnamed)", it->target,
+            printf("  %s %s %s (%s%s%s): %s", it->status == PENDING ? "not replayed" : "failed", hex,
+                   it->name[0] ? it->name : "(unnamed)", it->target, j->target ? " -> " : "",
+                   j->target ? j->target : "",
                    it->status == PENDING ? "its worker died\n" : kpc_status_str(it->status));
             if (it->status != PENDING) {
                 const char *nl = strchr(it->log, '\n');

@@ -7,3 +7,5 @@ get_test_property(test_batch ENVIRONMENT KPC_BATCH_TEST_ENV)
 add_test(NAME test_batch_threads COMMAND test_batch threads)
 set_tests_properties(test_batch_threads PROPERTIES TIMEOUT 120 LABELS "coldstart;threads"
   ENVIRONMENT "${KPC_BATCH_TEST_ENV}")
+kpc_check_test(test_pack LABELS "coldstart" TIMEOUT 240)
+kpc_check_test(test_replay LABELS "coldstart" TIMEOUT 240)
