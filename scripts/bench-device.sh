@@ -9,7 +9,7 @@
 # Back here: scripts/bench.sh --render <that folder> prints the table, writes
 # bench-results/bench-device.json and the "device" section of docs/benchmarks.md.
 #
-# The compiler: with CUDA's nvrtc.h and src/platform_nvidia.c present it builds the
+# The compiler: with CUDA's nvrtc.h and src/platform/nvidia.c present it builds the
 # NVIDIA platform and the storm compiles real sources with NVRTC (no global lock: the
 # processes compile in parallel); otherwise the AMD platform (headers only: it loads
 # hipRTC lazily) and the storm runs on the fake platform (--fake-ms, a compile that burns
@@ -68,7 +68,7 @@ pkg-config --exists libcjson || unpack cjson libcjson-dev libcjson1
 
 platform=amd
 cmake_extra=()
-if [ -f src/platform_nvidia.c ] && [ -f /usr/local/cuda/include/nvrtc.h ]; then
+if [ -f src/platform/nvidia.c ] && [ -f /usr/local/cuda/include/nvrtc.h ]; then
   platform=nvidia
 else
   # the AMD platform needs HIP's and comgr's headers to build, none of its libraries

@@ -169,7 +169,7 @@ void *ts_get_code(kpc_context *ctx, const kpc_source *src, size_t *size)
 /* ---- fake platform ---- */
 static _Atomic unsigned *fake_count;
 
-static kpc_status fake_identity(const char *dir, uint8_t id[16], char *desc, size_t cap)
+static kpc_status fake_identity(const kpc_root *dir, uint8_t id[16], char *desc, size_t cap)
 {
     (void)dir;
     memset(id, 0x5a, 16);
@@ -177,7 +177,7 @@ static kpc_status fake_identity(const char *dir, uint8_t id[16], char *desc, siz
     return KPC_OK;
 }
 
-static kpc_status fake_normalize(const char *dir, const uint8_t id[16], const char *t, char *out, size_t cap)
+static kpc_status fake_normalize(const kpc_root *dir, const uint8_t id[16], const char *t, char *out, size_t cap)
 {
     (void)dir, (void)id;
     if (strncmp(t, "fake", 4) != 0 && strcmp(t, ts_target()) != 0 && strcmp(t, ts_target2()) != 0)
@@ -201,6 +201,11 @@ static kpc_status fake_compile(const char *target, const kpc_source *src, kpc_bu
         b->log = strdup("fake: #error in source\n");
         return KPC_E_COMPILE;
     }
+    if (getenv("KPC_FAKE_LOCAL_FAULT")) { /* this process's environment, not the source */
+        b->log = strdup("fake: no usable TMPDIR\n");
+        b->local = true;
+        return KPC_E_COMPILE;
+    }
     /* a fake ELF header so the code-object checks work; then a hash of the request */
     b->code_size = 128;
     unsigned char *c = calloc(1, b->code_size);
@@ -216,7 +221,7 @@ static kpc_status fake_compile(const char *target, const kpc_source *src, kpc_bu
     const char **lowered = calloc(src->num_name_expressions + 1, sizeof *lowered);
     for (size_t i = 0; i < src->num_name_expressions; i++)
         lowered[i] = src->name_expressions[i];
-    kpc_prog_names_encode(src->name_expressions, lowered, src->num_name_expressions, &b->names, &b->names_size);
+    kpc_names_encode(src->name_expressions, lowered, src->num_name_expressions, &b->names, &b->names_size);
     free(lowered);
     return KPC_OK;
 }

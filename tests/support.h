@@ -6,8 +6,24 @@
 #ifndef KPC_TEST_SUPPORT_H
 #define KPC_TEST_SUPPORT_H
 
-#include "../shm/index.h"
-#include "../src/kpc_internal.h"
+/* the tests reach every module (they link the test build of the library) */
+#include "base/fault.h"
+#include "base/log.h"
+#include "base/root.h"
+#include "base/util.h"
+#include "core/cache.h"
+#include "core/config.h"
+#include "core/context.h"
+#include "core/key.h"
+#include "core/map.h"
+#include "core/program.h"
+#include "platform/names.h"
+#include "platform/platform.h"
+#include "storage/claim.h"
+#include "storage/index.h"
+#include "storage/record.h"
+#include "storage/store.h"
+#include "storage/tier.h"
 
 #include <check.h>
 #include <stdbool.h>
@@ -41,7 +57,8 @@ kpc_source ts_src(const char *code, const char *name);
 void *ts_get_code(kpc_context *ctx, const kpc_source *src, size_t *size);
 
 /* The fake platform: compiles in microseconds (or sleeps "// sleep_ms=N" from the
- * source), fails for a source containing "#error", and counts its compiles in memory
+ * source), fails for a source containing "#error" (a compile error), fails every compile
+ * as a local fault (b->local) while KPC_FAKE_LOCAL_FAULT is set, and counts its compiles in memory
  * shared by every process forked after ts_fake_install(). */
 void ts_fake_install(void);
 void ts_fake_remove(void);

@@ -568,16 +568,19 @@ START_TEST(identity_is_real)
                   strstr(desc, "libLLVM") && strstr(desc, "libhiprtc-builtins:"), "identity: %s", desc);
     /* remembered in the cache dir, then recalled without loading anything new */
     mkdir(dir, 0700);
-    ck_assert_int_eq(kpc_platform_builtin.identity(dir, b, desc, sizeof desc), KPC_OK);
+    kpc_root *root;
+    ck_assert_int_eq(kpc_root_open(dir, &root), KPC_OK);
+    ck_assert_int_eq(kpc_platform_builtin.identity(root, b, desc, sizeof desc), KPC_OK);
     ck_assert_mem_eq(a, b, 16);
-    ck_assert_int_eq(kpc_platform_builtin.identity(dir, b, desc, sizeof desc), KPC_OK);
+    ck_assert_int_eq(kpc_platform_builtin.identity(root, b, desc, sizeof desc), KPC_OK);
     ck_assert_str_eq(desc, ""); /* recalled: nothing was hashed */
     ck_assert_mem_eq(a, b, 16);
     /* hipRTC's hidden options change every key, but not the identity records carry (so
      * `kpc prune --stale` run with another environment never calls objects stale) */
     setenv("GPU_ENABLE_WAVE32_MODE", "1", 1);
-    ck_assert_int_eq(kpc_platform_builtin.identity(dir, c, desc, sizeof desc), KPC_OK);
+    ck_assert_int_eq(kpc_platform_builtin.identity(root, c, desc, sizeof desc), KPC_OK);
     ck_assert_mem_eq(a, c, 16);
+    kpc_root_close(root);
     kpc_cache *cache = ts_open(dir, 0, 0);
     kpc_context *wave32, *plain, *empty;
     ck_assert_int_eq(kpc_context_create_for_target(cache, "gfx1030", &wave32), KPC_OK);

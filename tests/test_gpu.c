@@ -827,11 +827,14 @@ START_TEST(identity_names_nvrtc)
     printf("identity: %s\n", desc);
     /* remembered with the files it came from, then recalled without loading anything */
     mkdir(dir, 0700);
-    ck_assert_int_eq(kpc_platform_builtin.identity(dir, b, desc, sizeof desc), KPC_OK);
+    kpc_root *root;
+    ck_assert_int_eq(kpc_root_open(dir, &root), KPC_OK);
+    ck_assert_int_eq(kpc_platform_builtin.identity(root, b, desc, sizeof desc), KPC_OK);
     ck_assert_mem_eq(a, b, 16);
-    ck_assert_int_eq(kpc_platform_builtin.identity(dir, b, desc, sizeof desc), KPC_OK);
+    ck_assert_int_eq(kpc_platform_builtin.identity(root, b, desc, sizeof desc), KPC_OK);
     ck_assert_str_eq(desc, "");
     ck_assert_mem_eq(a, b, 16);
+    kpc_root_close(root);
     char path[4200];
     snprintf(path, sizeof path, "%s/v1/compiler-nvidia.id", dir);
     size_t size;

@@ -93,7 +93,7 @@ static void case_teardown(void)
         if (e->d_name[0] == '.' || realpath(path, root) == NULL)
             continue;
         kpc_index_unlink(root);
-        kpc_index_name(root, name, sizeof name);
+        kpc_root_segment_name(root, name, sizeof name);
         snprintf(path, sizeof path, "/dev/shm%s.real", name); /* the symlink case */
         unlink(path);
     }
@@ -181,7 +181,7 @@ static char *root_of(const char *d)
 static void segment_path(const char *d, char *out, size_t cap)
 {
     char *r = root_of(d), name[96];
-    kpc_index_name(r, name, sizeof name);
+    kpc_root_segment_name(r, name, sizeof name);
     snprintf(out, cap, "/dev/shm%s", name);
     free(r);
 }

@@ -14,6 +14,8 @@
  */
 #define _GNU_SOURCE
 #include "support.h"
+#include "storage/pack.h"
+#include "storage/request_codec.h"
 
 #include <fcntl.h>
 #include <stdio.h>

@@ -1340,7 +1340,7 @@ START_TEST(prune_stale_removes_other_compilers_records)
     memset(rec.compiler_id, 0x11, 16);
     void *names;
     size_t names_size;
-    ck_assert_int_eq(kpc_prog_names_encode(NULL, NULL, 0, &names, &names_size), KPC_OK);
+    ck_assert_int_eq(kpc_names_encode(NULL, NULL, 0, &names, &names_size), KPC_OK);
     rec.code_size = sizes[0];
     rec.names_size = names_size;
     ck_assert_int_eq(kpc_store_write(c->store, &rec, codes[0], names, names_size), KPC_OK);

@@ -12,7 +12,7 @@
  *     checksum and bounds; only the index is read into memory.
  *   - An entry is read with pread when asked for, never mmap'ed (a file shrinking under
  *     an mmap raises SIGBUS), and checked exactly like a record read from disk
- *     (kpc_store_parse): a damaged entry is refused (KPC_E_CORRUPT, logged) and the
+ *     (kpc_record_take): a damaged entry is refused (KPC_E_CORRUPT, logged) and the
  *     caller builds the object instead. A pack is never written to after creation.
  *   - A pack is created under a temp name beside its final name (O_EXCL), fsync'ed and
  *     renamed, so a reader never sees half a pack; the header is written last.
@@ -20,7 +20,8 @@
  *     has no shared file offset).
  */
 #define _GNU_SOURCE
-#include "../kpc_internal.h"
+#include "storage/pack.h"
+#include "base/log.h"
 
 #include <errno.h>
 #include <fcntl.h>
@@ -35,8 +36,8 @@
 #define PACK_VERSION 1u
 #define PACK_HEADER 64u
 #define PACK_ENTRY 104u
-#define RECORD_HEADER 256u
-#define MAX_ENTRY ((1ull << 30) + RECORD_HEADER)
+#define RECORD_HEADER KPC_RECORD_HEADER
+#define MAX_ENTRY (3 * KPC_RECORD_MAX + RECORD_HEADER)
 #define MAX_ENTRIES (1ull << 24)
 
 enum { P_MAGIC = 0, P_VERSION = 8, P_HSIZE = 12, P_COUNT = 16, P_INDEX = 24, P_FSIZE = 32,
@@ -234,16 +235,16 @@ kpc_status kpc_pack_read_at(kpc_pack *p, size_t i, kpc_record *out)
         free(buf);
         return KPC_E_IO;
     }
-    if ((uint64_t)got != e.size)
+    if ((uint64_t)got != e.size) {
         why = "truncated since it was opened";
-    else
-        why = kpc_store_parse(buf, e.size, &e.key, e.target, e.kind, out);
+        free(buf);
+    } else
+        why = kpc_record_take(buf, e.size, &e.key, e.target, e.kind, out); /* frees buf if bad */
     if (why) {
         char hex[KPC_KEY_HEX];
-        kpc_key_hex(&e.key, hex);
+        kpc__hex(e.key.bytes, 16, hex);
         KPC_LOG(KPC_LOG_WARN, "pack %s: damaged entry %s for %s (%s): refused, it will be built",
                 p->path, hex, e.target, why);
-        free(buf);
         memset(out, 0, sizeof *out);
         return KPC_E_CORRUPT;
     }
@@ -314,10 +315,8 @@ kpc_status kpc_pack_add(kpc_pack_writer *w, const void *record, size_t size)
         return KPC_E_NOMEM;
     memcpy(copy, record, size);
     kpc_record rec;
-    const char *why = size >= RECORD_HEADER ? kpc_store_parse(copy, size, NULL, NULL, KPC_RECORD_CODE, &rec)
-                                            : "shorter than a header";
+    const char *why = kpc_record_take(copy, size, NULL, NULL, KPC_RECORD_CODE, &rec); /* frees copy if bad */
     if (why) {
-        free(copy);
         KPC_LOG(KPC_LOG_WARN, "pack %s: record not added: %s", w->path, why);
         return KPC_E_CORRUPT;
     }

@@ -8,14 +8,16 @@
  * reaches this tier after a miss in the disk tree and before a compile; the packs are
  * asked in order and the first good entry answers. A damaged entry (it fails the checks
  * of any record read) is refused, logged and counted, and the next pack is asked; with
- * no good entry anywhere the request builds. The caller back-fills a hit into the disk
- * tree, so the next process of the host reads it from there.
+ * no good entry anywhere the request builds. The walk (storage/tier.c) back-fills a hit
+ * into the disk tree, so the next process of the host reads it from there.
  *
  * Threads: after open the tier is read-only (each read is one pread on an fd no one
- * seeks); the counters are relaxed atomics.
+ * seeks); the walk (storage/tier.c) keeps its counters.
  */
 #define _GNU_SOURCE
-#include "../kpc_internal.h"
+#include "storage/pack_tier.h"
+#include "base/log.h"
+#include "storage/pack.h"
 
 #include <dirent.h>
 #include <errno.h>
@@ -26,13 +28,13 @@
 
 #define MAX_PACKS 64
 
-struct kpc_pack_tier {
-    kpc_pack *packs[MAX_PACKS];
+typedef struct pack_tier {
+    kpc_tier t; /* first: a kpc_tier * is a pack_tier * */
+    kpc_pack *packs[MAX_PACKS]; /* opened once, read-only after open */
     size_t n;
-    _Atomic uint64_t hits, misses, refused;
-};
+} pack_tier;
 
-static void add_pack(kpc_pack_tier *t, const char *path)
+static void add_pack(pack_tier *t, const char *path)
 {
     if (t->n == MAX_PACKS) {
         KPC_LOG(KPC_LOG_WARN, "KPC_PACK_PATH: more than %d packs: %s not used", MAX_PACKS, path);
@@ -49,7 +51,7 @@ static int by_name(const void *a, const void *b)
 }
 
 /* Every *.kpack of dir, in name order. */
-static void add_dir(kpc_pack_tier *t, const char *dir)
+static void add_dir(pack_tier *t, const char *dir)
 {
     DIR *d = opendir(dir);
     if (d == NULL) {
@@ -74,12 +76,45 @@ static void add_dir(kpc_pack_tier *t, const char *dir)
     }
 }
 
-kpc_status kpc_pack_tier_open(const char *pack_path, kpc_pack_tier **out)
+/* The tier's read: the first good entry of the packs, in order. A damaged entry is
+ * logged by kpc_pack_read and the next pack asked; with none good, KPC_E_CORRUPT when
+ * one was refused (the walk counts it), else KPC_E_NOT_FOUND. */
+static kpc_status pack_read(kpc_tier *tier, const kpc_key *key, const char *target, uint32_t kind,
+                            kpc_record *out)
 {
+    pack_tier *t = (pack_tier *)tier;
+    kpc_status result = KPC_E_NOT_FOUND;
+    for (size_t i = 0; i < t->n; i++) {
+        kpc_status s = kpc_pack_read(t->packs[i], key, target, kind, out);
+        if (s == KPC_OK || s == KPC_E_NOMEM)
+            return s;
+        if (s == KPC_E_CORRUPT || (s == KPC_E_IO && result == KPC_E_NOT_FOUND))
+            result = s;
+    }
+    return result;
+}
+
+static void pack_close(kpc_tier *tier)
+{
+    pack_tier *t = (pack_tier *)tier;
+    for (size_t i = 0; i < t->n; i++)
+        kpc_pack_close(t->packs[i]);
+    free(t);
+}
+
+static const kpc_tier_ops pack_ops = {
+    .read = pack_read,
+    .close = pack_close,
+};
+
+kpc_status kpc_pack_tier_open(const kpc_tier_env *env, kpc_tier **out)
+{
+    (void)env;
     *out = NULL;
+    const char *pack_path = getenv("KPC_PACK_PATH");
     if (pack_path == NULL || pack_path[0] == '\0')
         return KPC_E_NOT_FOUND;
-    kpc_pack_tier *t = calloc(1, sizeof *t);
+    pack_tier *t = calloc(1, sizeof *t);
     char *list = kpc__strdup(pack_path);
     if (t == NULL || list == NULL) {
         free(t);
@@ -98,44 +133,13 @@ kpc_status kpc_pack_tier_open(const char *pack_path, kpc_pack_tier **out)
     }
     free(list);
     if (t->n == 0) {
-        KPC_LOG(KPC_LOG_INFO, "KPC_PACK_PATH names no usable pack");
+        KPC_LOG(KPC_LOG_WARN, "KPC_PACK_PATH names no usable pack: no pack tier");
         free(t);
         return KPC_E_NOT_FOUND;
     }
-    *out = t;
+    t->t.ops = &pack_ops;
+    t->t.name = "pack";
+    t->t.flags = 0; /* read-only: never written, back-filled from */
+    *out = &t->t;
     return KPC_OK;
-}
-
-void kpc_pack_tier_close(kpc_pack_tier *t)
-{
-    if (t == NULL)
-        return;
-    for (size_t i = 0; i < t->n; i++)
-        kpc_pack_close(t->packs[i]);
-    free(t);
-}
-
-kpc_status kpc_pack_tier_read(kpc_pack_tier *t, const kpc_key *key, const char *target, uint32_t kind,
-                              kpc_record *out)
-{
-    for (size_t i = 0; i < t->n; i++) {
-        kpc_status s = kpc_pack_read(t->packs[i], key, target, kind, out);
-        if (s == KPC_OK) {
-            atomic_fetch_add_explicit(&t->hits, 1, memory_order_relaxed);
-            return KPC_OK;
-        }
-        if (s == KPC_E_CORRUPT)
-            atomic_fetch_add_explicit(&t->refused, 1, memory_order_relaxed);
-        if (s == KPC_E_NOMEM)
-            return s;
-    }
-    atomic_fetch_add_explicit(&t->misses, 1, memory_order_relaxed);
-    return KPC_E_NOT_FOUND;
-}
-
-void kpc_pack_tier_counters(kpc_pack_tier *t, uint64_t *hits, uint64_t *misses, uint64_t *refused)
-{
-    *hits = atomic_load(&t->hits);
-    *misses = atomic_load(&t->misses);
-    *refused = atomic_load(&t->refused);
 }

@@ -281,7 +281,7 @@ void bn_spin_cpu_ms(unsigned ms)
     }
 }
 
-static kpc_status fake_identity(const char *dir, uint8_t id[16], char *desc, size_t cap)
+static kpc_status fake_identity(const kpc_root *dir, uint8_t id[16], char *desc, size_t cap)
 {
     (void)dir;
     memset(id, 0xb3, 16);
@@ -289,7 +289,7 @@ static kpc_status fake_identity(const char *dir, uint8_t id[16], char *desc, siz
     return KPC_OK;
 }
 
-static kpc_status fake_normalize(const char *dir, const uint8_t id[16], const char *t, char *out,
+static kpc_status fake_normalize(const kpc_root *dir, const uint8_t id[16], const char *t, char *out,
                                  size_t cap)
 {
     (void)dir, (void)id;
@@ -312,7 +312,7 @@ static kpc_status fake_compile(const char *target, const kpc_source *src, kpc_bu
     memcpy(c + 64, &h, sizeof h);
     b->code = c;
     b->code_size = fake_code_size;
-    return kpc_prog_names_encode(NULL, NULL, 0, &b->names, &b->names_size);
+    return kpc_names_encode(NULL, NULL, 0, &b->names, &b->names_size);
 }
 
 static kpc_status fake_device_target(int device, char *out, size_t cap)

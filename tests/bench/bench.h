@@ -10,8 +10,18 @@
 #ifndef KPC_BENCH_H
 #define KPC_BENCH_H
 
-#include "../../shm/index.h"
-#include "../../src/kpc_internal.h"
+#include "base/fault.h"
+#include "base/log.h"
+#include "base/root.h"
+#include "core/cache.h"
+#include "core/config.h"
+#include "core/context.h"
+#include "core/key.h"
+#include "core/program.h"
+#include "platform/names.h"
+#include "platform/platform.h"
+#include "storage/index.h"
+#include "storage/store.h"
 
 #include <stdbool.h>
 #include <stddef.h>

@@ -69,7 +69,7 @@ static void fill(const char *dir, uint64_t first, uint64_t last, uint64_t salt, 
         uint8_t *code = calloc(1, object);
         void *names = NULL;
         size_t names_size = 0;
-        if (code == NULL || kpc_prog_names_encode(NULL, NULL, 0, &names, &names_size) != KPC_OK)
+        if (code == NULL || kpc_names_encode(NULL, NULL, 0, &names, &names_size) != KPC_OK)
             _exit(1);
         memcpy(code, "\x7f" "ELF", 4);
         for (uint64_t i = first + (uint64_t)w; i < last; i += (uint64_t)writers) {

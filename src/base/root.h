@@ -1,0 +1,70 @@
+/*
+ * root.h - the one owner of the cache directory (base/root.c). Every path inside it,
+ * and the name of its host-index segment, come from here; the library, kpc and
+ * kpc-shm-reset all use these functions.
+ *
+ *   <root>/                      realpath of KPC_CACHE_DIR (mode 0700, owned by us)
+ *   <root>/v1/<target>/<2 hex>/<32 hex>.<ext>   records (storage/store.c): .co, .log
+ *   <root>/v1/tmp/               staging of records, same file system as the records
+ *   <root>/v1/<name>.lock        flock files: prune.lock, identity.lock
+ *   <root>/v1/<memo>             what a process remembers for the next one: the
+ *                                compiler's identity, the targets validated (platform/)
+ *   /dev/shm/kpc-<uid>-<16 hex>  the host index's segment (storage/index.c)
+ *
+ * The root directory and v1/ are held open (kpc_root_fd, kpc_root_v1_fd): every path
+ * built here is <root>/v1/<rel>, and kpc_root_rel gives <rel>, so a caller can resolve it
+ * with openat(kpc_root_v1_fd(r), rel, ...) instead of walking the ancestors again.
+ * A kpc_root is immutable after open: any thread may use it.
+ */
+#ifndef KPC_BASE_ROOT_H
+#define KPC_BASE_ROOT_H
+
+#include "base/util.h"
+
+#include <stdbool.h>
+#include <stddef.h>
+
+typedef struct kpc_root kpc_root;
+
+/* Create dir (mkdir -p, 0700) if absent, refuse one another user owns (or a symbolic
+ * link another user owns), make it 0700, take its realpath, hold it and v1/ open and
+ * create v1/tmp (a read-only tree is still opened: it serves reads). KPC_E_INVALID (NULL
+ * or empty), KPC_E_IO (logged), KPC_E_NOMEM. */
+kpc_status kpc_root_open(const char *dir, kpc_root **out);
+void kpc_root_close(kpc_root *r);
+
+/* The realpath of an existing cache dir, without creating or checking anything (the
+ * tools, which must not create a cache to report on it); false if it does not exist. */
+bool kpc_root_realpath(const char *dir, char *out, size_t cap);
+
+const char *kpc_root_path(const kpc_root *r); /* the realpath */
+const char *kpc_root_v1(const kpc_root *r);   /* <root>/v1 */
+int kpc_root_fd(const kpc_root *r);           /* O_DIRECTORY fd of the root */
+int kpc_root_v1_fd(const kpc_root *r);        /* O_DIRECTORY fd of v1/, or -1 */
+/* The part of a path built here that follows "<root>/v1/". */
+const char *kpc_root_rel(const kpc_root *r, const char *path);
+
+/* A directory name a target may have inside v1/: no separator, no dot name, not tmp. */
+bool kpc_root_target_ok(const char *target);
+/* <root>/v1/<target>/<2 hex>/<32 hex>.<ext>, and its directory into dir (may be NULL).
+ * -1 when it does not fit or the target is not a valid directory name. */
+int kpc_root_record_path(const kpc_root *r, const kpc_key *key, const char *target, const char *ext,
+                         char *out, size_t cap, char *dir, size_t dir_cap);
+/* <root>/v1/<target>: a target's directory. */
+int kpc_root_target_dir(const kpc_root *r, const char *target, char *out, size_t cap);
+/* <root>/v1/tmp, and a fresh staging name in it for key: <32 hex>.<pid>.<seq>.tmp. */
+const char *kpc_root_tmp_dir(const kpc_root *r);
+int kpc_root_tmp_path(kpc_root *r, const kpc_key *key, char *out, size_t cap);
+/* <root>/v1/<name>.lock, opened (created 0600) and flock'ed: exclusive, waiting unless
+ * nowait (EINTR retried). The fd to close (which unlocks), or -1 with errno (EWOULDBLOCK:
+ * another holds it) and *call the call that failed ("open" or "flock"); path (may be
+ * NULL) gets the lock's path for the caller's message. */
+int kpc_root_lock(const kpc_root *r, const char *name, bool nowait, const char **call, char *path,
+                  size_t path_cap);
+/* <root>/v1/<name>: a memo file (the platform's identity and targets). */
+int kpc_root_memo_path(const kpc_root *r, const char *name, char *out, size_t cap);
+
+/* The host-index segment name of a root's realpath: "/kpc-<uid>-<16 hex>". */
+void kpc_root_segment_name(const char *root_path, char *out, size_t cap);
+
+#endif /* KPC_BASE_ROOT_H */

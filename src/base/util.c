@@ -1,0 +1,206 @@
+/*
+ * util.c - small system helpers: clocks, process identity, whole-file reads and
+ * writes, mkdir -p, hex. Base: it includes nothing of ours but base/.
+ */
+#define _GNU_SOURCE
+#include "base/util.h"
+#include "base/fault.h"
+
+#include <errno.h>
+#include <fcntl.h>
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <time.h>
+#include <unistd.h>
+
+uint64_t kpc__now_ns(void)
+{
+    struct timespec t;
+    clock_gettime(CLOCK_MONOTONIC, &t);
+    return (uint64_t)t.tv_sec * 1000000000u + (uint64_t)t.tv_nsec;
+}
+
+uint64_t kpc__wall_ns(void)
+{
+    struct timespec t;
+    clock_gettime(CLOCK_REALTIME, &t);
+    return (uint64_t)t.tv_sec * 1000000000u + (uint64_t)t.tv_nsec;
+}
+
+uint64_t kpc__proc_start_time(pid_t pid)
+{
+    char path[64], buf[1024];
+    snprintf(path, sizeof path, "/proc/%d/stat", (int)pid);
+    int fd = open(path, O_RDONLY | O_CLOEXEC);
+    if (fd < 0)
+        return 0;
+    ssize_t n;
+    do
+        n = read(fd, buf, sizeof buf - 1);
+    while (n < 0 && errno == EINTR);
+    close(fd);
+    if (n <= 0)
+        return 0;
+    buf[n] = '\0';
+    /* the command name (field 2) may hold spaces and ')': fields restart after the last ')' */
+    char *p = strrchr(buf, ')');
+    if (p == NULL)
+        return 0;
+    /* p+2 is field 3 (state); field 22 is 19 fields further */
+    p += 2;
+    for (int field = 3; field < 22; field++) {
+        p = strchr(p, ' ');
+        if (p == NULL)
+            return 0;
+        p++;
+    }
+    return strtoull(p, NULL, 10);
+}
+
+bool kpc__proc_alive(pid_t pid, uint64_t start_time)
+{
+    if (pid <= 0)
+        return false;
+    if (kill(pid, 0) != 0 && errno == ESRCH)
+        return false;
+    uint64_t now = kpc__proc_start_time(pid);
+    /* a zombie still has /proc/PID/stat; its state letter is Z, treat it as dead */
+    if (now == 0 || now != start_time)
+        return false;
+    char path[64], buf[256];
+    snprintf(path, sizeof path, "/proc/%d/stat", (int)pid);
+    int fd = open(path, O_RDONLY | O_CLOEXEC);
+    if (fd < 0)
+        return false;
+    ssize_t n = read(fd, buf, sizeof buf - 1);
+    close(fd);
+    if (n <= 0)
+        return false;
+    buf[n] = '\0';
+    char *p = strrchr(buf, ')');
+    return !(p && p[1] == ' ' && (p[2] == 'Z' || p[2] == 'X'));
+}
+
+kpc_status kpc__read_fd(int fd, size_t max, void **buf, size_t *size)
+{
+    struct stat st;
+    return kpc__read_fd_stat(fd, max, buf, size, &st);
+}
+
+kpc_status kpc__read_fd_stat(int fd, size_t max, void **buf, size_t *size, struct stat *stp)
+{
+    struct stat st;
+    if (fstat(fd, &st) != 0)
+        return KPC_E_IO;
+    *stp = st;
+    if (!S_ISREG(st.st_mode))
+        return KPC_E_CORRUPT;
+    if ((uint64_t)st.st_size > max)
+        return KPC_E_CORRUPT;
+    size_t want = (size_t)st.st_size;
+    char *b = malloc(want + 1);
+    if (b == NULL)
+        return KPC_E_NOMEM;
+    size_t got = 0;
+    while (got < want) {
+        ssize_t n = pread(fd, b + got, want - got, (off_t)got);
+        if (n < 0 && errno == EINTR)
+            continue;
+        if (n < 0) {
+            free(b);
+            return KPC_E_IO;
+        }
+        if (n == 0)
+            break; /* truncated under us: the caller's checks see the short size */
+        got += (size_t)n;
+    }
+    b[got] = '\0';
+    *buf = b;
+    *size = got;
+    return KPC_OK;
+}
+
+int kpc__write_all(int fd, const void *buf, size_t size)
+{
+    const char *p = buf;
+    while (size > 0) {
+        if (kpc__sys_fault(KPC_SYS_WRITE) != 0)
+            return -1;
+        ssize_t n = write(fd, p, size);
+        if (n < 0 && errno == EINTR)
+            continue;
+        if (n < 0)
+            return -1;
+        if (n == 0) {
+            errno = EIO;
+            return -1;
+        }
+        p += n;
+        size -= (size_t)n;
+    }
+    return 0;
+}
+
+int kpc__mkdir_p(const char *path, mode_t mode)
+{
+    char tmp[4096];
+    if (strlen(path) >= sizeof tmp) {
+        errno = ENAMETOOLONG;
+        return -1;
+    }
+    strcpy(tmp, path);
+    for (char *p = tmp + 1;; p++) {
+        if (*p == '/' || *p == '\0') {
+            char c = *p;
+            *p = '\0';
+            if (kpc__sys_fault(KPC_SYS_MKDIR) != 0)
+                return -1;
+            if (mkdir(tmp, mode) != 0 && errno != EEXIST)
+                return -1;
+            if (c == '\0')
+                break;
+            *p = c;
+        }
+    }
+    struct stat st;
+    if (stat(path, &st) != 0)
+        return -1;
+    if (!S_ISDIR(st.st_mode)) {
+        errno = ENOTDIR;
+        return -1;
+    }
+    return 0;
+}
+
+char *kpc__strdup(const char *s)
+{
+    return s ? strdup(s) : NULL;
+}
+
+void kpc__hex(const uint8_t *bytes, size_t n, char *out)
+{
+    static const char digits[] = "0123456789abcdef";
+    for (size_t i = 0; i < n; i++) {
+        out[2 * i] = digits[bytes[i] >> 4];
+        out[2 * i + 1] = digits[bytes[i] & 15];
+    }
+    out[2 * n] = '\0';
+}
+
+bool kpc__unhex(const char *hex, uint8_t *out, size_t n)
+{
+    for (size_t i = 0; i < 2 * n; i++) {
+        char c = hex[i];
+        int v = c >= '0' && c <= '9' ? c - '0' : c >= 'a' && c <= 'f' ? c - 'a' + 10 : -1;
+        if (v < 0)
+            return false; /* also the NUL of a short string */
+        if (i % 2 == 0)
+            out[i / 2] = (uint8_t)(v << 4);
+        else
+            out[i / 2] |= (uint8_t)v;
+    }
+    return hex[2 * n] == '\0';
+}

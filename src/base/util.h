@@ -1,0 +1,44 @@
+/*
+ * util.h - small system helpers (base/util.c), and the key type every level is
+ * indexed by (computed in core/key.c; only its 16 bytes are needed below core).
+ */
+#ifndef KPC_BASE_UTIL_H
+#define KPC_BASE_UTIL_H
+
+#include "kpc/kpc.h"
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <sys/types.h>
+
+/* The cache key: XXH3-128 of a request (core/key.c). */
+typedef struct kpc_key {
+    uint8_t bytes[16];
+} kpc_key;
+#define KPC_KEY_HEX 33 /* 32 hex digits and a NUL */
+
+uint64_t kpc__now_ns(void);          /* CLOCK_MONOTONIC: host-wide, comparable across processes */
+uint64_t kpc__wall_ns(void);         /* CLOCK_REALTIME */
+/* Start time of a process in clock ticks since boot (field 22 of /proc/PID/stat); 0 if gone. */
+uint64_t kpc__proc_start_time(pid_t pid);
+/* True if pid runs and started at start_time: a reused pid is never taken for the original. */
+bool kpc__proc_alive(pid_t pid, uint64_t start_time);
+/* Read a whole file with pread into a malloc'd buffer (never mmap: a truncated file
+ * would SIGBUS). KPC_E_NOT_FOUND, KPC_E_IO, KPC_E_NOMEM. max bounds the size. */
+kpc_status kpc__read_fd(int fd, size_t max, void **buf, size_t *size);
+/* The same, handing back the fstat it made (*st is set whenever that succeeded), so a
+ * caller needs no second one: a system call is microseconds on a paravirtualized guest. */
+struct stat;
+kpc_status kpc__read_fd_stat(int fd, size_t max, void **buf, size_t *size, struct stat *st);
+/* write() all of it, retrying EINTR and short writes; -1 with errno set on failure. */
+int kpc__write_all(int fd, const void *buf, size_t size);
+/* mkdir -p with mode; 0 or -1 with errno. */
+int kpc__mkdir_p(const char *path, mode_t mode);
+char *kpc__strdup(const char *s); /* NULL-safe */
+/* n bytes as 2n lowercase hex digits and a NUL. */
+void kpc__hex(const uint8_t *bytes, size_t n, char *out /* 2n+1 */);
+/* Exactly 2n lowercase hex digits (then the NUL) into n bytes; false if malformed. */
+bool kpc__unhex(const char *hex, uint8_t *out, size_t n);
+
+#endif /* KPC_BASE_UTIL_H */

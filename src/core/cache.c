@@ -1,0 +1,106 @@
+/*
+ * cache.c - the process's cache: settings, the cache directory, the storage tiers (the
+ * disk tree first) and the host index, and the counters. Levels that cannot be used are
+ * logged and left off; opening still succeeds.
+ */
+#define _GNU_SOURCE
+#include "core/cache.h"
+#include "base/log.h"
+
+#include <stdlib.h>
+#include <string.h>
+
+kpc_status kpc_cache_open(const kpc_config *cfg, kpc_cache **out)
+{
+    if (out == NULL) {
+        KPC_LOG(KPC_LOG_ERROR, "kpc_cache_open: NULL out");
+        return KPC_E_INVALID;
+    }
+    *out = NULL;
+    kpc_cache *c = calloc(1, sizeof *c);
+    if (c == NULL)
+        return KPC_E_NOMEM;
+    kpc_status s = kpc_config_resolve(cfg, &c->settings);
+    if (s != KPC_OK) {
+        free(c);
+        return s;
+    }
+    c->platform = kpc_platform_get();
+    const kpc_settings *set = &c->settings;
+    if (!(set->flags & KPC_NO_DISK)) {
+        if (kpc_root_open(set->cache_dir, &c->root) == KPC_OK) {
+            kpc_tier_env env = {.root = c->root, .cfg = cfg, .disk_max_bytes = set->disk_max_bytes};
+            kpc_tier_open_all(&env, &c->tiers);
+            c->store = c->tiers.n ? kpc_store_of_tier(c->tiers.t[0]) : NULL;
+        }
+        if (c->store == NULL) {
+            KPC_LOG(KPC_LOG_WARN, "the disk cache at %s is off for this process", set->cache_dir);
+            kpc_tier_close_all(&c->tiers);
+            kpc_root_close(c->root);
+            c->root = NULL;
+        }
+    }
+    if (c->store && !(set->flags & KPC_NO_SHM)) {
+        if (kpc_index_open(kpc_root_path(c->root), set->shm_entries, false, &c->index) == KPC_OK) {
+            _Atomic uint64_t *bytes, *files;
+            _Atomic uint32_t *known;
+            kpc_index_usage_words(c->index, &bytes, &files, &known);
+            kpc_store_share_usage(c->store, bytes, files, known);
+        } else {
+            KPC_LOG(KPC_LOG_WARN, "the host index is off for this process: disk only");
+            c->index = NULL;
+        }
+    }
+    KPC_LOG(KPC_LOG_DEBUG, "cache open: platform %s, disk %s, host index %s", c->platform->name,
+            c->root ? kpc_root_path(c->root) : "off", c->index ? "on" : "off");
+    *out = c;
+    return KPC_OK;
+}
+
+void kpc_cache_close(kpc_cache *cache)
+{
+    if (cache == NULL)
+        return;
+    int live = atomic_load(&cache->contexts);
+    if (live != 0)
+        KPC_LOG(KPC_LOG_WARN, "kpc_cache_close: %d context(s) still open", live);
+    kpc_index_close(cache->index);
+    kpc_tier_close_all(&cache->tiers); /* the disk tier closes the store */
+    kpc_root_close(cache->root);
+    free(cache);
+}
+
+kpc_status kpc_stats_get(kpc_cache *cache, kpc_stats *out)
+{
+    if (cache == NULL || out == NULL)
+        return KPC_E_INVALID;
+    memset(out, 0, sizeof *out);
+    for (int i = 0; i < KPC_HIT_SLOTS; i++)
+        out->mem_hits += atomic_load_explicit(&cache->mem_hits[i].n, memory_order_relaxed);
+    out->mem_misses = atomic_load(&cache->mem_misses);
+    out->disk_hits = atomic_load(&cache->disk_hits);
+    out->builds = atomic_load(&cache->builds);
+    out->build_failures = atomic_load(&cache->build_failures);
+    out->waits = atomic_load(&cache->waits);
+    if (cache->index) {
+        kpc_index_counters c;
+        kpc_index_counters_get(cache->index, &c);
+        out->lookups = c.lookups;
+        out->hits = c.hits;
+        out->host_builds = c.builds;
+        out->host_build_failures = c.build_failures;
+        out->host_waits = c.waits;
+        out->takeovers = c.takeovers;
+        out->evictions = c.evictions;
+        out->entries = c.entries;
+        out->capacity = c.capacity;
+    }
+    for (size_t i = 0; i < cache->tiers.n; i++)
+        if (strcmp(cache->tiers.t[i]->name, "pack") == 0) {
+            out->pack_hits = atomic_load(&cache->tiers.t[i]->n.hits);
+            out->pack_refused = atomic_load(&cache->tiers.t[i]->n.refused);
+        }
+    if (cache->store)
+        kpc_store_usage_estimate(cache->store, &out->disk_bytes, &out->disk_files);
+    return KPC_OK;
+}

@@ -1,0 +1,38 @@
+/*
+ * cache.h - struct kpc_cache (core/cache.c): the process's settings, the cache
+ * directory, the storage tiers and the host index, and the counters.
+ */
+#ifndef KPC_CORE_CACHE_H
+#define KPC_CORE_CACHE_H
+
+#include "core/config.h"
+#include "platform/platform.h"
+#include "storage/index.h"
+#include "storage/store.h"
+#include "storage/tier.h"
+
+#include <stdatomic.h>
+
+/* Memory hits are counted on every hit, from every thread: one counter per thread slot,
+ * each on a cache line of its own, summed by kpc_stats_get (a single counter was a line
+ * that every hitting thread fought over). */
+#define KPC_HIT_SLOTS 64
+typedef struct kpc_hit_counter {
+    _Atomic uint64_t n;
+    char pad[56];
+} kpc_hit_counter;
+
+struct kpc_cache {
+    kpc_settings settings;
+    const kpc_platform *platform;
+    kpc_root *root;    /* NULL: disk level off */
+    kpc_tiers tiers;   /* in walk order; empty with the disk level off */
+    kpc_store *store;  /* the disk tier's tree (usage figures); NULL: disk level off */
+    kpc_index *index;  /* NULL: host index off */
+    /* process counters */
+    _Atomic uint64_t mem_misses, disk_hits, builds, build_failures, waits;
+    atomic_int contexts;
+    kpc_hit_counter mem_hits[KPC_HIT_SLOTS];
+};
+
+#endif /* KPC_CORE_CACHE_H */

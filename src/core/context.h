@@ -1,0 +1,20 @@
+/*
+ * context.h - struct kpc_context (core/context.c).
+ */
+#ifndef KPC_CORE_CONTEXT_H
+#define KPC_CORE_CONTEXT_H
+
+#include "core/key.h"
+#include "core/map.h"
+
+struct kpc_context {
+    kpc_cache *cache;
+    char target[64];
+    uint8_t compiler_id[16]; /* the platform's identity: stored in records */
+    uint8_t key_id[16];      /* compiler_id with the hidden options: what keys hash */
+    int device; /* -1: compile-only */
+    kpc_map *map;
+    kpc_key_prefix key_prefix; /* of key_id, the platform's name and target */
+};
+
+#endif /* KPC_CORE_CONTEXT_H */

@@ -1,0 +1,29 @@
+/*
+ * key.h - the cache key of a request (core/key.c); the kpc_key type is base/util.h's.
+ */
+#ifndef KPC_CORE_KEY_H
+#define KPC_CORE_KEY_H
+
+#include "base/util.h"
+#include "platform/platform.h"
+
+void kpc_key_hex(const kpc_key *key, char out[KPC_KEY_HEX]);
+bool kpc_key_parse(const char *hex, kpc_key *out);
+/* The key of a source for a compiler identity and a normalized target. */
+kpc_status kpc_key_compute(const uint8_t compiler_id[16], const char *platform, const char *target,
+                           const kpc_source *src, kpc_key *out);
+/* The same in two steps: what every source of a context shares, serialized once (the
+ * strings are not copied: they must outlive the prefix), then a source's key. */
+typedef struct kpc_key_prefix {
+    uint8_t bytes[192];
+    size_t len; /* SIZE_MAX: the names were too long for bytes */
+    uint8_t compiler_id[16];
+    const char *platform, *target;
+} kpc_key_prefix;
+void kpc_key_prefix_init(kpc_key_prefix *pre, const uint8_t compiler_id[16], const char *platform,
+                         const char *target);
+kpc_status kpc_key_compute_prefixed(const kpc_key_prefix *pre, const kpc_source *src, kpc_key *out);
+/* The 16 bytes keys hash for a compiler identity: it with the values of pf->key_env now. */
+void kpc_key_identity(const kpc_platform *pf, const uint8_t compiler_id[16], uint8_t key_id[16]);
+
+#endif /* KPC_CORE_KEY_H */

@@ -1,0 +1,26 @@
+/*
+ * map.h - a context's in-memory program map, level 1 (core/map.c).
+ */
+#ifndef KPC_CORE_MAP_H
+#define KPC_CORE_MAP_H
+
+#include "base/util.h"
+
+#include <stdbool.h>
+#include <stddef.h>
+
+typedef struct kpc_map kpc_map;
+typedef struct kpc_map_entry kpc_map_entry;
+kpc_status kpc_map_new(size_t max_programs, kpc_map **out);
+void kpc_map_free(kpc_map *m);
+/* KPC_OK with *prog (a hit, or a wait that ended in success), KPC_E_NOT_FOUND when the
+ * caller must build (then it must call kpc_map_publish with *entry), or the failure a
+ * waited-for build ended in. */
+kpc_status kpc_map_acquire(kpc_map *m, const kpc_key *key, kpc_program **prog,
+                           kpc_map_entry **entry, bool *waited);
+/* Publish the builder's outcome; prog (with one reference given to the map) on KPC_OK. */
+void kpc_map_publish(kpc_map *m, kpc_map_entry *entry, kpc_status st, kpc_program *prog,
+                     const char *log);
+size_t kpc_map_count(kpc_map *m);
+
+#endif /* KPC_CORE_MAP_H */

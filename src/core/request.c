@@ -1,0 +1,112 @@
+/*
+ * request.c - kpc_program_get: a request checked, its key computed, then the context's
+ * map (a hit, or a wait on another thread's build) and, on a miss, core/resolve.c.
+ */
+#define _GNU_SOURCE
+#include "core/cache.h"
+#include "core/context.h"
+#include "core/key.h"
+#include "core/map.h"
+#include "core/program.h"
+#include "core/request.h"
+#include "core/resolve.h"
+#include "base/log.h"
+#include "platform/platform.h"
+
+#include <stdlib.h>
+#include <string.h>
+
+kpc_status kpc_request_check_source(const kpc_source *src)
+{
+    if (src->code == NULL || (src->code_len == 0 && src->code[0] == '\0')) {
+        KPC_LOG(KPC_LOG_ERROR, "kpc_program_get: the source is NULL or empty");
+        return KPC_E_INVALID;
+    }
+    if ((src->num_options && src->options == NULL) ||
+        (src->num_headers && (src->header_names == NULL || src->header_sources == NULL)) ||
+        (src->num_name_expressions && src->name_expressions == NULL)) {
+        KPC_LOG(KPC_LOG_ERROR, "kpc_program_get: a count is set but its array is NULL");
+        return KPC_E_INVALID;
+    }
+    for (size_t i = 0; i < src->num_options; i++) {
+        if (src->options[i] == NULL) {
+            KPC_LOG(KPC_LOG_ERROR, "kpc_program_get: option %zu is NULL", i);
+            return KPC_E_INVALID;
+        }
+        if (kpc_platform_sets_target(src->options[i])) {
+            KPC_LOG(KPC_LOG_ERROR, "kpc_program_get: option \"%s\" sets the target; the context "
+                    "decides it", src->options[i]);
+            return KPC_E_INVALID;
+        }
+    }
+    for (size_t i = 0; i < src->num_headers; i++)
+        if (src->header_names[i] == NULL || src->header_sources[i] == NULL) {
+            KPC_LOG(KPC_LOG_ERROR, "kpc_program_get: header %zu has a NULL name or text", i);
+            return KPC_E_INVALID;
+        }
+    for (size_t i = 0; i < src->num_name_expressions; i++)
+        if (src->name_expressions[i] == NULL || src->name_expressions[i][0] == '\0') {
+            KPC_LOG(KPC_LOG_ERROR, "kpc_program_get: name expression %zu is NULL or empty", i);
+            return KPC_E_INVALID;
+        }
+    return KPC_OK;
+}
+
+/* This thread's counter among the cache's memory-hit counters (see struct kpc_cache). */
+static unsigned hit_slot(void)
+{
+    static atomic_uint next;
+    static _Thread_local unsigned slot; /* 1 + the slot; 0: not chosen yet */
+    if (slot == 0)
+        slot = atomic_fetch_add_explicit(&next, 1, memory_order_relaxed) % KPC_HIT_SLOTS + 1;
+    return slot - 1;
+}
+
+void kpc_request_key(const kpc_context *ctx, const kpc_source *src, kpc_key *key)
+{
+    if (ctx->key_prefix.len != SIZE_MAX)
+        kpc_key_compute_prefixed(&ctx->key_prefix, src, key);
+    else
+        kpc_key_compute(ctx->key_id, ctx->cache->platform->name, ctx->target, src, key);
+}
+
+kpc_status kpc_program_get(kpc_context *ctx, const kpc_source *src, kpc_program **out)
+{
+    if (out)
+        *out = NULL;
+    if (ctx == NULL || src == NULL || out == NULL) {
+        KPC_LOG(KPC_LOG_ERROR, "kpc_program_get: NULL argument");
+        return KPC_E_INVALID;
+    }
+    kpc_status s = kpc_request_check_source(src);
+    if (s != KPC_OK)
+        return s;
+    kpc_cache *cache = ctx->cache;
+    kpc_key key;
+    kpc_request_key(ctx, src, &key);
+
+    kpc_map_entry *entry;
+    bool waited;
+    s = kpc_map_acquire(ctx->map, &key, out, &entry, &waited);
+    if (s != KPC_E_NOT_FOUND) {
+        if (waited)
+            atomic_fetch_add_explicit(&cache->waits, 1, memory_order_relaxed);
+        else if (s == KPC_OK)
+            atomic_fetch_add_explicit(&cache->mem_hits[hit_slot()].n, 1, memory_order_relaxed);
+        return s;
+    }
+    atomic_fetch_add_explicit(&cache->mem_misses, 1, memory_order_relaxed);
+    kpc_program *prog = NULL;
+    char *log = NULL;
+    s = kpc_resolve_miss(ctx, &key, src, &prog, &log);
+    if (s == KPC_OK) {
+        kpc_program_retain(prog); /* one for the map, one for the caller */
+        *out = prog;
+    } else {
+        kpc__last_log_set(log);
+    }
+    kpc_map_publish(ctx->map, entry, s, prog, log);
+    free(log);
+    return s;
+}
+

@@ -1,0 +1,313 @@
+/*
+ * resolve.c - a miss in the context's map, resolved through the host index, the storage
+ * tiers (storage/tier.h) and the compiler.
+ *
+ *   host index  READY            -> read the record from the tiers
+ *               BUILD (claimed)  -> a valid record in a tier? publish READY; else ask the
+ *                                   coordinating tier (if any); else compile, write the
+ *                                   record, publish READY (or FAILED + log record;
+ *                                   UNSTORED when no tier stored it; ABANDON when the
+ *                                   failure was this process's, not the source's)
+ *               FAILED           -> the builder's log, from its log record (its log gone:
+ *                                   claim the slot and compile again)
+ *               SELF             -> built elsewhere but not storable (disk full or
+ *                                   read-only): compile for ourselves, in parallel
+ *   no index    -> the same without the coordination: read the record, else compile
+ *   device      -> load the module; an image the runtime refuses is removed from the
+ *                  tiers and the index and built once more (the stale-cache bulwark)
+ *
+ * The claim (storage/claim.h) is finished exactly once on every path of obtain(): each
+ * branch below ends in one kpc_claim_finish, and finish on a claim that holds nothing
+ * does nothing. Every level that fails is logged and skipped; only the request itself
+ * fails a call.
+ */
+#define _GNU_SOURCE
+#include "core/resolve.h"
+#include "core/cache.h"
+#include "core/context.h"
+#include "core/key.h"
+#include "core/program.h"
+#include "base/log.h"
+#include "storage/claim.h"
+#include "storage/request_codec.h"
+
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#define MAX_ROUNDS 4 /* index rounds before building without it: bounds a pathological race */
+
+static kpc_status prog_from_record(const kpc_key *key, kpc_record *rec, kpc_program **out)
+{
+    kpc_build b = {0};
+    b.names = malloc(rec->names_size ? rec->names_size : 1);
+    if (b.names == NULL)
+        return KPC_E_NOMEM;
+    memcpy(b.names, (char *)rec->payload + rec->code_size, rec->names_size);
+    b.names_size = rec->names_size;
+    b.code = rec->payload; /* the code is the head of the payload: keep it */
+    b.code_size = rec->code_size;
+    rec->payload = NULL;
+    kpc_status s = kpc_program_new(key, &b, out);
+    if (s != KPC_OK)
+        kpc_platform_build_free(&b);
+    return s;
+}
+
+static void fill_record(kpc_record *rec, const kpc_context *ctx, const kpc_key *key,
+                        const kpc_source *src, uint32_t kind)
+{
+    memset(rec, 0, sizeof *rec);
+    rec->key = *key;
+    rec->kind = kind;
+    rec->created_ns = kpc__wall_ns();
+    snprintf(rec->target, sizeof rec->target, "%s", ctx->target);
+    snprintf(rec->source_name, sizeof rec->source_name, "%s", src->name ? src->name : "");
+    memcpy(rec->compiler_id, ctx->compiler_id, 16);
+}
+
+/* The text of a LOG record, terminated (malloc'd; NULL on OOM). */
+static char *log_text(const kpc_record *rec)
+{
+    char *log = malloc(rec->code_size + 1);
+    if (log) {
+        memcpy(log, rec->payload, rec->code_size);
+        log[rec->code_size] = '\0';
+    }
+    return log;
+}
+
+/* The log of a build another process ran and failed; NULL when its log record is gone. */
+static char *failed_log(kpc_context *ctx, const kpc_key *key)
+{
+    kpc_record rec;
+    if (kpc_tier_read(&ctx->cache->tiers, key, ctx->target, KPC_RECORD_LOG, &rec) != KPC_OK)
+        return NULL;
+    char *log = log_text(&rec);
+    kpc_record_free(&rec);
+    return log;
+}
+
+/* Compile, store and finish the claim (which may hold nothing). */
+static kpc_status build(kpc_context *ctx, const kpc_key *key, const kpc_source *src, kpc_claim *claim,
+                        kpc_program **out, char **log)
+{
+    kpc_cache *cache = ctx->cache;
+    kpc_tiers *tiers = &cache->tiers;
+    kpc_build b = {0};
+    uint64_t t0 = kpc__now_ns();
+    kpc_status s = cache->platform->compile(ctx->target, src, &b);
+    if (cache->index && (s == KPC_OK || s == KPC_E_COMPILE))
+        kpc_index_note_compile(cache->index, s == KPC_OK);
+    /* a lease's record reaches the coordinating tier through the claim's finish */
+    const kpc_tier *upto = claim->tier;
+    kpc_record rec;
+    if (s == KPC_E_COMPILE && !b.local) {
+        atomic_fetch_add_explicit(&cache->build_failures, 1, memory_order_relaxed);
+        KPC_LOG(KPC_LOG_INFO, "compile of %s for %s failed", src->name ? src->name : "(unnamed)",
+                ctx->target);
+        const char *text = b.log ? b.log : "";
+        fill_record(&rec, ctx, key, src, KPC_RECORD_LOG);
+        rec.code_size = strlen(text);
+        bool stored = kpc_tier_write(tiers, upto, &rec, text, NULL) == KPC_OK;
+        /* not stored: the waiters compile it (and fail) themselves */
+        kpc_claim_finish(claim, stored ? KPC_CLAIM_FAILED : KPC_CLAIM_UNSTORED, &rec, text, NULL);
+        *log = b.log;
+        b.log = NULL;
+        kpc_platform_build_free(&b);
+        return s;
+    }
+    if (s != KPC_OK) {
+        if (s == KPC_E_COMPILE) {
+            atomic_fetch_add_explicit(&cache->build_failures, 1, memory_order_relaxed);
+            KPC_LOG(KPC_LOG_WARN, "compile of %s for %s failed without diagnostics (%s): not shared "
+                    "with other processes", src->name ? src->name : "(unnamed)", ctx->target,
+                    b.log ? b.log : "no log");
+        }
+        /* a local fault (the compiler could not run, no memory, refused the request, an
+         * unusable environment): another process may do better */
+        kpc_claim_finish(claim, KPC_CLAIM_ABANDON, NULL, NULL, NULL);
+        *log = b.log;
+        b.log = NULL;
+        kpc_platform_build_free(&b);
+        return s;
+    }
+    atomic_fetch_add_explicit(&cache->builds, 1, memory_order_relaxed);
+    KPC_LOG(KPC_LOG_INFO, "built %s for %s in %.1f ms (%zu bytes)", src->name ? src->name : "(unnamed)",
+            ctx->target, (double)(kpc__now_ns() - t0) / 1e6, b.code_size);
+    fill_record(&rec, ctx, key, src, KPC_RECORD_CODE);
+    rec.code_size = b.code_size;
+    rec.names_size = b.names_size;
+    /* the request beside the object, for `kpc replay`; failing to encode it costs only
+     * the replay of this one */
+    void *req = NULL;
+    size_t req_size = 0;
+    if (!(cache->settings.flags & KPC_NO_SOURCES) &&
+        kpc_request_encode(src, cache->platform->key_env, &req, &req_size) == KPC_OK)
+        rec.request = req, rec.request_size = req_size;
+    bool stored = kpc_tier_write(tiers, upto, &rec, b.code, b.names) == KPC_OK;
+    /* not stored: no one can read it: the waiters build for themselves */
+    kpc_claim_finish(claim, stored ? KPC_CLAIM_READY : KPC_CLAIM_UNSTORED, &rec, b.code, b.names);
+    free(req);
+    free(b.log);
+    b.log = NULL;
+    return kpc_program_new(key, &b, out) == KPC_OK ? KPC_OK : (kpc_platform_build_free(&b), KPC_E_NOMEM);
+}
+
+/* A record in hand (read from a tier, or the coordinating tier's answer): the program,
+ * and the claim finished READY. */
+static kpc_status take_record(kpc_context *ctx, const kpc_key *key, kpc_claim *claim, kpc_record *rec,
+                              kpc_program **out, bool *from_disk)
+{
+    kpc_record head = *rec; /* the claim publishes the size; the payload moves below */
+    kpc_status r = prog_from_record(key, rec, out);
+    kpc_record_free(rec);
+    if (r != KPC_OK) {
+        kpc_claim_finish(claim, KPC_CLAIM_ABANDON, NULL, NULL, NULL);
+        return r;
+    }
+    head.payload = NULL;
+    head.request = NULL; /* it pointed into the payload */
+    head.request_size = 0;
+    kpc_claim_finish(claim, KPC_CLAIM_READY, &head, NULL, NULL);
+    atomic_fetch_add_explicit(&ctx->cache->disk_hits, 1, memory_order_relaxed);
+    *from_disk = true;
+    return KPC_OK;
+}
+
+/* With the host slot held and no tier holding the record: ask the coordinating tier.
+ * KPC_E_NOT_FOUND: build (under its lease, if it granted one). */
+static kpc_status coordinate(kpc_context *ctx, const kpc_key *key, kpc_claim *claim, kpc_program **out,
+                             char **log, bool *from_disk)
+{
+    kpc_tiers *tiers = &ctx->cache->tiers;
+    kpc_tier *coord = kpc_tier_coordinator(tiers);
+    kpc_tier_begin res;
+    if (coord == NULL || kpc_claim_tier_begin(claim, coord, ctx->target, &res) != KPC_OK)
+        return KPC_E_NOT_FOUND; /* no cluster, or a sick one: build host-local */
+    if (res.verdict == KPC_TIER_HIT) {
+        kpc_tier_backfill(tiers, coord, &res.rec);
+        return take_record(ctx, key, claim, &res.rec, out, from_disk);
+    }
+    if (res.verdict == KPC_TIER_FAILED) {
+        /* a compile error another host had: shared here as on that host */
+        kpc_tier_backfill(tiers, coord, &res.rec);
+        *log = log_text(&res.rec);
+        kpc_claim_finish(claim, KPC_CLAIM_FAILED, NULL, NULL, NULL);
+        kpc_record_free(&res.rec);
+        atomic_fetch_add_explicit(&ctx->cache->build_failures, 1, memory_order_relaxed);
+        return KPC_E_COMPILE;
+    }
+    return KPC_E_NOT_FOUND; /* BUILD: the lease is in the claim */
+}
+
+/* Get the program without loading it: from a tier, or built. from_disk tells which. */
+static kpc_status obtain(kpc_context *ctx, const kpc_key *key, const kpc_source *src, bool skip_disk,
+                         unsigned nowait, kpc_program **out, char **log, bool *from_disk, bool *busy)
+{
+    kpc_cache *cache = ctx->cache;
+    kpc_tiers *tiers = &cache->tiers;
+    unsigned flags = (skip_disk ? KPC_INDEX_STALE : 0) | nowait;
+    *from_disk = false;
+    for (int round = 0; round < MAX_ROUNDS; round++) {
+        enum kpc_index_verdict verdict;
+        bool waited;
+        kpc_claim claim;
+        kpc_claim_begin(&claim, cache->index, key, flags, &verdict, &waited);
+        if (waited)
+            atomic_fetch_add_explicit(&cache->waits, 1, memory_order_relaxed);
+        if (verdict == KPC_INDEX_BUSY) { /* NOWAIT: another process builds it; nothing held */
+            *busy = true;
+            return KPC_E_NOT_FOUND;
+        }
+        if (verdict == KPC_INDEX_FAILED) {
+            if ((*log = failed_log(ctx, key)) != NULL)
+                return KPC_E_COMPILE;
+            flags = KPC_INDEX_STALE | nowait; /* its log is gone (pruned): compile it again */
+            continue;
+        }
+        /* skip_disk: the record on disk was refused; but READY here means this call
+         * waited for another process's fresh build (the index gives READY to a STALE
+         * request only then), and that one is read */
+        if (tiers->n && (!skip_disk || verdict == KPC_INDEX_READY)) {
+            kpc_record rec;
+            if (kpc_tier_read(tiers, key, ctx->target, KPC_RECORD_CODE, &rec) == KPC_OK)
+                return take_record(ctx, key, &claim, &rec, out, from_disk);
+            if (verdict == KPC_INDEX_READY) {
+                /* the index says READY but the record is gone or bad: claim the slot */
+                flags = KPC_INDEX_STALE | nowait;
+                continue;
+            }
+        }
+        if (kpc_claim_held(&claim)) {
+            kpc_status s = coordinate(ctx, key, &claim, out, log, from_disk);
+            if (s != KPC_E_NOT_FOUND)
+                return s;
+        }
+        /* held only for BUILD: READY with no tier to read from, or SELF, builds for
+         * ourselves (the claim holds nothing then) */
+        return build(ctx, key, src, &claim, out, log);
+    }
+    KPC_LOG(KPC_LOG_WARN, "the host index kept answering READY (or FAILED) for a file that is not "
+            "there: building without it");
+    kpc_claim none;
+    memset(&none, 0, sizeof none);
+    return build(ctx, key, src, &none, out, log);
+}
+
+static kpc_status resolve(kpc_context *ctx, const kpc_key *key, const kpc_source *src, unsigned nowait,
+                          kpc_program **out, char **log, bool *busy)
+{
+    bool from_disk;
+    kpc_status s = obtain(ctx, key, src, false, nowait, out, log, &from_disk, busy);
+    if (s != KPC_OK || ctx->device < 0)
+        return s;
+    const kpc_platform *pf = ctx->cache->platform;
+    kpc_program *p = *out;
+    s = pf->module_load(ctx->device, p->code, p->code_size, &p->module);
+    if (s == KPC_E_CORRUPT && from_disk) {
+        char hex[KPC_KEY_HEX];
+        kpc_key_hex(key, hex);
+        /* Several processes may load the same refused record at once: the first removes
+         * it and rebuilds; a later one finds it gone or replaced and takes what is there
+         * now (waiting on the index for the rebuild) instead of removing the fresh object. */
+        kpc_tiers *tiers = &ctx->cache->tiers;
+        bool removed = tiers->n == 0 ||
+                       kpc_tier_remove_same(tiers, key, ctx->target, p->code, p->code_size) != KPC_E_NOT_FOUND;
+        KPC_LOG(KPC_LOG_WARN, "the runtime refused cached object %s for %s: %s", hex, ctx->target,
+                removed ? "removed it, building it again" : "it was replaced already, taking the new one");
+        kpc_program_release(p);
+        *out = NULL;
+        if (removed && ctx->cache->index)
+            kpc_index_forget(ctx->cache->index, key);
+        s = obtain(ctx, key, src, removed, 0, out, log, &from_disk, busy);
+        if (s != KPC_OK)
+            return s;
+        p = *out;
+        s = pf->module_load(ctx->device, p->code, p->code_size, &p->module);
+    }
+    if (s != KPC_OK) {
+        if (s == KPC_E_CORRUPT)
+            s = KPC_E_HIP; /* a fresh object refused: nothing stale to blame */
+        kpc_program_release(p);
+        *out = NULL;
+        return s;
+    }
+    p->ctx = ctx;
+    p->device = ctx->device;
+    return KPC_OK;
+}
+
+kpc_status kpc_resolve_miss(kpc_context *ctx, const kpc_key *key, const kpc_source *src,
+                            kpc_program **out, char **log)
+{
+    bool busy = false;
+    return resolve(ctx, key, src, 0, out, log, &busy);
+}
+
+kpc_status kpc_resolve_miss_nowait(kpc_context *ctx, const kpc_key *key, const kpc_source *src,
+                                   kpc_program **out, char **log, bool *busy)
+{
+    *busy = false;
+    return resolve(ctx, key, src, KPC_INDEX_NOWAIT, out, log, busy);
+}

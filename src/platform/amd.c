@@ -1,0 +1,482 @@
+/*
+ * amd.c - the AMD platform: hipRTC compiles, comgr validates targets, the HIP
+ * runtime loads modules. Nothing here is linked: libamdhip64 and libamd_comgr are
+ * dlopen'ed on first need (a miss, a device context, a target never seen before), so a
+ * warm hit and the tools never pay their ~19 ms load, and run where ROCm is absent.
+ *
+ * Traps of hipRTC 5.2 handled here: a target comgr does not know crashes inside comgr,
+ * so every target is validated against comgr's ISA list first; the program log is not
+ * NUL-terminated; hiprtcVersion is a constant 9.0, so the identity is built from the
+ * build ids of the libraries that compile; the compile holds a global lock anyway, so
+ * compiles are serialized here too (one place to reason about). The compile's steps and
+ * their failures are platform/compile.c's; this file gives it hipRTC's calls.
+ */
+#define _GNU_SOURCE
+#define __HIP_PLATFORM_AMD__ 1
+#include "platform/compile.h"
+#include "platform/identity.h"
+#include "base/log.h"
+
+#include <bsd/string.h>
+#include <dirent.h>
+#include <dlfcn.h>
+#include <errno.h>
+#include <fcntl.h>
+#include <hip/hip_runtime_api.h>
+#include <hip/hiprtc.h>
+#include <amd_comgr.h>
+#include <libgen.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+#define XXH_STATIC_LINKING_ONLY /* XXH3_state_t on the stack */
+#include <xxhash.h>
+
+/* ---- lazily loaded entry points ----------------------------------------------------- */
+static struct {
+    void *hip, *comgr, *builtins;
+    hiprtcResult (*create)(hiprtcProgram *, const char *, const char *, int, const char **, const char **);
+    hiprtcResult (*add_name)(hiprtcProgram, const char *);
+    hiprtcResult (*compile)(hiprtcProgram, int, const char **);
+    hiprtcResult (*destroy)(hiprtcProgram *);
+    hiprtcResult (*lowered)(hiprtcProgram, const char *, const char **);
+    hiprtcResult (*log_size)(hiprtcProgram, size_t *);
+    hiprtcResult (*log)(hiprtcProgram, char *);
+    hiprtcResult (*code_size)(hiprtcProgram, size_t *);
+    hiprtcResult (*code)(hiprtcProgram, char *);
+    const char *(*rtc_error)(hiprtcResult);
+    hipError_t (*device_count)(int *);
+    hipError_t (*device_props)(hipDeviceProp_t *, int);
+    hipError_t (*set_device)(int);
+    hipError_t (*get_device)(int *);
+    hipError_t (*module_load)(hipModule_t *, const void *);
+    hipError_t (*module_unload)(hipModule_t);
+    hipError_t (*module_function)(hipFunction_t *, hipModule_t, const char *);
+    const char *(*hip_error)(hipError_t);
+    int (*isa_count)(size_t *);
+    int (*isa_name)(size_t, const char **);
+    int (*isa_metadata)(const char *, amd_comgr_metadata_node_t *);
+    int (*destroy_metadata)(amd_comgr_metadata_node_t);
+    kpc_status hip_status, comgr_status;
+} amd;
+
+static pthread_once_t hip_once = PTHREAD_ONCE_INIT, comgr_once = PTHREAD_ONCE_INIT;
+static pthread_mutex_t compile_lock = PTHREAD_MUTEX_INITIALIZER;
+
+#define LOAD(lib, field, name)                                                                 \
+    do {                                                                                       \
+        *(void **)&amd.field = dlsym(amd.lib, name);                                           \
+        if (amd.field == NULL) {                                                               \
+            KPC_LOG(KPC_LOG_ERROR, "dlsym(%s): %s", name, dlerror());                          \
+            return KPC_E_UNAVAILABLE;                                                          \
+        }                                                                                      \
+    } while (0)
+
+static void *open_first(const char *const *names)
+{
+    for (; *names; names++) {
+        void *h = dlopen(*names, RTLD_NOW | RTLD_LOCAL);
+        if (h)
+            return h;
+    }
+    return NULL;
+}
+
+static kpc_status load_hip_symbols(void)
+{
+    static const char *const names[] = {"libamdhip64.so.5", "libamdhip64.so", NULL};
+    amd.hip = open_first(names);
+    if (amd.hip == NULL) {
+        KPC_LOG(KPC_LOG_ERROR, "cannot load the HIP runtime (libamdhip64.so.5): %s", dlerror());
+        return KPC_E_UNAVAILABLE;
+    }
+    LOAD(hip, create, "hiprtcCreateProgram");
+    LOAD(hip, add_name, "hiprtcAddNameExpression");
+    LOAD(hip, compile, "hiprtcCompileProgram");
+    LOAD(hip, destroy, "hiprtcDestroyProgram");
+    LOAD(hip, lowered, "hiprtcGetLoweredName");
+    LOAD(hip, log_size, "hiprtcGetProgramLogSize");
+    LOAD(hip, log, "hiprtcGetProgramLog");
+    LOAD(hip, code_size, "hiprtcGetCodeSize");
+    LOAD(hip, code, "hiprtcGetCode");
+    LOAD(hip, rtc_error, "hiprtcGetErrorString");
+    LOAD(hip, device_count, "hipGetDeviceCount");
+    LOAD(hip, device_props, "hipGetDeviceProperties");
+    LOAD(hip, set_device, "hipSetDevice");
+    LOAD(hip, get_device, "hipGetDevice");
+    LOAD(hip, module_load, "hipModuleLoadData");
+    LOAD(hip, module_unload, "hipModuleUnload");
+    LOAD(hip, module_function, "hipModuleGetFunction");
+    LOAD(hip, hip_error, "hipGetErrorString");
+    /* hipRTC dlopens its builtins library during a compile; hold it so its build id
+     * can be read from the loaded objects */
+    static const char *const builtins[] = {"libhiprtc-builtins.so.5", "libhiprtc-builtins.so", NULL};
+    amd.builtins = open_first(builtins);
+    return KPC_OK;
+}
+
+static kpc_status load_comgr_symbols(void)
+{
+    static const char *const names[] = {"libamd_comgr.so.2", "libamd_comgr.so", NULL};
+    amd.comgr = open_first(names);
+    if (amd.comgr == NULL) {
+        KPC_LOG(KPC_LOG_ERROR, "cannot load comgr (libamd_comgr.so.2): %s", dlerror());
+        return KPC_E_UNAVAILABLE;
+    }
+    LOAD(comgr, isa_count, "amd_comgr_get_isa_count");
+    LOAD(comgr, isa_name, "amd_comgr_get_isa_name");
+    LOAD(comgr, isa_metadata, "amd_comgr_get_isa_metadata");
+    LOAD(comgr, destroy_metadata, "amd_comgr_destroy_metadata");
+    return KPC_OK;
+}
+
+static void load_hip(void) { amd.hip_status = load_hip_symbols(); }
+static void load_comgr(void) { amd.comgr_status = load_comgr_symbols(); }
+
+static kpc_status need_hip(void)
+{
+    pthread_once(&hip_once, load_hip);
+    return amd.hip_status;
+}
+
+static kpc_status need_comgr(void)
+{
+    pthread_once(&comgr_once, load_comgr);
+    return amd.comgr_status;
+}
+
+/* ---- identity ----------------------------------------------------------------------- */
+static int cmp_str(const void *a, const void *b)
+{
+    return strcmp(*(char *const *)a, *(char *const *)b);
+}
+
+/* The device libraries comgr links into every object: beside comgr, amdgcn/bitcode. */
+static void add_device_libs(XXH3_state_t *st, kpc_identity_files *files)
+{
+    char comgr_path[512];
+    uint8_t id[64];
+    if (kpc_identity_loaded_build_id("libamd_comgr", id, sizeof id, comgr_path, sizeof comgr_path) == 0)
+        return;
+    char dir[600];
+    snprintf(dir, sizeof dir, "%s/amdgcn/bitcode", dirname(comgr_path));
+    DIR *d = opendir(dir);
+    if (d == NULL)
+        return;
+    char *names[256];
+    size_t n = 0;
+    struct dirent *e;
+    while ((e = readdir(d)) != NULL && n < 256)
+        if (strstr(e->d_name, ".bc") != NULL)
+            names[n++] = strdup(e->d_name);
+    closedir(d);
+    qsort(names, n, sizeof names[0], cmp_str);
+    for (size_t i = 0; i < n; i++) {
+        char path[1200];
+        snprintf(path, sizeof path, "%s/%s", dir, names[i]);
+        int fd = open(path, O_RDONLY | O_CLOEXEC);
+        void *buf;
+        size_t size;
+        if (fd >= 0 && kpc__read_fd(fd, 64u << 20, &buf, &size) == KPC_OK) {
+            XXH3_128bits_update(st, names[i], strlen(names[i]) + 1);
+            XXH3_128bits_update(st, buf, size);
+            free(buf);
+            /* one entry stands for the directory: its mtime changes when a file does */
+        }
+        if (fd >= 0)
+            close(fd);
+        free(names[i]);
+    }
+    if (files->count < 32)
+        strlcpy(files->paths[files->count++], dir, sizeof files->paths[0]);
+}
+
+/* hipRTC turns these into hidden compile options */
+static const char *const amd_key_env[] = {"GPU_ENABLE_WAVE32_MODE", "GPU_ENABLE_WGP_MODE", NULL};
+
+static kpc_status amd_identity(const kpc_root *root, uint8_t id[16], char *desc, size_t desc_cap)
+{
+    desc[0] = '\0';
+    if (!kpc_identity_recall(root, "amd", id)) {
+        kpc_status s = need_hip();
+        if (s == KPC_OK)
+            s = need_comgr();
+        if (s != KPC_OK)
+            return s;
+        XXH3_state_t st;
+        XXH3_128bits_reset(&st);
+        kpc_identity_files files = {0};
+        kpc_identity_add_build_id(&st, &files, "libamdhip64", desc, desc_cap);
+        kpc_identity_add_build_id(&st, &files, "libamd_comgr", desc, desc_cap);
+        kpc_identity_add_build_id(&st, &files, "libLLVM", desc, desc_cap);
+        kpc_identity_add_build_id(&st, &files, "libhiprtc-builtins", desc, desc_cap);
+        add_device_libs(&st, &files);
+        XXH128_canonicalFromHash((XXH128_canonical_t *)id, XXH3_128bits_digest(&st));
+        kpc_identity_remember(root, "amd", &files, id);
+        KPC_LOG(KPC_LOG_INFO, "compiler identity: %s", desc);
+    }
+    return KPC_OK;
+}
+
+/* ---- targets ------------------------------------------------------------------------ */
+#define ISA_PREFIX "amdgcn-amd-amdhsa--"
+
+/* Canonical form: processor, then sramecc, then xnack, each feature once with + or -. */
+static kpc_status canonical_target(const char *in, char *out, size_t cap)
+{
+    char proc[32] = "", sramecc = 0, xnack = 0;
+    const char *p = in;
+    if (strncmp(p, ISA_PREFIX, strlen(ISA_PREFIX)) == 0)
+        p += strlen(ISA_PREFIX);
+    size_t len = strcspn(p, ":");
+    if (len == 0 || len >= sizeof proc)
+        return KPC_E_INVALID;
+    memcpy(proc, p, len);
+    for (size_t i = 0; i < len; i++)
+        if (!((proc[i] >= 'a' && proc[i] <= 'z') || (proc[i] >= '0' && proc[i] <= '9')))
+            return KPC_E_INVALID;
+    p += len;
+    while (*p == ':') {
+        p++;
+        size_t flen = strcspn(p, ":");
+        if (flen < 2)
+            return KPC_E_INVALID;
+        char sign = p[flen - 1];
+        if (sign != '+' && sign != '-')
+            return KPC_E_INVALID;
+        char *slot = flen - 1 == 7 && strncmp(p, "sramecc", 7) == 0 ? &sramecc
+                     : flen - 1 == 5 && strncmp(p, "xnack", 5) == 0 ? &xnack
+                                                                     : NULL;
+        if (slot == NULL || *slot != 0)
+            return KPC_E_INVALID;
+        *slot = sign;
+        p += flen;
+    }
+    if (*p != '\0')
+        return KPC_E_INVALID;
+    int n = snprintf(out, cap, "%s%s%s%s%s", proc, sramecc ? ":sramecc" : "",
+                     sramecc ? (char[]){sramecc, 0} : "", xnack ? ":xnack" : "",
+                     xnack ? (char[]){xnack, 0} : "");
+    return n > 0 && (size_t)n < cap ? KPC_OK : KPC_E_INVALID;
+}
+
+static void log_supported(const char *target)
+{
+    char list[2048] = "";
+    size_t n = 0;
+    amd.isa_count(&n);
+    for (size_t i = 0; i < n; i++) {
+        const char *name = NULL;
+        if (amd.isa_name(i, &name) == 0 && name) {
+            if (strncmp(name, ISA_PREFIX, strlen(ISA_PREFIX)) == 0)
+                name += strlen(ISA_PREFIX);
+            size_t used = strlen(list);
+            snprintf(list + used, sizeof list - used, "%s%s", used ? " " : "", name);
+        }
+    }
+    KPC_LOG(KPC_LOG_ERROR, "target \"%s\" is not supported by this comgr; supported: %s "
+            "(features :sramecc+/- and :xnack+/- where the processor has them)", target, list);
+}
+
+static kpc_status amd_target_normalize(const kpc_root *root, const uint8_t id[16], const char *target,
+                                       char *out, size_t cap)
+{
+    if (canonical_target(target, out, cap) != KPC_OK) {
+        KPC_LOG(KPC_LOG_ERROR, "target \"%s\" is malformed (e.g. gfx90a or gfx90a:sramecc+:xnack-)", target);
+        return KPC_E_INVALID;
+    }
+    if (kpc_platform_targets_known(root, "amd", id, out))
+        return KPC_OK;
+    kpc_status s = need_comgr();
+    if (s != KPC_OK)
+        return s;
+    /* the processor must be one comgr lists: compiling for any other crashes comgr */
+    size_t n = 0, plen = strcspn(out, ":");
+    bool listed = false;
+    amd.isa_count(&n);
+    for (size_t i = 0; i < n && !listed; i++) {
+        const char *name = NULL;
+        if (amd.isa_name(i, &name) != 0 || name == NULL)
+            continue;
+        if (strncmp(name, ISA_PREFIX, strlen(ISA_PREFIX)) == 0)
+            name += strlen(ISA_PREFIX);
+        listed = strlen(name) == plen && strncmp(name, out, plen) == 0;
+    }
+    char full[128];
+    snprintf(full, sizeof full, ISA_PREFIX "%s", out);
+    amd_comgr_metadata_node_t meta;
+    if (!listed || amd.isa_metadata(full, &meta) != 0) {
+        log_supported(target);
+        return KPC_E_INVALID;
+    }
+    amd.destroy_metadata(meta);
+    kpc_platform_targets_remember(root, "amd", id, out);
+    return KPC_OK;
+}
+
+/* ---- compile: hipRTC's calls for platform/compile.c ------------------------------------ */
+static int rtc_create(void **prog, const char *code, const char *name, const kpc_source *src)
+{
+    return amd.create((hiprtcProgram *)prog, code, name, (int)src->num_headers,
+                      (const char **)src->header_sources, (const char **)src->header_names);
+}
+
+static int rtc_add_name(void *prog, const char *expr) { return amd.add_name(prog, expr); }
+static int rtc_compile(void *prog, int n, const char **opts) { return amd.compile(prog, n, opts); }
+static int rtc_log_size(void *prog, size_t *size) { return amd.log_size(prog, size); }
+static int rtc_log(void *prog, char *out) { return amd.log(prog, out); }
+static int rtc_lowered(void *prog, const char *expr, const char **out) { return amd.lowered(prog, expr, out); }
+static void rtc_destroy(void **prog) { amd.destroy((hiprtcProgram *)prog); }
+static const char *rtc_error(int r) { return amd.rtc_error((hiprtcResult)r); }
+
+static int rtc_code_size(void *prog, const char *target, size_t *size)
+{
+    (void)target;
+    hiprtcResult r = amd.code_size(prog, size);
+    return r == HIPRTC_SUCCESS && *size == 0 ? HIPRTC_ERROR_COMPILATION : r;
+}
+
+static int rtc_code(void *prog, const char *target, void *out)
+{
+    (void)target;
+    return amd.code(prog, out);
+}
+
+static enum kpc_compile_class rtc_classify(int r)
+{
+    return r == HIPRTC_SUCCESS ? KPC_COMPILE_OK
+           : r == HIPRTC_ERROR_OUT_OF_MEMORY ? KPC_COMPILE_NOMEM : KPC_COMPILE_FAILED;
+}
+
+static const kpc_compiler hiprtc = {
+    .name = "hipRTC",
+    .arch_option = "--gpu-architecture=",
+    .default_name = "kpc_source.hip",
+    .lock = &compile_lock,
+    .create = rtc_create,
+    .add_name = rtc_add_name,
+    .compile = rtc_compile,
+    .log_size = rtc_log_size,
+    .log = rtc_log,
+    .code_size = rtc_code_size,
+    .code = rtc_code,
+    .lowered = rtc_lowered,
+    .destroy = rtc_destroy,
+    .classify = rtc_classify,
+    .error_string = rtc_error,
+};
+
+static kpc_status amd_compile(const char *target, const kpc_source *src, kpc_build *b)
+{
+    memset(b, 0, sizeof *b);
+    kpc_status s = need_hip();
+    return s != KPC_OK ? s : kpc_compile_run(&hiprtc, target, src, b);
+}
+
+/* ---- devices ------------------------------------------------------------------------ */
+static kpc_status hip_fail(hipError_t e, const char *call)
+{
+    KPC_LOG(KPC_LOG_ERROR, "%s: %s", call, amd.hip_error(e));
+    return KPC_E_HIP;
+}
+
+static kpc_status amd_device_target(int device, char *out, size_t cap)
+{
+    kpc_status s = need_hip();
+    if (s != KPC_OK)
+        return s;
+    int count = 0;
+    hipError_t e = amd.device_count(&count);
+    if (e == hipErrorNoDevice || (e == hipSuccess && count == 0)) {
+        KPC_LOG(KPC_LOG_ERROR, "no GPU: hipGetDeviceCount found none (use a compile-only context "
+                "with kpc_context_create_for_target)");
+        return KPC_E_NO_DEVICE;
+    }
+    if (e != hipSuccess)
+        return hip_fail(e, "hipGetDeviceCount");
+    if (device >= count) {
+        KPC_LOG(KPC_LOG_ERROR, "no HIP device %d: there are %d", device, count);
+        return KPC_E_NO_DEVICE;
+    }
+    hipDeviceProp_t props;
+    if ((e = amd.device_props(&props, device)) != hipSuccess)
+        return hip_fail(e, "hipGetDeviceProperties");
+    snprintf(out, cap, "%s", props.gcnArchName);
+    return KPC_OK;
+}
+
+/* Make device current for a module call and hand back the caller's device: the HIP
+ * runtime loads and unloads modules on the current device, and a library must not
+ * switch its caller's (a multi-GPU application sets its own per thread). */
+static hipError_t enter_device(int device, int *prev)
+{
+    hipError_t e = amd.get_device(prev);
+    if (e != hipSuccess)
+        return e;
+    return *prev == device ? hipSuccess : amd.set_device(device);
+}
+
+static void leave_device(int device, int prev)
+{
+    if (prev != device)
+        amd.set_device(prev);
+}
+
+static kpc_status amd_module_load(int device, const void *code, size_t size, void **module)
+{
+    (void)size;
+    kpc_status s = need_hip();
+    if (s != KPC_OK)
+        return s;
+    int prev;
+    hipError_t e = enter_device(device, &prev);
+    if (e != hipSuccess)
+        return hip_fail(e, "hipSetDevice");
+    hipModule_t m = NULL;
+    e = amd.module_load(&m, code);
+    leave_device(device, prev);
+    if (e == hipErrorInvalidImage || e == hipErrorNoBinaryForGpu || e == hipErrorInvalidKernelFile ||
+        e == hipErrorSharedObjectInitFailed) {
+        KPC_LOG(KPC_LOG_WARN, "hipModuleLoadData refused the image: %s", amd.hip_error(e));
+        return KPC_E_CORRUPT;
+    }
+    if (e != hipSuccess)
+        return hip_fail(e, "hipModuleLoadData");
+    *module = m;
+    return KPC_OK;
+}
+
+static void amd_module_unload(int device, void *module)
+{
+    int prev;
+    if (need_hip() == KPC_OK && enter_device(device, &prev) == hipSuccess) {
+        amd.module_unload((hipModule_t)module);
+        leave_device(device, prev);
+    }
+}
+
+static kpc_status amd_module_function(int device, void *module, const char *name, void **fn)
+{
+    (void)device;
+    hipFunction_t f = NULL;
+    hipError_t e = amd.module_function(&f, (hipModule_t)module, name);
+    if (e == hipErrorNotFound || e == hipErrorInvalidSymbol || e == hipErrorInvalidDeviceFunction)
+        return KPC_E_NOT_FOUND;
+    if (e != hipSuccess)
+        return hip_fail(e, "hipModuleGetFunction");
+    *fn = f;
+    return KPC_OK;
+}
+
+const kpc_platform kpc_platform_builtin = {
+    .name = "amd",
+    .identity = amd_identity,
+    .key_env = amd_key_env,
+    .target_normalize = amd_target_normalize,
+    .compile = amd_compile,
+    .device_target = amd_device_target,
+    .module_load = amd_module_load,
+    .module_unload = amd_module_unload,
+    .module_function = amd_module_function,
+};

@@ -1,0 +1,136 @@
+/*
+ * compile.c - one compile, step by step, for any platform (the steps and the mapping of
+ * failures to statuses: platform/compile.h). It owns the one rule that decides whether
+ * a failure may be shared with every process on the host (and the cluster): only a
+ * compile that failed with the compiler's diagnostics, which the same request would get
+ * anywhere. Every step checks the one before it: no call is made on a program that was
+ * never created (a source whose first byte is NUL makes hipRTC's create fail).
+ */
+#define _GNU_SOURCE
+#include "platform/compile.h"
+#include "base/log.h"
+#include "platform/names.h"
+
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+/* The program's log, terminated (compilers do not all terminate it); NULL on OOM. */
+static char *read_log(const kpc_compiler *c, void *prog)
+{
+    size_t size = 0;
+    if (prog == NULL || c->log_size(prog, &size) != 0)
+        size = 0;
+    char *log = malloc(size + 1);
+    if (log == NULL)
+        return NULL;
+    if (size > 0 && c->log(prog, log) != 0)
+        size = 0;
+    log[size] = '\0';
+    return log;
+}
+
+static bool has_diagnostics(const char *log)
+{
+    for (; log && *log; log++)
+        if (*log != ' ' && *log != '\n' && *log != '\t' && *log != '\r')
+            return true;
+    return false;
+}
+
+/* A log that says which call failed and why, when the compiler said nothing. */
+static char *message(const kpc_compiler *c, const char *what, int r)
+{
+    char msg[256];
+    snprintf(msg, sizeof msg, "%s: %s%s\n", c->name, what, c->error_string(r));
+    return strdup(msg);
+}
+
+kpc_status kpc_compile_run(const kpc_compiler *c, const char *target, const kpc_source *src, kpc_build *b)
+{
+    memset(b, 0, sizeof *b);
+    /* the compilers take a C string: copy a length-delimited source */
+    size_t len = src->code_len ? src->code_len : strlen(src->code);
+    char *code = malloc(len + 1);
+    const char **opts = calloc(src->num_options + 1, sizeof *opts);
+    const char **lowered = calloc(src->num_name_expressions + 1, sizeof *lowered);
+    char arch[96];
+    if (code == NULL || opts == NULL || lowered == NULL) {
+        free(code);
+        free(opts);
+        free(lowered);
+        return KPC_E_NOMEM;
+    }
+    memcpy(code, src->code, len);
+    code[len] = '\0';
+    for (size_t i = 0; i < src->num_options; i++)
+        opts[i] = src->options[i];
+    snprintf(arch, sizeof arch, "%s%s", c->arch_option, target);
+    opts[src->num_options] = arch;
+
+    kpc_status s = KPC_OK;
+    if (c->lock)
+        pthread_mutex_lock(c->lock);
+    void *prog = NULL;
+    int r = c->create(&prog, code, src->name ? src->name : c->default_name, src);
+    const char *step = "create";
+    if (r == 0 && prog == NULL)
+        r = -1; /* "success" without a program: refused all the same */
+    for (size_t i = 0; r == 0 && i < src->num_name_expressions; i++)
+        if ((r = c->add_name(prog, src->name_expressions[i])) != 0)
+            step = "name expression";
+    if (r != 0) {
+        /* refused before compiling: no log to read from a program that may not exist */
+        s = r != -1 && c->classify(r) == KPC_COMPILE_NOMEM ? KPC_E_NOMEM : KPC_E_INVALID;
+        KPC_LOG(KPC_LOG_ERROR, "%s refused the request at %s: %s", c->name, step,
+                r == -1 ? "no program" : c->error_string(r));
+    } else {
+        step = "compile";
+        r = c->compile(prog, (int)src->num_options + 1, opts);
+        b->log = read_log(c, prog);
+        size_t size = 0;
+        if (r == 0 && (r = c->code_size(prog, target, &size)) == 0 && (b->code = malloc(size)) == NULL)
+            s = KPC_E_NOMEM;
+        else if (r == 0 && (r = c->code(prog, target, b->code)) == 0)
+            b->code_size = size;
+        /* a name expression the compiler could not lower stays "" (then
+         * kpc_program_lowered_name gives "") */
+        for (size_t i = 0; r == 0 && s == KPC_OK && i < src->num_name_expressions; i++)
+            if (c->lowered(prog, src->name_expressions[i], &lowered[i]) != 0 || lowered[i] == NULL)
+                lowered[i] = "";
+        if (r == 0 && s == KPC_OK)
+            s = kpc_names_encode(src->name_expressions, lowered, src->num_name_expressions, &b->names,
+                                 &b->names_size);
+        if (r != 0 && s == KPC_OK && c->classify(r) == KPC_COMPILE_NOMEM)
+            s = KPC_E_NOMEM; /* not the source's fault: never recorded as a compile error */
+        else if (r != 0 && s == KPC_OK) {
+            s = KPC_E_COMPILE;
+            /* no diagnostics: the compiler failed for a reason of this process's (an
+             * unusable TMPDIR makes hipRTC fail so), which another process must not
+             * be told of as the source's */
+            b->local = !has_diagnostics(b->log);
+            if (b->local) {
+                free(b->log);
+                b->log = message(c, "", r);
+            }
+        }
+    }
+    if (prog)
+        c->destroy(&prog); /* the lowered names die here: encoded above */
+    if (c->lock)
+        pthread_mutex_unlock(c->lock);
+    free(lowered);
+    free(code);
+    free(opts);
+    if (s != KPC_OK) {
+        free(b->code);
+        free(b->names);
+        b->code = b->names = NULL;
+        b->code_size = b->names_size = 0;
+    }
+    if (s == KPC_E_INVALID || s == KPC_E_NOMEM) {
+        free(b->log);
+        b->log = NULL;
+    }
+    return s;
+}

@@ -1,0 +1,100 @@
+/*
+ * platform.c - the seam's plumbing: which platform is in use, the options that set a
+ * target (a request may not: the context decides it), and the remembered list of
+ * targets already validated for a compiler identity (v1/targets-<platform>-<id>), which
+ * lets a warm process create a context without loading the compiler.
+ */
+#define _GNU_SOURCE
+#include "platform/platform.h"
+#include "base/log.h"
+
+#include <fcntl.h>
+#include <stdatomic.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#ifdef KPC_TEST_HOOKS
+static _Atomic(const kpc_platform *) override;
+
+const kpc_platform *kpc_platform_get(void)
+{
+    const kpc_platform *p = atomic_load(&override);
+    return p ? p : &kpc_platform_builtin;
+}
+
+void kpc_platform_set(const kpc_platform *p)
+{
+    atomic_store(&override, p);
+}
+#else
+const kpc_platform *kpc_platform_get(void)
+{
+    return &kpc_platform_builtin;
+}
+#endif
+
+void kpc_platform_build_free(kpc_build *b)
+{
+    free(b->code);
+    free(b->names);
+    free(b->log);
+    memset(b, 0, sizeof *b);
+}
+
+bool kpc_platform_sets_target(const char *opt)
+{
+    /* hipRTC's, NVRTC's and clang's spellings: any of them would contradict the target
+     * the key names */
+    static const char *const prefixes[] = {"--gpu-architecture", "--offload-arch", "-arch",
+                                           "--amdgpu-target", "-march", "-mcpu", NULL};
+    for (const char *const *p = prefixes; *p; p++)
+        if (strncmp(opt, *p, strlen(*p)) == 0)
+            return true;
+    return false;
+}
+
+static int targets_path(const kpc_root *root, const char *platform, const uint8_t id[16], char *out,
+                        size_t cap)
+{
+    char hex[33], name[128];
+    kpc__hex(id, 16, hex);
+    snprintf(name, sizeof name, "targets-%s-%s", platform, hex);
+    return kpc_root_memo_path(root, name, out, cap);
+}
+
+bool kpc_platform_targets_known(const kpc_root *root, const char *platform, const uint8_t id[16],
+                                const char *target)
+{
+    char path[4300];
+    if (root == NULL || targets_path(root, platform, id, path, sizeof path) != 0)
+        return false;
+    FILE *f = fopen(path, "re");
+    if (f == NULL)
+        return false;
+    char line[256];
+    bool found = false;
+    while (!found && fgets(line, sizeof line, f)) {
+        line[strcspn(line, "\n")] = '\0';
+        found = strcmp(line, target) == 0;
+    }
+    fclose(f);
+    return found;
+}
+
+void kpc_platform_targets_remember(const kpc_root *root, const char *platform, const uint8_t id[16],
+                                   const char *target)
+{
+    char path[4300], line[256];
+    if (root == NULL || kpc__mkdir_p(kpc_root_v1(root), 0700) != 0 ||
+        targets_path(root, platform, id, path, sizeof path) != 0)
+        return;
+    int fd = open(path, O_WRONLY | O_CREAT | O_APPEND | O_CLOEXEC, 0600);
+    if (fd < 0)
+        return;
+    int n = snprintf(line, sizeof line, "%s\n", target);
+    if (n > 0 && (size_t)n < sizeof line && kpc__write_all(fd, line, (size_t)n) != 0)
+        KPC_LOG(KPC_LOG_DEBUG, "could not remember target %s in %s", target, path);
+    close(fd);
+}

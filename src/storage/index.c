@@ -1,0 +1,768 @@
+/*
+ * index.c - the host index: an open-addressed hash table in POSIX shared memory.
+ *
+ * One segment per cache directory and user ("/kpc-<uid>-<hash of the real path>", mode
+ * 0600). It is built whole under a temporary name, posix_fallocate'd (a full /dev/shm is
+ * an error here, never a SIGBUS later) and linked into place, so no process ever sees a
+ * half-initialized segment. Every attach validates magic, format (version mixed with the
+ * layout's sizes), size against fstat, capacity and owner; a segment that fails is never
+ * trusted: the caller goes on with the disk alone until kpc-shm-reset replaces it.
+ *
+ * Locking: ixh_lock (robust, process-shared) guards the slots, ixh_entries and ixh_hand;
+ * ixh_procs_lock guards the attached-process table. Both are taken only for a table
+ * operation, never across a compile or I/O. A holder that dies leaves the next locker
+ * EOWNERDEAD: the table may be half-updated, so it is wiped (the files stay on disk and
+ * are found again) and the mutex marked consistent. The counters are atomics, no lock.
+ *
+ * Waiting: each slot position has a generation word; any change of what the position
+ * holds bumps it and, if anyone sleeps there, FUTEX_WAKEs them. A waiter reads the
+ * generation under the lock, unlocks, and futex-waits on it with a 200 ms timeout; the
+ * timeout exists only to re-check that the builder is alive (pid and start time), so a
+ * dead builder is taken over within about 200 ms while publication wakes waiters at once.
+ */
+#define _GNU_SOURCE
+#include "storage/index.h"
+#include "base/root.h"
+
+#include <errno.h>
+#include <fcntl.h>
+#include <limits.h>
+#include <signal.h>
+#include <linux/futex.h>
+#include <stddef.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/mman.h>
+#include <sys/stat.h>
+#include <sys/syscall.h>
+#include <time.h>
+#include <unistd.h>
+#include <xxhash.h>
+
+#define IX_MAGIC 0x315844495843504bull /* "KPCXIDX1" in memory (little-endian) */
+#define IX_VERSION 1u
+#define IX_PROCS 256
+#define WAIT_SLICE_NS (200 * 1000000L)
+#define EVICT_SAMPLE 64
+/* A compile failure is the answer for every request that arrives within this long of it
+ * (the key fixes the source, options and compiler, so the compile would fail the same
+ * way); a request after that tries again, which bounds how long a transient failure of
+ * the compiler (out of memory, say) is served. An UNSTORED answer lasts as long: a full
+ * or read-only disk is not mended in a moment either. */
+#define ANSWER_TTL_NS (30ull * 1000000000ull)
+
+/* UNSTORED: the build succeeded but its object could not be written to disk (full, or
+ * read-only), so no one can read it: whoever asks builds for itself, all at once, instead
+ * of claiming the slot one after another for a store that fails each time. */
+enum slot_state { SLOT_EMPTY = 0, SLOT_BUILDING, SLOT_READY, SLOT_FAILED, SLOT_UNSTORED };
+
+typedef struct ix_slot {
+    uint8_t ixs_key[16];
+    uint32_t ixs_state;          /* enum slot_state */
+    _Atomic uint32_t ixs_gen;    /* futex word of this position; bumped on every change */
+    _Atomic uint32_t ixs_sleepers; /* processes futex-waiting on this position */
+    int32_t ixs_pid;             /* BUILDING: the builder */
+    uint64_t ixs_start;          /* BUILDING: the builder's start time */
+    uint64_t ixs_size;           /* READY: code object size */
+    uint64_t ixs_last_use;       /* CLOCK_MONOTONIC ns, for eviction */
+    uint64_t ixs_done_ns;        /* READY/FAILED: CLOCK_MONOTONIC ns of the publication */
+} ix_slot;
+_Static_assert(sizeof(ix_slot) == 64, "a slot is one cache line");
+
+typedef struct ix_proc {
+    int32_t ixp_pid;
+    uint32_t ixp_pad;
+    uint64_t ixp_start;
+} ix_proc;
+
+typedef struct ix_header {
+    uint64_t ixh_magic;    /* written last at creation */
+    uint64_t ixh_format;   /* IX_VERSION mixed with layout facts: see layout_format() */
+    uint64_t ixh_size;     /* bytes of the segment */
+    uint32_t ixh_capacity; /* live entries at most */
+    uint32_t ixh_nslots;   /* power of two, >= 2 * capacity */
+    uint32_t ixh_owner;    /* uid */
+    uint32_t ixh_pad;
+    uint64_t ixh_created_ns;
+    pthread_mutex_t ixh_lock;       /* guards slots, ixh_entries, ixh_hand */
+    pthread_mutex_t ixh_procs_lock; /* guards ixh_procs */
+    _Atomic uint64_t ixh_lookups, ixh_hits, ixh_builds, ixh_build_failures, ixh_waits,
+        ixh_takeovers, ixh_evictions;
+    uint64_t ixh_entries;
+    uint32_t ixh_hand;
+    _Atomic uint32_t ixh_disk_known;
+    _Atomic uint64_t ixh_disk_bytes, ixh_disk_files;
+    ix_proc ixh_procs[IX_PROCS];
+    _Alignas(64) ix_slot ixh_slots[]; /* each slot on a cache line of its own */
+} ix_header;
+
+struct kpc_index {
+    ix_header *h;
+    size_t size;
+    uint32_t mask;
+    pid_t pid;
+    uint64_t start;
+    bool observer;
+    atomic_bool broken; /* ENOTRECOVERABLE: stop using it (read by every thread) */
+    bool hold_lock;     /* test hook; set before any thread uses the index */
+    uint64_t wait_slice_ns; /* WAIT_SLICE_NS; a test may lengthen it */
+};
+
+/* ---- layout --------------------------------------------------------------------------- */
+static uint64_t layout_format(void)
+{
+    /* a build with another mutex size, slot layout or pid size must never attach */
+    uint64_t facts[] = {IX_VERSION, sizeof(pthread_mutex_t), sizeof(ix_slot), sizeof(ix_header),
+                        sizeof(pid_t), offsetof(ix_header, ixh_slots), IX_PROCS};
+    return XXH3_64bits(facts, sizeof facts);
+}
+
+static uint32_t slots_for(size_t capacity)
+{
+    uint32_t n = 16;
+    while (n < 2 * capacity)
+        n <<= 1;
+    return n;
+}
+
+static size_t segment_size(uint32_t nslots)
+{
+    return sizeof(ix_header) + (size_t)nslots * sizeof(ix_slot);
+}
+
+/* ---- futex ------------------------------------------------------------------------------ */
+static void futex_wait(_Atomic uint32_t *word, uint32_t expected, uint64_t ns)
+{
+    struct timespec ts = {(time_t)(ns / 1000000000u), (long)(ns % 1000000000u)};
+    syscall(SYS_futex, (uint32_t *)word, FUTEX_WAIT, expected, &ts, NULL, 0);
+}
+
+static void futex_wake(_Atomic uint32_t *word)
+{
+    syscall(SYS_futex, (uint32_t *)word, FUTEX_WAKE, INT_MAX, NULL, NULL, 0);
+}
+
+/* A position changed: bump its generation and wake whoever sleeps on it. */
+static void slot_changed(ix_slot *s)
+{
+    atomic_fetch_add(&s->ixs_gen, 1);
+    if (atomic_load(&s->ixs_sleepers) > 0)
+        futex_wake(&s->ixs_gen);
+}
+
+/* ---- locking ----------------------------------------------------------------------------- */
+static void wipe_table(kpc_index *ix)
+{
+    ix_header *h = ix->h;
+    for (uint32_t i = 0; i < h->ixh_nslots; i++) {
+        ix_slot *s = &h->ixh_slots[i];
+        if (s->ixs_state != SLOT_EMPTY || memcmp(s->ixs_key, (uint8_t[16]){0}, 16) != 0) {
+            memset(s->ixs_key, 0, 16);
+            s->ixs_state = SLOT_EMPTY;
+            s->ixs_pid = 0;
+            slot_changed(s);
+        }
+    }
+    h->ixh_entries = 0;
+    h->ixh_hand = 0;
+}
+
+/* The one place a robust mutex is locked; the one place its failures are handled. */
+static kpc_status ix_lock(kpc_index *ix, pthread_mutex_t *m)
+{
+    if (ix->broken)
+        return KPC_E_SHM;
+    int r = pthread_mutex_lock(m);
+    if (r == EOWNERDEAD) {
+        if (m == &ix->h->ixh_lock) {
+            KPC_LOG(KPC_LOG_WARN, "a process died holding the host index lock: wiping the table "
+                    "(the code objects stay on disk)");
+            wipe_table(ix);
+        } else {
+            KPC_LOG(KPC_LOG_WARN, "a process died holding the attach lock: recovered");
+        }
+        pthread_mutex_consistent(m);
+        r = 0;
+    }
+    if (r != 0) {
+        KPC_LOG(KPC_LOG_ERROR, "pthread_mutex_lock on the host index: %s: index off for this "
+                "process; run kpc-shm-reset", strerror(r));
+        ix->broken = true;
+        return KPC_E_SHM;
+    }
+    return KPC_OK;
+}
+
+static void ix_unlock(pthread_mutex_t *m)
+{
+    pthread_mutex_unlock(m);
+}
+
+/* ---- table ------------------------------------------------------------------------------- */
+static uint32_t home_of(const kpc_index *ix, const uint8_t key[16])
+{
+    uint64_t v;
+    memcpy(&v, key + 8, sizeof v);
+    return (uint32_t)(v & ix->mask);
+}
+
+/* Position of key, or -1; *free_pos gets the first empty position of its run. */
+static int64_t find(kpc_index *ix, const uint8_t key[16], int64_t *free_pos)
+{
+    ix_slot *slots = ix->h->ixh_slots;
+    uint32_t i = home_of(ix, key);
+    for (uint32_t n = 0; n <= ix->mask; n++, i = (i + 1) & ix->mask) {
+        if (slots[i].ixs_state == SLOT_EMPTY) {
+            if (free_pos)
+                *free_pos = i;
+            return -1;
+        }
+        if (memcmp(slots[i].ixs_key, key, 16) == 0)
+            return i;
+    }
+    if (free_pos)
+        *free_pos = -1;
+    return -1;
+}
+
+/* Delete position i by shifting later members of its run back (no tombstones). */
+static void delete_at(kpc_index *ix, uint32_t i)
+{
+    ix_slot *slots = ix->h->ixh_slots;
+    uint32_t j = i;
+    for (;;) {
+        j = (j + 1) & ix->mask;
+        if (slots[j].ixs_state == SLOT_EMPTY)
+            break;
+        uint32_t home = home_of(ix, slots[j].ixs_key);
+        /* may the entry at j move to i? only if its home is not cyclically in (i, j] */
+        bool in_between = i <= j ? (home > i && home <= j) : (home > i || home <= j);
+        if (in_between)
+            continue;
+        ix_slot *dst = &slots[i], *src = &slots[j];
+        memcpy(dst->ixs_key, src->ixs_key, 16);
+        dst->ixs_state = src->ixs_state;
+        dst->ixs_pid = src->ixs_pid;
+        dst->ixs_start = src->ixs_start;
+        dst->ixs_size = src->ixs_size;
+        dst->ixs_last_use = src->ixs_last_use;
+        dst->ixs_done_ns = src->ixs_done_ns;
+        slot_changed(dst);
+        i = j;
+    }
+    memset(slots[i].ixs_key, 0, 16);
+    slots[i].ixs_state = SLOT_EMPTY;
+    slots[i].ixs_pid = 0;
+    slot_changed(&slots[i]);
+    ix->h->ixh_entries--;
+}
+
+/* Evict the least recently used finished entry among a sample (Redis-style approximate
+ * LRU: bounded work whatever the table size). false if every sampled entry is building. */
+static bool evict_one(kpc_index *ix)
+{
+    ix_header *h = ix->h;
+    int64_t victim = -1;
+    uint64_t oldest = UINT64_MAX;
+    uint32_t seen = 0;
+    uint32_t i = h->ixh_hand & ix->mask;
+    for (uint32_t n = 0; n <= ix->mask && seen < EVICT_SAMPLE; n++, i = (i + 1) & ix->mask) {
+        ix_slot *s = &h->ixh_slots[i];
+        if (s->ixs_state != SLOT_EMPTY && s->ixs_state != SLOT_BUILDING) {
+            seen++;
+            if (s->ixs_last_use < oldest)
+                oldest = s->ixs_last_use, victim = i;
+        }
+    }
+    h->ixh_hand = i;
+    if (victim < 0)
+        return false;
+    delete_at(ix, (uint32_t)victim);
+    atomic_fetch_add_explicit(&h->ixh_evictions, 1, memory_order_relaxed);
+    return true;
+}
+
+static void claim(kpc_index *ix, ix_slot *s)
+{
+    s->ixs_state = SLOT_BUILDING;
+    s->ixs_pid = (int32_t)ix->pid;
+    s->ixs_start = ix->start;
+    s->ixs_last_use = kpc__now_ns();
+    slot_changed(s);
+}
+
+kpc_status kpc_index_begin(kpc_index *ix, const kpc_key *key, unsigned flags,
+                           enum kpc_index_verdict *verdict, bool *waited)
+{
+    ix_header *h = ix->h;
+    bool was_waiting = false;
+    *waited = false;
+    atomic_fetch_add_explicit(&h->ixh_lookups, 1, memory_order_relaxed);
+    for (;;) {
+        if (ix_lock(ix, &h->ixh_lock) != KPC_OK)
+            return KPC_E_SHM;
+        int64_t free_pos;
+        int64_t pos = find(ix, key->bytes, &free_pos);
+        if (pos < 0) {
+            if (h->ixh_entries >= h->ixh_capacity && evict_one(ix))
+                pos = find(ix, key->bytes, &free_pos); /* the shift moved the free position */
+            if (h->ixh_entries >= h->ixh_capacity || free_pos < 0) {
+                ix_unlock(&h->ixh_lock);
+                KPC_LOG(KPC_LOG_WARN, "the host index is full of builds in progress: building "
+                        "without it");
+                return KPC_E_SHM;
+            }
+            ix_slot *s = &h->ixh_slots[free_pos];
+            memcpy(s->ixs_key, key->bytes, 16);
+#ifdef KPC_TEST_HOOKS
+            if (ix->hold_lock) { /* test hook: die here, mid-insert, holding the lock */
+                raise(SIGSTOP); /* the parent's waitpid(WUNTRACED) learns we are here */
+                for (;;)
+                    pause();
+            }
+#endif
+            claim(ix, s);
+            h->ixh_entries++;
+            ix_unlock(&h->ixh_lock);
+            *verdict = KPC_INDEX_BUILD;
+            return KPC_OK;
+        }
+        ix_slot *s = &h->ixh_slots[pos];
+        switch (s->ixs_state) {
+        case SLOT_READY:
+            /* STALE asks to replace the object the caller found missing or bad; a build
+             * this call waited for is a new object, so it is taken as it is */
+            if ((flags & KPC_INDEX_STALE) && !was_waiting) {
+                claim(ix, s);
+                *verdict = KPC_INDEX_BUILD;
+            } else {
+                s->ixs_last_use = kpc__now_ns();
+                atomic_fetch_add_explicit(&h->ixh_hits, 1, memory_order_relaxed);
+                *verdict = KPC_INDEX_READY;
+            }
+            ix_unlock(&h->ixh_lock);
+            return KPC_OK;
+        case SLOT_FAILED:
+            /* the failure is the answer for whoever waited for it or comes soon after; an
+             * old one (or one whose log is gone: STALE) is tried again */
+            if (was_waiting ||
+                (!(flags & KPC_INDEX_STALE) && kpc__now_ns() - s->ixs_done_ns < ANSWER_TTL_NS)) {
+                s->ixs_last_use = kpc__now_ns();
+                *verdict = KPC_INDEX_FAILED;
+            } else {
+                claim(ix, s);
+                *verdict = KPC_INDEX_BUILD;
+            }
+            ix_unlock(&h->ixh_lock);
+            return KPC_OK;
+        case SLOT_UNSTORED:
+            if (was_waiting || kpc__now_ns() - s->ixs_done_ns < ANSWER_TTL_NS) {
+                s->ixs_last_use = kpc__now_ns();
+                *verdict = KPC_INDEX_SELF;
+            } else { /* the disk may take objects again: one build to find out */
+                claim(ix, s);
+                *verdict = KPC_INDEX_BUILD;
+            }
+            ix_unlock(&h->ixh_lock);
+            return KPC_OK;
+        default: /* SLOT_BUILDING */
+            if (!kpc__proc_alive(s->ixs_pid, s->ixs_start)) {
+                KPC_LOG(KPC_LOG_WARN, "builder process %d died: taking its build over", (int)s->ixs_pid);
+                claim(ix, s);
+                atomic_fetch_add_explicit(&h->ixh_takeovers, 1, memory_order_relaxed);
+                ix_unlock(&h->ixh_lock);
+                *verdict = KPC_INDEX_BUILD;
+                return KPC_OK;
+            }
+            if (flags & KPC_INDEX_NOWAIT) { /* a batch claims the others first */
+                ix_unlock(&h->ixh_lock);
+                *verdict = KPC_INDEX_BUSY;
+                return KPC_OK;
+            }
+            uint32_t gen = atomic_load(&s->ixs_gen);
+            atomic_fetch_add(&s->ixs_sleepers, 1);
+            ix_unlock(&h->ixh_lock);
+            if (!was_waiting)
+                atomic_fetch_add_explicit(&h->ixh_waits, 1, memory_order_relaxed);
+            was_waiting = *waited = true;
+            futex_wait(&s->ixs_gen, gen, ix->wait_slice_ns);
+            atomic_fetch_sub(&s->ixs_sleepers, 1);
+        }
+    }
+}
+
+/* The slot this process is building for key, or NULL. Lock held. */
+static ix_slot *own_slot(kpc_index *ix, const kpc_key *key, int64_t *pos)
+{
+    *pos = find(ix, key->bytes, NULL);
+    if (*pos < 0)
+        return NULL;
+    ix_slot *s = &ix->h->ixh_slots[*pos];
+    return s->ixs_state == SLOT_BUILDING && s->ixs_pid == (int32_t)ix->pid && s->ixs_start == ix->start
+               ? s
+               : NULL;
+}
+
+/* End this process's build of key in state `state`, waking every waiter. */
+static void finish(kpc_index *ix, const kpc_key *key, enum slot_state state, uint64_t size)
+{
+    if (ix_lock(ix, &ix->h->ixh_lock) != KPC_OK)
+        return;
+    int64_t pos;
+    ix_slot *s = own_slot(ix, key, &pos);
+    if (s != NULL) { /* NULL: the table was wiped meanwhile; the file speaks for itself */
+        s->ixs_state = state;
+        s->ixs_size = size;
+        s->ixs_pid = 0;
+        s->ixs_last_use = s->ixs_done_ns = kpc__now_ns();
+        slot_changed(s);
+    }
+    ix_unlock(&ix->h->ixh_lock);
+}
+
+void kpc_index_publish(kpc_index *ix, const kpc_key *key, bool ok, uint64_t size)
+{
+    finish(ix, key, ok ? SLOT_READY : SLOT_FAILED, size);
+}
+
+void kpc_index_unstored(kpc_index *ix, const kpc_key *key)
+{
+    finish(ix, key, SLOT_UNSTORED, 0);
+}
+
+void kpc_index_note_compile(kpc_index *ix, bool ok)
+{
+    atomic_fetch_add_explicit(ok ? &ix->h->ixh_builds : &ix->h->ixh_build_failures, 1,
+                              memory_order_relaxed);
+}
+
+void kpc_index_abandon(kpc_index *ix, const kpc_key *key)
+{
+    if (ix_lock(ix, &ix->h->ixh_lock) != KPC_OK)
+        return;
+    int64_t pos;
+    if (own_slot(ix, key, &pos) != NULL)
+        delete_at(ix, (uint32_t)pos);
+    ix_unlock(&ix->h->ixh_lock);
+}
+
+void kpc_index_forget(kpc_index *ix, const kpc_key *key)
+{
+    if (ix_lock(ix, &ix->h->ixh_lock) != KPC_OK)
+        return;
+    int64_t pos = find(ix, key->bytes, NULL);
+    if (pos >= 0 && ix->h->ixh_slots[pos].ixs_state != SLOT_BUILDING)
+        delete_at(ix, (uint32_t)pos);
+    ix_unlock(&ix->h->ixh_lock);
+}
+
+void kpc_index_counters_get(kpc_index *ix, kpc_index_counters *c)
+{
+    ix_header *h = ix->h;
+    memset(c, 0, sizeof *c);
+    c->lookups = atomic_load(&h->ixh_lookups);
+    c->hits = atomic_load(&h->ixh_hits);
+    c->builds = atomic_load(&h->ixh_builds);
+    c->build_failures = atomic_load(&h->ixh_build_failures);
+    c->waits = atomic_load(&h->ixh_waits);
+    c->takeovers = atomic_load(&h->ixh_takeovers);
+    c->evictions = atomic_load(&h->ixh_evictions);
+    c->capacity = h->ixh_capacity;
+    if (ix_lock(ix, &h->ixh_lock) == KPC_OK) {
+        c->entries = h->ixh_entries;
+        ix_unlock(&h->ixh_lock);
+    }
+    size_t live = 0;
+    kpc_index_live_procs(ix, NULL, NULL, &live);
+    c->attached = live;
+}
+
+void kpc_index_usage_words(kpc_index *ix, _Atomic uint64_t **bytes, _Atomic uint64_t **files,
+                           _Atomic uint32_t **known)
+{
+    *bytes = &ix->h->ixh_disk_bytes;
+    *files = &ix->h->ixh_disk_files;
+    *known = &ix->h->ixh_disk_known;
+}
+
+/* ---- attached processes ------------------------------------------------------------------ */
+static void sweep_procs(ix_header *h)
+{
+    for (int i = 0; i < IX_PROCS; i++)
+        if (h->ixh_procs[i].ixp_pid != 0 &&
+            !kpc__proc_alive(h->ixh_procs[i].ixp_pid, h->ixh_procs[i].ixp_start))
+            h->ixh_procs[i].ixp_pid = 0;
+}
+
+static void register_proc(kpc_index *ix, bool add)
+{
+    ix_header *h = ix->h;
+    if (ix_lock(ix, &h->ixh_procs_lock) != KPC_OK)
+        return;
+    sweep_procs(h);
+    int i;
+    for (i = 0; i < IX_PROCS; i++) {
+        ix_proc *p = &h->ixh_procs[i];
+        if (add && p->ixp_pid == 0) {
+            p->ixp_pid = (int32_t)ix->pid;
+            p->ixp_start = ix->start;
+            break;
+        }
+        if (!add && p->ixp_pid == (int32_t)ix->pid && p->ixp_start == ix->start) {
+            p->ixp_pid = 0; /* one row: a process with two caches open has two */
+            break;
+        }
+    }
+    if (add && i == IX_PROCS)
+        KPC_LOG(KPC_LOG_INFO, "the attached-process table is full: this process is not listed");
+    ix_unlock(&h->ixh_procs_lock);
+}
+
+kpc_status kpc_index_live_procs(kpc_index *ix, kpc_index_proc_fn fn, void *arg, size_t *live)
+{
+    ix_header *h = ix->h;
+    *live = 0;
+    if (ix_lock(ix, &h->ixh_procs_lock) != KPC_OK)
+        return KPC_E_SHM;
+    sweep_procs(h);
+    pid_t pids[IX_PROCS];
+    for (int i = 0; i < IX_PROCS; i++)
+        if (h->ixh_procs[i].ixp_pid != 0)
+            pids[(*live)++] = h->ixh_procs[i].ixp_pid;
+    ix_unlock(&h->ixh_procs_lock);
+    for (size_t i = 0; fn && i < *live; i++)
+        fn(pids[i], arg);
+    return KPC_OK;
+}
+
+/* ---- create, attach, validate -------------------------------------------------------------- */
+static kpc_status init_mutex(pthread_mutex_t *m)
+{
+    pthread_mutexattr_t a;
+    pthread_mutexattr_init(&a);
+    int r = pthread_mutexattr_setpshared(&a, PTHREAD_PROCESS_SHARED);
+    if (r == 0)
+        r = pthread_mutexattr_setrobust(&a, PTHREAD_MUTEX_ROBUST);
+    if (r == 0)
+        r = pthread_mutex_init(m, &a);
+    pthread_mutexattr_destroy(&a);
+    return r == 0 ? KPC_OK : KPC_E_SHM;
+}
+
+/* Build a fresh segment under a temporary name and link it into place. KPC_E_NOT_FOUND
+ * never; KPC_OK with fd/map, or an error, or *lost when another process won the race. */
+static kpc_status create_segment(const char *name, size_t capacity, bool *lost)
+{
+    char tmp[128], tmp_path[160], final_path[160];
+    *lost = false;
+    snprintf(tmp, sizeof tmp, "%s.tmp-%d-%llx", name, (int)getpid(), (unsigned long long)kpc__now_ns());
+    int fd = shm_open(tmp, O_RDWR | O_CREAT | O_EXCL | O_CLOEXEC, 0600);
+    if (fd < 0) {
+        KPC_LOG(KPC_LOG_ERROR, "shm_open(%s): %s", tmp, strerror(errno));
+        return KPC_E_SHM;
+    }
+    uint32_t nslots = slots_for(capacity);
+    size_t size = segment_size(nslots);
+    int r = posix_fallocate(fd, 0, (off_t)size);
+    if (r != 0) {
+        KPC_LOG(KPC_LOG_ERROR, "posix_fallocate(%s, %zu bytes): %s", tmp, size, strerror(r));
+        close(fd);
+        shm_unlink(tmp);
+        return KPC_E_SHM;
+    }
+    ix_header *h = mmap(NULL, size, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
+    close(fd);
+    if (h == MAP_FAILED) {
+        KPC_LOG(KPC_LOG_ERROR, "mmap(%s): %s", tmp, strerror(errno));
+        shm_unlink(tmp);
+        return KPC_E_SHM;
+    }
+    h->ixh_format = layout_format();
+    h->ixh_size = size;
+    h->ixh_capacity = (uint32_t)capacity;
+    h->ixh_nslots = nslots;
+    h->ixh_owner = (uint32_t)geteuid();
+    h->ixh_created_ns = kpc__wall_ns();
+    kpc_status s = init_mutex(&h->ixh_lock);
+    if (s == KPC_OK)
+        s = init_mutex(&h->ixh_procs_lock);
+    atomic_thread_fence(memory_order_release);
+    h->ixh_magic = IX_MAGIC;
+    munmap(h, size);
+    snprintf(tmp_path, sizeof tmp_path, "/dev/shm%s", tmp);
+    snprintf(final_path, sizeof final_path, "/dev/shm%s", name);
+    if (s == KPC_OK && link(tmp_path, final_path) != 0) {
+        if (errno == EEXIST)
+            *lost = true;
+        else {
+            KPC_LOG(KPC_LOG_ERROR, "link(%s, %s): %s", tmp_path, final_path, strerror(errno));
+            s = KPC_E_SHM;
+        }
+    }
+    shm_unlink(tmp);
+    if (s == KPC_OK && !*lost)
+        KPC_LOG(KPC_LOG_INFO, "created host index %s: %zu entries, %zu bytes", name, capacity, size);
+    return s;
+}
+
+static kpc_status attach(const char *name, kpc_index *ix)
+{
+    int fd = shm_open(name, O_RDWR | O_CLOEXEC | O_NOFOLLOW, 0);
+    if (fd < 0) {
+        if (errno == ENOENT)
+            return KPC_E_NOT_FOUND;
+        KPC_LOG(KPC_LOG_ERROR, "shm_open(%s): %s", name, strerror(errno));
+        return KPC_E_SHM;
+    }
+    struct stat st;
+    const char *why = NULL;
+    if (fstat(fd, &st) != 0)
+        why = "fstat failed";
+    else if (st.st_uid != geteuid())
+        why = "owned by another user";
+    else if ((st.st_mode & 0077) != 0)
+        why = "readable or writable by other users";
+    else if ((size_t)st.st_size < sizeof(ix_header))
+        why = "shorter than its header";
+    if (why) {
+        close(fd);
+        KPC_LOG(KPC_LOG_ERROR, "host index %s is not trusted (%s): disk only; kpc-shm-reset "
+                "replaces it", name, why);
+        return KPC_E_CORRUPT;
+    }
+    ix_header *h = mmap(NULL, (size_t)st.st_size, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
+    close(fd);
+    if (h == MAP_FAILED) {
+        KPC_LOG(KPC_LOG_ERROR, "mmap(%s): %s", name, strerror(errno));
+        return KPC_E_SHM;
+    }
+    if (h->ixh_magic != IX_MAGIC)
+        why = "bad magic";
+    else if (h->ixh_format != layout_format())
+        why = "another format version or layout";
+    else if (h->ixh_size != (uint64_t)st.st_size || h->ixh_nslots < 16 ||
+             (h->ixh_nslots & (h->ixh_nslots - 1)) != 0 || h->ixh_nslots > (1u << 26) ||
+             segment_size(h->ixh_nslots) != h->ixh_size)
+        why = "size does not match its table";
+    else if (h->ixh_capacity == 0 || (uint64_t)h->ixh_capacity * 2 > h->ixh_nslots)
+        why = "bad capacity";
+    else if (h->ixh_owner != geteuid())
+        why = "another owner";
+    if (why) {
+        munmap(h, (size_t)st.st_size);
+        KPC_LOG(KPC_LOG_ERROR, "host index %s is not trusted (%s): disk only; kpc-shm-reset "
+                "replaces it", name, why);
+        return KPC_E_CORRUPT;
+    }
+    ix->h = h;
+    ix->size = (size_t)st.st_size;
+    ix->mask = h->ixh_nslots - 1;
+    return KPC_OK;
+}
+
+static kpc_status open_index(const char *cache_root, size_t entries, bool create, bool observer,
+                             kpc_index **out)
+{
+    *out = NULL;
+    char name[96];
+    kpc_root_segment_name(cache_root, name, sizeof name);
+    kpc_index *ix = calloc(1, sizeof *ix);
+    if (ix == NULL)
+        return KPC_E_NOMEM;
+    ix->pid = getpid();
+    ix->start = kpc__proc_start_time(ix->pid);
+    ix->observer = observer;
+    ix->wait_slice_ns = WAIT_SLICE_NS;
+    kpc_status s = attach(name, ix);
+    for (int tries = 0; s == KPC_E_NOT_FOUND && create && tries < 3; tries++) {
+        bool lost;
+        s = create_segment(name, entries, &lost);
+        if (s == KPC_OK)
+            s = attach(name, ix);
+    }
+    if (s != KPC_OK) {
+        free(ix);
+        return s;
+    }
+    if (!observer)
+        register_proc(ix, true);
+    *out = ix;
+    return KPC_OK;
+}
+
+kpc_status kpc_index_open(const char *cache_root, size_t entries, bool observer, kpc_index **out)
+{
+    return open_index(cache_root, entries, true, observer, out);
+}
+
+kpc_status kpc_index_open_existing(const char *cache_root, kpc_index **out)
+{
+    return open_index(cache_root, 0, false, true, out);
+}
+
+void kpc_index_close(kpc_index *ix)
+{
+    if (ix == NULL)
+        return;
+    if (!ix->observer && !ix->broken)
+        register_proc(ix, false);
+    munmap(ix->h, ix->size);
+    free(ix);
+}
+
+kpc_status kpc_index_unlink(const char *cache_root)
+{
+    char name[96];
+    kpc_root_segment_name(cache_root, name, sizeof name);
+    if (shm_unlink(name) != 0)
+        return errno == ENOENT ? KPC_E_NOT_FOUND : KPC_E_SHM;
+    return KPC_OK;
+}
+
+/* ---- test hooks ---------------------------------------------------------------------------- */
+#ifdef KPC_TEST_HOOKS
+void kpc_index_test_hold_lock(kpc_index *ix)
+{
+    ix->hold_lock = true;
+}
+
+void kpc_index_test_wait_slice(kpc_index *ix, uint64_t ns)
+{
+    ix->wait_slice_ns = ns;
+}
+
+size_t kpc_index_test_builders(kpc_index *ix, pid_t *pids, size_t cap)
+{
+    if (ix_lock(ix, &ix->h->ixh_lock) != KPC_OK)
+        return 0;
+    size_t n = 0;
+    for (uint32_t i = 0; i <= ix->mask; i++)
+        if (ix->h->ixh_slots[i].ixs_state == SLOT_BUILDING) {
+            if (n < cap)
+                pids[n] = ix->h->ixh_slots[i].ixs_pid;
+            n++;
+        }
+    ix_unlock(&ix->h->ixh_lock);
+    return n;
+}
+
+bool kpc_index_check(kpc_index *ix)
+{
+    if (ix_lock(ix, &ix->h->ixh_lock) != KPC_OK)
+        return false;
+    ix_header *h = ix->h;
+    uint64_t n = 0;
+    bool ok = true;
+    for (uint32_t i = 0; i <= ix->mask && ok; i++) {
+        ix_slot *s = &h->ixh_slots[i];
+        if (s->ixs_state == SLOT_EMPTY)
+            continue;
+        n++;
+        ok = s->ixs_state <= SLOT_UNSTORED && find(ix, s->ixs_key, NULL) == (int64_t)i;
+    }
+    ok = ok && n == h->ixh_entries && n <= h->ixh_capacity;
+    ix_unlock(&h->ixh_lock);
+    return ok;
+}
+#endif /* KPC_TEST_HOOKS */

@@ -1,0 +1,56 @@
+/*
+ * record.h - a record: one code object (or one compile-failure log) with the header
+ * that lets any reader check it whole before trusting it (storage/record.c). The format
+ * is the same wherever a record lives (disk tree, pack, cluster store):
+ * docs/file-format.md.
+ */
+#ifndef KPC_STORAGE_RECORD_H
+#define KPC_STORAGE_RECORD_H
+
+#include "base/util.h"
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#define KPC_STORE_MAGIC "KPCOBJ\x00\x01"
+#define KPC_STORE_VERSION 2u /* 2 adds the request section; 1 (none) is still read, and still
+                              * written for a record that keeps no request */
+#define KPC_RECORD_HEADER 256u        /* bytes of header before the payload */
+#define KPC_RECORD_MAX (1ull << 30)   /* the largest code, names or log part accepted */
+enum kpc_record_kind { KPC_RECORD_CODE = 1, KPC_RECORD_LOG = 2 };
+
+typedef struct kpc_record {
+    kpc_key key;
+    uint32_t kind;
+    uint64_t created_ns;
+    char target[64];
+    char source_name[80];
+    uint8_t compiler_id[16];
+    void *payload; /* malloc'd: code, names, then the request section (CODE), or the log text */
+    uint64_t code_size;
+    uint64_t names_size;
+    /* The request section (storage/request_codec.h: what `kpc replay` rebuilds from), the
+     * last part of the payload: request_size bytes at request (0: none). Writing: the
+     * caller's bytes, not owned, written after first and second. Reading: points into
+     * payload (after the names), valid while payload is. */
+    uint64_t request_size;
+    const void *request;
+} kpc_record;
+void kpc_record_free(kpc_record *r);
+
+/* The header of r whose payload is first (r->code_size bytes) then second
+ * (r->names_size bytes; may be NULL when 0) then r->request (r->request_size bytes): both
+ * checksums computed here. A writer writes those three parts after the header. */
+void kpc_record_header(uint8_t h[KPC_RECORD_HEADER], const kpc_record *r, const void *first,
+                       const void *second);
+/* Decode and check a header alone (avail bytes at h); NULL when good, else why not. */
+const char *kpc_record_decode_header(const uint8_t *h, size_t avail, kpc_record *r);
+/* Check a whole record (header + payload, size bytes at buf, malloc'd) against what
+ * the reader asked for (key and target may be NULL: not compared) and take it: NULL and
+ * *out with out->payload = buf (payload moved to its head) when good; else buf is freed
+ * and the reason returned. */
+const char *kpc_record_take(void *buf, size_t size, const kpc_key *key, const char *target,
+                            uint32_t kind, kpc_record *out);
+
+#endif /* KPC_STORAGE_RECORD_H */

@@ -1,0 +1,41 @@
+/*
+ * store_private.h - what the two files of the disk tree share (store.c, store_walk.c);
+ * nothing outside storage/store*.c includes it.
+ */
+#ifndef KPC_STORAGE_STORE_PRIVATE_H
+#define KPC_STORAGE_STORE_PRIVATE_H
+
+#include "storage/store.h"
+
+#include <stdatomic.h>
+#include <stdbool.h>
+#include <sys/stat.h>
+
+struct kpc_store {
+    kpc_root *root;
+    bool own_root;    /* opened by kpc_store_open: closed with the store */
+    uint64_t max_bytes;
+    /* usage estimate: in the host index if shared, else here */
+    _Atomic uint64_t local_bytes, local_files;
+    _Atomic uint32_t local_known;
+    _Atomic uint64_t *bytes, *files;
+    _Atomic uint32_t *known;
+    atomic_int write_failures; /* the first failure is an error, later ones warnings */
+};
+
+void kpc_store_usage_add(kpc_store *st, int64_t bytes, int64_t files);
+/* Read and fully check the record at an open fd. NULL when good, else why not (and
+ * *status KPC_E_CORRUPT, or the read's failure). *sb gets the file's fstat when the
+ * read got that far. */
+const char *kpc_store_read_fd(int fd, const kpc_key *key, const char *target, uint32_t kind,
+                              kpc_record *out, kpc_status *status, struct stat *sb);
+/* Remove path only if it is still the file we opened: a fresh file renamed over a bad
+ * one in the meantime must survive. */
+enum kpc_store_removal {
+    KPC_STORE_REMOVED,
+    KPC_STORE_REPLACED,    /* not ours any more, or gone */
+    KPC_STORE_NOT_REMOVED, /* ours, still there */
+};
+enum kpc_store_removal kpc_store_remove_if_same(const char *path, int fd);
+
+#endif /* KPC_STORAGE_STORE_PRIVATE_H */

@@ -1,0 +1,321 @@
+/*
+ * store_walk.c - the disk tree as a whole: walking every record (kpc ls, verify), the
+ * usage figures, pruning to a size (least recently used first, one pruner at a time,
+ * under v1/prune.lock) and clearing. A walk meets files that other processes create,
+ * replace and remove meanwhile: a vanished file is skipped, a damaged one is removed
+ * only while it still holds the bytes the walk checked.
+ */
+#define _GNU_SOURCE
+#include "storage/store_private.h"
+#include "base/log.h"
+
+#include <dirent.h>
+#include <errno.h>
+#include <fcntl.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/file.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#define STALE_TMP_NS (3600ull * 1000000000ull)
+
+/* ---- walking the tree ---------------------------------------------------------------- */
+enum walk_mode { WALK_STAT, WALK_HEADER, WALK_VERIFY };
+
+static bool record_name(const char *name, uint32_t *kind)
+{
+    size_t n = strlen(name);
+    if (n == 35 && strcmp(name + 32, ".co") == 0)
+        *kind = KPC_RECORD_CODE;
+    else if (n == 36 && strcmp(name + 32, ".log") == 0)
+        *kind = KPC_RECORD_LOG;
+    else
+        return false;
+    kpc_key k;
+    char hex[33];
+    memcpy(hex, name, 32);
+    hex[32] = '\0';
+    return kpc__unhex(hex, k.bytes, 16);
+}
+
+static kpc_status walk(kpc_store *st, enum walk_mode mode, kpc_store_walk_fn fn, void *arg)
+{
+    DIR *top = opendir(kpc_root_v1(st->root));
+    if (top == NULL)
+        return errno == ENOENT ? KPC_OK : KPC_E_IO;
+    struct dirent *t;
+    int stop = 0;
+    while (!stop && (t = readdir(top)) != NULL) {
+        if (t->d_name[0] == '.' || strcmp(t->d_name, "tmp") == 0 || t->d_type == DT_REG)
+            continue;
+        char tdir[4500];
+        kpc_root_target_dir(st->root, t->d_name, tdir, sizeof tdir);
+        DIR *td = opendir(tdir);
+        if (td == NULL)
+            continue;
+        struct dirent *f;
+        while (!stop && (f = readdir(td)) != NULL) {
+            if (f->d_name[0] == '.' || strlen(f->d_name) != 2)
+                continue;
+            char fdir[4800];
+            snprintf(fdir, sizeof fdir, "%s/%s", tdir, f->d_name);
+            DIR *fd_dir = opendir(fdir);
+            if (fd_dir == NULL)
+                continue;
+            struct dirent *e;
+            while (!stop && (e = readdir(fd_dir)) != NULL) {
+                uint32_t kind;
+                if (!record_name(e->d_name, &kind))
+                    continue;
+                char path[5100];
+                snprintf(path, sizeof path, "%s/%s", fdir, e->d_name);
+                struct stat sb;
+                if (fstatat(dirfd(fd_dir), e->d_name, &sb, AT_SYMLINK_NOFOLLOW) != 0)
+                    continue; /* removed meanwhile */
+                kpc_record rec;
+                memset(&rec, 0, sizeof rec);
+                kpc_store_entry ent = {path, (uint64_t)sb.st_size,
+                                       (uint64_t)sb.st_mtim.tv_sec * 1000000000ull + (uint64_t)sb.st_mtim.tv_nsec,
+                                       KPC_OK, false, NULL};
+                if (mode != WALK_STAT) {
+                    int fd = openat(dirfd(fd_dir), e->d_name,
+                                    O_RDONLY | O_CLOEXEC | O_NOFOLLOW | O_NONBLOCK);
+                    if (fd < 0) {
+                        ent.status = errno == ENOENT ? KPC_E_NOT_FOUND : KPC_E_CORRUPT;
+                        /* a symbolic link where a record should be is never followed */
+                        if (mode == WALK_VERIFY && errno == ELOOP && S_ISLNK(sb.st_mode))
+                            ent.removed = unlinkat(dirfd(fd_dir), e->d_name, 0) == 0;
+                    } else if (mode == WALK_HEADER) {
+                        uint8_t h[KPC_RECORD_HEADER];
+                        ssize_t n = pread(fd, h, sizeof h, 0);
+                        if (kpc_record_decode_header(h, n < 0 ? 0 : (size_t)n, &rec) != NULL || rec.kind != kind)
+                            ent.status = KPC_E_CORRUPT;
+                        close(fd);
+                    } else {
+                        kpc_key key;
+                        char hex[33];
+                        memcpy(hex, e->d_name, 32);
+                        hex[32] = '\0';
+                        kpc__unhex(hex, key.bytes, 16);
+                        kpc_status s;
+                        struct stat rsb;
+                        if (kpc_store_read_fd(fd, &key, t->d_name, kind, &rec, &s, &rsb) != NULL)
+                            ent.status = s == KPC_E_NOMEM ? KPC_E_NOMEM : KPC_E_CORRUPT;
+                        kpc_record_free(&rec);
+                        if (ent.status == KPC_E_CORRUPT) {
+                            enum kpc_store_removal r = kpc_store_remove_if_same(path, fd);
+                            if (r == KPC_STORE_REPLACED)
+                                ent.status = KPC_E_NOT_FOUND; /* replaced or removed meanwhile */
+                            else if ((ent.removed = r == KPC_STORE_REMOVED) && S_ISREG(sb.st_mode))
+                                kpc_store_usage_add(st, -(int64_t)sb.st_size, -1);
+                        }
+                        close(fd);
+                    }
+                    if (ent.status == KPC_E_NOT_FOUND)
+                        continue;
+                    ent.rec = ent.status == KPC_OK ? &rec : NULL;
+                }
+                stop = fn(&ent, arg);
+            }
+            closedir(fd_dir);
+        }
+        closedir(td);
+    }
+    closedir(top);
+    return KPC_OK;
+}
+
+kpc_status kpc_store_walk(kpc_store *st, bool verify, kpc_store_walk_fn fn, void *arg)
+{
+    return walk(st, verify ? WALK_VERIFY : WALK_HEADER, fn, arg);
+}
+
+struct usage_acc {
+    uint64_t bytes, files;
+};
+
+static int count_usage(const kpc_store_entry *e, void *arg)
+{
+    struct usage_acc *u = arg;
+    u->bytes += e->size;
+    u->files++;
+    return 0;
+}
+
+kpc_status kpc_store_usage_estimate(kpc_store *st, uint64_t *bytes, uint64_t *files)
+{
+    if (atomic_load(st->known) == 0)
+        return kpc_store_usage(st, bytes, files);
+    *bytes = atomic_load(st->bytes);
+    *files = atomic_load(st->files);
+    return KPC_OK;
+}
+
+kpc_status kpc_store_usage(kpc_store *st, uint64_t *bytes, uint64_t *files)
+{
+    struct usage_acc u = {0, 0};
+    kpc_status s = walk(st, WALK_STAT, count_usage, &u);
+    if (s == KPC_OK) {
+        atomic_store(st->bytes, u.bytes);
+        atomic_store(st->files, u.files);
+        atomic_store(st->known, 1);
+    }
+    *bytes = u.bytes;
+    *files = u.files;
+    return s;
+}
+
+/* ---- pruning ------------------------------------------------------------------------- */
+typedef struct prune_item {
+    char *path;
+    uint64_t size, mtime;
+} prune_item;
+
+struct prune_acc {
+    prune_item *items;
+    size_t n, cap;
+    uint64_t bytes;
+    const uint8_t *keep_id;
+    kpc_prune_result *res;
+    bool oom;
+};
+
+static int collect(const kpc_store_entry *e, void *arg)
+{
+    struct prune_acc *a = arg;
+    if (a->keep_id && (e->rec == NULL || memcmp(e->rec->compiler_id, a->keep_id, 16) != 0)) {
+        /* another compiler built it (or it is unreadable): never served again */
+        if (unlink(e->path) == 0) {
+            a->res->files_removed++;
+            a->res->bytes_removed += e->size;
+        }
+        a->res->files_before++;
+        a->res->bytes_before += e->size;
+        return 0;
+    }
+    if (a->n == a->cap) {
+        size_t cap = a->cap ? a->cap * 2 : 1024;
+        prune_item *items = realloc(a->items, cap * sizeof *items);
+        if (items == NULL) {
+            a->oom = true;
+            return 1;
+        }
+        a->items = items;
+        a->cap = cap;
+    }
+    char *path = strdup(e->path);
+    if (path == NULL) {
+        a->oom = true;
+        return 1;
+    }
+    a->items[a->n++] = (prune_item){path, e->size, e->mtime_ns};
+    a->bytes += e->size;
+    a->res->files_before++;
+    a->res->bytes_before += e->size;
+    return 0;
+}
+
+static int by_mtime(const void *x, const void *y)
+{
+    const prune_item *a = x, *b = y;
+    return a->mtime < b->mtime ? -1 : a->mtime > b->mtime;
+}
+
+static void remove_stale_tmp(kpc_store *st, kpc_prune_result *res)
+{
+    DIR *d = opendir(kpc_root_tmp_dir(st->root));
+    if (d == NULL)
+        return;
+    uint64_t now = kpc__wall_ns();
+    struct dirent *e;
+    while ((e = readdir(d)) != NULL) {
+        struct stat sb;
+        if (e->d_name[0] == '.' || fstatat(dirfd(d), e->d_name, &sb, AT_SYMLINK_NOFOLLOW) != 0)
+            continue;
+        /* a writer that died left it; a live writer renames within seconds */
+        if ((uint64_t)sb.st_mtim.tv_sec * 1000000000ull + STALE_TMP_NS < now &&
+            unlinkat(dirfd(d), e->d_name, 0) == 0)
+            res->temp_removed++;
+    }
+    closedir(d);
+}
+
+static kpc_status prune(kpc_store *st, uint64_t target_bytes, const uint8_t *keep_compiler_id,
+                        bool wait, kpc_prune_result *res)
+{
+    kpc_prune_result local;
+    if (res == NULL)
+        res = &local;
+    memset(res, 0, sizeof *res);
+    char lock_path[4300];
+    const char *call;
+    int lock = kpc_root_lock(st->root, "prune", !wait, &call, lock_path, sizeof lock_path);
+    if (lock < 0) {
+        int err = errno;
+        if (err == EWOULDBLOCK && call[0] == 'f') {
+            KPC_LOG(KPC_LOG_DEBUG, "another process is pruning %s", kpc_root_path(st->root));
+            return KPC_OK; /* one pruner at a time; it brings the size down for everyone */
+        }
+        KPC_LOG(KPC_LOG_WARN, "%s(%s): %s: not pruning", call, lock_path, strerror(err));
+        return KPC_E_IO;
+    }
+    struct prune_acc a = {.keep_id = keep_compiler_id, .res = res};
+    kpc_status s = walk(st, keep_compiler_id ? WALK_HEADER : WALK_STAT, collect, &a);
+    if (s == KPC_OK && a.oom)
+        s = KPC_E_NOMEM;
+    if (s == KPC_OK && a.bytes > target_bytes) {
+        qsort(a.items, a.n, sizeof *a.items, by_mtime);
+        for (size_t i = 0; i < a.n && a.bytes > target_bytes; i++)
+            if (unlink(a.items[i].path) == 0 || errno == ENOENT) {
+                a.bytes -= a.items[i].size;
+                res->files_removed++;
+                res->bytes_removed += a.items[i].size;
+            }
+    }
+    remove_stale_tmp(st, res);
+    if (s == KPC_OK) {
+        atomic_store(st->bytes, a.bytes);
+        atomic_store(st->files, res->files_before - res->files_removed);
+        atomic_store(st->known, 1);
+    }
+    for (size_t i = 0; i < a.n; i++)
+        free(a.items[i].path);
+    free(a.items);
+    flock(lock, LOCK_UN);
+    close(lock);
+    if (res->files_removed)
+        KPC_LOG(KPC_LOG_INFO, "pruned %llu files (%llu bytes) from %s",
+                (unsigned long long)res->files_removed, (unsigned long long)res->bytes_removed,
+                kpc_root_path(st->root));
+    return s;
+}
+
+kpc_status kpc_store_prune(kpc_store *st, uint64_t target_bytes, const uint8_t *keep_compiler_id,
+                           kpc_prune_result *res)
+{
+    return prune(st, target_bytes, keep_compiler_id, false, res);
+}
+
+kpc_status kpc_store_prune_wait(kpc_store *st, uint64_t target_bytes, const uint8_t *keep_compiler_id,
+                                kpc_prune_result *res)
+{
+    return prune(st, target_bytes, keep_compiler_id, true, res);
+}
+
+static int remove_entry(const kpc_store_entry *e, void *arg)
+{
+    if (unlink(e->path) == 0)
+        (*(uint64_t *)arg)++;
+    return 0;
+}
+
+kpc_status kpc_store_clear(kpc_store *st, uint64_t *files_removed)
+{
+    *files_removed = 0;
+    kpc_status s = walk(st, WALK_STAT, remove_entry, files_removed);
+    atomic_store(st->bytes, 0);
+    atomic_store(st->files, 0);
+    return s;
+}

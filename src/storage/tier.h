@@ -1,0 +1,179 @@
+/*
+ * tier.h - the storage seam: an ordered list of tiers that hold records, walked by
+ * core/resolve.c below the context's in-memory map and the host index.
+ *
+ *   tier 0      disk tree (storage/store.c)         writable
+ *   tier 1..    packs of pre-built records          read-only
+ *   last        a cluster store (Redis)             writable, coordinating
+ *
+ * A tier is a `struct kpc_tier` (embedded as the first member of the implementation's
+ * own struct) whose ops table says what it can do. The walk (tier.c) asks each tier in
+ * order for a record; a hit in tier i is back-filled into every writable tier above it
+ * (j < i), so the next process on the host reads it from disk. Writes (a fresh build, a
+ * compile-failure log) go to every writable tier from the top.
+ *
+ * Coordination. The host index (storage/index.h) elects one process per key and host;
+ * only that process (it holds a kpc_claim, storage/claim.h) talks to a coordinating tier
+ * about the key, through begin:
+ *   HIT     the record (checked like any read): back-fill it, done.
+ *   FAILED  a compile error shared across hosts: its LOG record. No lease is held.
+ *   BUILD   this process now holds a cross-host lease for the key. While it compiles it
+ *           must call renew at least every renew_ns (claim.c runs a keeper thread for
+ *           that); then it calls finish exactly once: PUBLISH with the CODE record,
+ *           PUBLISH_FAILED with the LOG record of a real compile error (the compiler's
+ *           diagnostics, never a local fault), or ABANDON (anything else: it could not
+ *           compile, its environment is broken, it is out of memory). finish frees the
+ *           lease, even when the tier is sick.
+ * begin may block while another host builds, up to the tier's own timeout; past it, or
+ * when the tier is unreachable, it returns a failure status and the caller goes on
+ * without that tier (host-local build). A process without the claim (no host index, or
+ * the index said "build for yourself") never calls begin: it may call read.
+ *
+ * Statuses, every op: KPC_OK; KPC_E_NOT_FOUND (no such record: a miss); KPC_E_CORRUPT
+ * (a record failed its checks: refused, counted in `refused`, removed where the tier
+ * can); KPC_E_IO / KPC_E_UNAVAILABLE (the tier is sick: logged once, counted in
+ * `errors`; the walk skips it); KPC_E_NOMEM; KPC_E_INVALID (bad argument).
+ * No op may exit, abort, print or block without a bound.
+ *
+ * Threads: every op may be called from any thread of the process at once; a lease is
+ * used by one thread at a time (the one that got it, and claim.c's keeper for renew).
+ * Fork: a tier is never used in a child (kpc.h).
+ *
+ * Adding a tier: one file with its ops and an open function, one line in the table in
+ * storage/tier.c, and the file in CMakeLists.txt (docs/design.md, "Where things live").
+ */
+#ifndef KPC_STORAGE_TIER_H
+#define KPC_STORAGE_TIER_H
+
+#include "storage/record.h" /* kpc_key, kpc_record, KPC_RECORD_CODE / _LOG */
+
+#include <stdatomic.h>
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+typedef struct kpc_tier kpc_tier;
+typedef struct kpc_tier_lease kpc_tier_lease; /* the tier's own; opaque to the caller */
+typedef struct kpc_root kpc_root;             /* base/root.h */
+
+enum kpc_tier_flags {
+    KPC_TIER_WRITABLE = 1u,    /* write and remove_same work; back-filled from below */
+    KPC_TIER_COORDINATES = 2u, /* begin / renew / finish work (a cluster tier) */
+};
+
+enum kpc_tier_verdict {
+    KPC_TIER_HIT = 1, /* res->rec holds the CODE record */
+    KPC_TIER_BUILD,   /* res->lease is held: renew it, then finish it exactly once */
+    KPC_TIER_FAILED,  /* res->rec holds the LOG record of a shared compile error */
+};
+
+enum kpc_tier_outcome {
+    KPC_TIER_PUBLISH = 1,    /* rec: the CODE record just built */
+    KPC_TIER_PUBLISH_FAILED, /* rec: the LOG record of a real compile error */
+    KPC_TIER_ABANDON,        /* rec NULL: no outcome; another host may take the key */
+};
+
+/* What begin answers. The caller owns rec (kpc_record_free) on HIT and FAILED. */
+typedef struct kpc_tier_begin {
+    enum kpc_tier_verdict verdict;
+    kpc_record rec;
+    kpc_tier_lease *lease; /* BUILD only */
+    uint64_t renew_ns;     /* BUILD only: renew at least this often (0: no renewal needed) */
+    bool waited;           /* begin slept on another host's build */
+} kpc_tier_begin;
+
+/* Per-tier counters (relaxed atomics): the walk counts hits, misses and back-fills; the
+ * implementation counts the rest. `kpc stats` prints them with the tier's name. */
+typedef struct kpc_tier_counters {
+    _Atomic uint64_t hits;      /* read or begin found the record */
+    _Atomic uint64_t misses;    /* read or begin found nothing */
+    _Atomic uint64_t writes;    /* records written (fresh builds and back-fills) */
+    _Atomic uint64_t backfills; /* of those, records copied up from a lower tier */
+    _Atomic uint64_t refused;   /* records that failed their checks */
+    _Atomic uint64_t errors;    /* calls that failed (I/O, network, timeout) */
+    _Atomic uint64_t builds;    /* coordinating: leases granted (BUILD) */
+    _Atomic uint64_t waits;     /* coordinating: begins that slept on another host */
+    _Atomic uint64_t takeovers; /* coordinating: leases taken from a dead holder */
+} kpc_tier_counters;
+
+typedef struct kpc_tier_ops {
+    /* Read the record of (key, target, kind) into *out (payload malloc'd: code then names
+     * for CODE, the log text for LOG), fully checked. NULL op: the tier is never read
+     * directly (a coordinating tier that only answers begin). */
+    kpc_status (*read)(kpc_tier *t, const kpc_key *key, const char *target, uint32_t kind,
+                       kpc_record *out);
+    /* Write a record whole and atomically (a reader sees all of it or none). The payload
+     * is given in two parts that follow each other: first (rec->code_size bytes: the code,
+     * or the log text) and second (rec->names_size bytes; may be NULL when 0); rec->payload
+     * is ignored. NULL op for read-only tiers. */
+    kpc_status (*write)(kpc_tier *t, const kpc_record *rec, const void *first, const void *second);
+    /* Remove the CODE record of key only while it still holds exactly code[0..size) (the
+     * bytes a runtime refused): KPC_OK removed, KPC_E_NOT_FOUND gone or replaced already,
+     * KPC_E_IO it holds them but could not be removed. NULL op for read-only tiers. */
+    kpc_status (*remove_same)(kpc_tier *t, const kpc_key *key, const char *target, const void *code,
+                              size_t size);
+    /* Coordinating tiers only (NULL otherwise); see the top of this file. */
+    kpc_status (*begin)(kpc_tier *t, const kpc_key *key, const char *target, kpc_tier_begin *res);
+    /* KPC_OK, or KPC_E_NOT_FOUND when the lease was lost (expired and taken over): the
+     * caller still finishes it (a PUBLISH then writes the same bytes twice, harmlessly). */
+    kpc_status (*renew)(kpc_tier *t, kpc_tier_lease *lease);
+    /* Exactly once per BUILD lease; frees it. */
+    void (*finish)(kpc_tier *t, kpc_tier_lease *lease, enum kpc_tier_outcome how,
+                   const kpc_record *rec, const void *first, const void *second);
+    /* Free the tier (its lease-less state); NULL when nothing to free. */
+    void (*close)(kpc_tier *t);
+} kpc_tier_ops;
+
+struct kpc_tier {
+    const kpc_tier_ops *ops;
+    const char *name; /* "disk", "pack", "redis": logs and stats */
+    unsigned flags;   /* enum kpc_tier_flags */
+    kpc_tier_counters n;
+};
+
+/* What a tier's open function gets. cfg is the caller's (may be NULL: environment and
+ * defaults only); a tier that is not configured answers KPC_E_NOT_FOUND and is skipped. */
+typedef struct kpc_tier_env {
+    kpc_root *root;          /* the cache directory (NULL: no disk level) */
+    const kpc_config *cfg;
+    uint64_t disk_max_bytes;
+} kpc_tier_env;
+typedef kpc_status (*kpc_tier_open_fn)(const kpc_tier_env *env, kpc_tier **out);
+
+/* ---- the list and its walk (tier.c) ------------------------------------------------- */
+#define KPC_TIERS_MAX 8
+typedef struct kpc_tiers {
+    kpc_tier *t[KPC_TIERS_MAX];
+    size_t n;
+} kpc_tiers;
+
+/* Open every tier of the table in order; one that fails is logged and left out. */
+void kpc_tier_open_all(const kpc_tier_env *env, kpc_tiers *out);
+void kpc_tier_close_all(kpc_tiers *ts);
+/* Read (key, target, kind) from the tiers in order (skipping coordinating tiers unless
+ * they have a read op); a hit below a writable tier is back-filled into it. KPC_OK with
+ * *out, KPC_E_NOT_FOUND when no tier has it (a damaged record counts as a miss). */
+kpc_status kpc_tier_read(kpc_tiers *ts, const kpc_key *key, const char *target, uint32_t kind,
+                         kpc_record *out);
+/* Write to every writable tier above `upto` (upto NULL: every writable tier, the
+ * coordinating one included); KPC_OK if at least one stored it. A fresh build under a
+ * lease passes the coordinator (finish(PUBLISH) carries the record there); a back-fill
+ * of a record found in tier X passes X. */
+kpc_status kpc_tier_write(kpc_tiers *ts, const kpc_tier *upto, const kpc_record *rec,
+                          const void *first, const void *second);
+/* Copy rec (as read or begun from tier `from`: payload whole) into every writable tier
+ * above `from`. */
+void kpc_tier_backfill(kpc_tiers *ts, const kpc_tier *from, const kpc_record *rec);
+/* remove_same on every writable tier; the status of the first (the disk) decides. */
+kpc_status kpc_tier_remove_same(kpc_tiers *ts, const kpc_key *key, const char *target,
+                                const void *code, size_t size);
+/* The coordinating tier, or NULL. */
+kpc_tier *kpc_tier_coordinator(kpc_tiers *ts);
+
+#ifdef KPC_TEST_HOOKS
+/* Open one more tier after the table's (a test's fake pack or cluster tier) in every
+ * kpc_tier_open_all from now on; NULL removes it. */
+void kpc_tier_test_add(kpc_tier_open_fn open);
+#endif
+
+#endif /* KPC_STORAGE_TIER_H */

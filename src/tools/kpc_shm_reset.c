@@ -1,0 +1,108 @@
+/*
+ * kpc-shm-reset - remove the host index of a cache directory.
+ *
+ * Without --force it refuses while live processes are attached, and names them (pid and
+ * command); with --force, or when none is live, it unlinks the segment: processes still
+ * attached keep their mapping until they exit, and the next process creates a fresh one.
+ * It also removes a segment that fails validation, which is the way out of a damaged one.
+ */
+#define _GNU_SOURCE
+#include "base/root.h"
+#include "core/config.h"
+#include "storage/index.h"
+
+#include <getopt.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+static void usage(FILE *f)
+{
+    fprintf(f, "usage: kpc-shm-reset [--cache-dir DIR] [--force]\n"
+               "Remove the host-wide shared-memory index of a kpc cache directory.\n"
+               "  --cache-dir DIR  the cache directory (default: $KPC_CACHE_DIR, else\n"
+               "                   $XDG_CACHE_HOME/kpc, else ~/.cache/kpc)\n"
+               "  --force          remove it even while processes are attached\n"
+               "  -h, --help       this text\n"
+               "Exit: 0 removed (or none existed), 1 refused or failed, 2 bad usage.\n");
+}
+
+static void print_proc(pid_t pid, void *arg)
+{
+    (void)arg;
+    char path[64], cmd[256] = "?";
+    snprintf(path, sizeof path, "/proc/%d/cmdline", (int)pid);
+    FILE *f = fopen(path, "re");
+    if (f) {
+        size_t n = fread(cmd, 1, sizeof cmd - 1, f);
+        fclose(f);
+        for (size_t i = 0; i + 1 < n; i++)
+            if (cmd[i] == '\0')
+                cmd[i] = ' ';
+        cmd[n] = '\0';
+    }
+    fprintf(stderr, "  pid %d: %s\n", (int)pid, cmd);
+}
+
+int main(int argc, char **argv)
+{
+    static const struct option opts[] = {{"cache-dir", required_argument, NULL, 'd'},
+                                         {"force", no_argument, NULL, 'f'},
+                                         {"help", no_argument, NULL, 'h'},
+                                         {NULL, 0, NULL, 0}};
+    const char *dir = NULL;
+    bool force = false;
+    int c;
+    while ((c = getopt_long(argc, argv, "d:fh", opts, NULL)) != -1) {
+        switch (c) {
+        case 'd': dir = optarg; break;
+        case 'f': force = true; break;
+        case 'h': usage(stdout); return 0;
+        default: usage(stderr); return 2;
+        }
+    }
+    if (optind != argc) {
+        usage(stderr);
+        return 2;
+    }
+    kpc_config cfg = {.struct_size = sizeof cfg, .cache_dir = dir};
+    kpc_settings set;
+    if (kpc_config_resolve(&cfg, &set) != KPC_OK)
+        return 2;
+    char root[4096];
+    if (!kpc_root_realpath(set.cache_dir, root, sizeof root)) {
+        fprintf(stderr, "kpc-shm-reset: no cache directory %s: nothing to reset\n", set.cache_dir);
+        return 0;
+    }
+    char name[96];
+    kpc_root_segment_name(root, name, sizeof name);
+    kpc_index *ix;
+    kpc_status s = kpc_index_open_existing(root, &ix);
+    if (s == KPC_E_NOT_FOUND) {
+        printf("no host index for %s (%s)\n", root, name);
+        return 0;
+    }
+    if (s == KPC_OK) {
+        size_t live = 0;
+        kpc_index_live_procs(ix, NULL, NULL, &live);
+        if (live > 0 && !force) {
+            fprintf(stderr, "kpc-shm-reset: %zu live process(es) use the host index %s of %s:\n",
+                    live, name, root);
+            kpc_index_live_procs(ix, print_proc, NULL, &live);
+            fprintf(stderr, "refusing; stop them first, or use --force\n");
+            kpc_index_close(ix);
+            return 1;
+        }
+        kpc_index_close(ix);
+    } else {
+        fprintf(stderr, "kpc-shm-reset: the host index %s is damaged or foreign: removing it\n", name);
+    }
+    s = kpc_index_unlink(root);
+    if (s != KPC_OK && s != KPC_E_NOT_FOUND) {
+        fprintf(stderr, "kpc-shm-reset: could not remove %s\n", name);
+        return 1;
+    }
+    printf("removed host index %s of %s\n", name, root);
+    return 0;
+}

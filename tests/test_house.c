@@ -1,0 +1,630 @@
+/*
+ * test_house.c - the seams of the house: the storage tiers (a read-only tier back-filled
+ * into the disk tree; a coordinating tier's begin answers and its lease finished exactly
+ * once with the right outcome), the cache directory's one owner, and the failures that
+ * must never be shared: a source the compiler refuses before compiling (a first byte of
+ * NUL: KPC_E_INVALID, no crash, through real hipRTC) and a compile that fails for a
+ * reason of one process's own (an unusable TMPDIR: real hipRTC, and the fake platform).
+ */
+#define _GNU_SOURCE
+#include "support.h"
+#include "platform/compile.h"
+
+#include <errno.h>
+#include <fcntl.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+static char *dir;
+static void setup(void) { dir = ts_tmpdir(); }
+static void teardown(void)
+{
+    kpc_tier_test_add(NULL);
+    ts_fake_remove();
+    ts_cleanup(dir);
+}
+
+static kpc_stats stats_of(kpc_cache *c)
+{
+    kpc_stats st;
+    ck_assert_int_eq(kpc_stats_get(c, &st), KPC_OK);
+    return st;
+}
+
+/* ---- a fake tier: read-only (a pack) or coordinating (a cluster) ------------------------- */
+typedef struct fake_tier {
+    kpc_tier t;
+    /* what it holds: one record (CODE or LOG), or none */
+    bool has;
+    kpc_record rec;
+    void *payload;
+    size_t payload_size;
+    /* coordinating: begin's answer when it holds nothing (BUILD), and what it saw */
+    int begins, finishes, renews;
+    enum kpc_tier_outcome outcome;
+    uint32_t finished_kind;
+    void *finished_code;
+    size_t finished_size;
+} fake_tier;
+
+static fake_tier fake; /* one per test, reset by fake_setup */
+static struct { char lease; } the_lease;
+
+static kpc_status fake_read(kpc_tier *t, const kpc_key *key, const char *target, uint32_t kind,
+                            kpc_record *out)
+{
+    fake_tier *f = (fake_tier *)t;
+    if (!f->has || f->rec.kind != kind || memcmp(f->rec.key.bytes, key->bytes, 16) != 0 ||
+        strcmp(f->rec.target, target) != 0)
+        return KPC_E_NOT_FOUND;
+    *out = f->rec;
+    out->payload = malloc(f->payload_size);
+    memcpy(out->payload, f->payload, f->payload_size);
+    return KPC_OK;
+}
+
+static kpc_status fake_begin(kpc_tier *t, const kpc_key *key, const char *target, kpc_tier_begin *res)
+{
+    fake_tier *f = (fake_tier *)t;
+    f->begins++;
+    if (fake_read(t, key, target, KPC_RECORD_CODE, &res->rec) == KPC_OK) {
+        res->verdict = KPC_TIER_HIT;
+    } else if (fake_read(t, key, target, KPC_RECORD_LOG, &res->rec) == KPC_OK) {
+        res->verdict = KPC_TIER_FAILED;
+    } else {
+        res->verdict = KPC_TIER_BUILD;
+        res->lease = (kpc_tier_lease *)&the_lease;
+        res->renew_ns = 1000000; /* 1 ms: the keeper thread runs during a compile */
+    }
+    return KPC_OK;
+}
+
+static kpc_status fake_renew(kpc_tier *t, kpc_tier_lease *lease)
+{
+    fake_tier *f = (fake_tier *)t; /* the keeper thread: no ck_assert here */
+    __atomic_add_fetch(&f->renews, lease == (kpc_tier_lease *)&the_lease ? 1 : 1000000, __ATOMIC_RELAXED);
+    return KPC_OK;
+}
+
+static void fake_finish(kpc_tier *t, kpc_tier_lease *lease, enum kpc_tier_outcome how,
+                        const kpc_record *rec, const void *first, const void *second)
+{
+    fake_tier *f = (fake_tier *)t;
+    ck_assert_ptr_eq(lease, &the_lease);
+    f->finishes++;
+    f->outcome = how;
+    ck_assert((how == KPC_TIER_ABANDON) == (rec == NULL));
+    if (rec) {
+        f->finished_kind = rec->kind;
+        f->finished_size = rec->code_size;
+        f->finished_code = malloc(rec->code_size + 1);
+        memcpy(f->finished_code, first, rec->code_size);
+        (void)second;
+    }
+}
+
+static const kpc_tier_ops pack_ops = {.read = fake_read};
+static const kpc_tier_ops cluster_ops = {.begin = fake_begin, .renew = fake_renew, .finish = fake_finish};
+
+static kpc_status open_pack(const kpc_tier_env *env, kpc_tier **out)
+{
+    (void)env;
+    fake.t.ops = &pack_ops;
+    fake.t.name = "fake-pack";
+    fake.t.flags = 0;
+    *out = &fake.t;
+    return KPC_OK;
+}
+
+static kpc_status open_cluster(const kpc_tier_env *env, kpc_tier **out)
+{
+    (void)env;
+    fake.t.ops = &cluster_ops;
+    fake.t.name = "fake-cluster";
+    fake.t.flags = KPC_TIER_WRITABLE | KPC_TIER_COORDINATES;
+    *out = &fake.t;
+    return KPC_OK;
+}
+
+/* Let the fake tier hold a record of kind for src on ctx, with payload bytes. */
+static void fake_hold(kpc_context *ctx, const kpc_source *src, uint32_t kind, const void *payload,
+                      size_t code_size, size_t names_size)
+{
+    fake.has = true;
+    memset(&fake.rec, 0, sizeof fake.rec);
+    ts_key(ctx, src, &fake.rec.key);
+    fake.rec.kind = kind;
+    snprintf(fake.rec.target, sizeof fake.rec.target, "%s", kpc_context_target(ctx));
+    memcpy(fake.rec.compiler_id, ctx->compiler_id, 16);
+    fake.rec.code_size = code_size;
+    fake.rec.names_size = names_size;
+    fake.payload_size = code_size + names_size;
+    fake.payload = malloc(fake.payload_size);
+    memcpy(fake.payload, payload, fake.payload_size);
+}
+
+static void fake_reset(void)
+{
+    free(fake.payload);
+    free(fake.finished_code);
+    memset(&fake, 0, sizeof fake);
+}
+
+/* ---- tiers -------------------------------------------------------------------------- */
+START_TEST(read_only_tier_hit_is_backfilled)
+{
+    ts_fake_install();
+    fake_reset();
+    kpc_tier_test_add(open_pack);
+    kpc_cache *c = ts_open(dir, KPC_NO_SHM, 0);
+    ck_assert_uint_eq(c->tiers.n, 2);
+    ck_assert_str_eq(c->tiers.t[0]->name, "disk");
+    kpc_context *ctx = ts_context(c);
+    kpc_source src = ts_src("pack me", "p.hip");
+    /* a code object and an empty name table, as a pack would hold them */
+    void *names;
+    size_t names_size;
+    ck_assert_int_eq(kpc_names_encode(NULL, NULL, 0, &names, &names_size), KPC_OK);
+    char payload[160] = "\x7f" "ELF packed object";
+    memcpy(payload + 128, names, names_size);
+    fake_hold(ctx, &src, KPC_RECORD_CODE, payload, 128, names_size);
+    free(names);
+
+    size_t size;
+    void *code = ts_get_code(ctx, &src, &size);
+    ck_assert_uint_eq(size, 128);
+    ck_assert_mem_eq(code, payload, 128);
+    free(code);
+    ck_assert_uint_eq(ts_fake_compiles(), 0);
+    ck_assert_uint_eq(stats_of(c).builds, 0);
+    ck_assert_uint_eq(atomic_load(&fake.t.n.hits), 1);
+    ck_assert_uint_eq(atomic_load(&c->tiers.t[0]->n.backfills), 1);
+    ck_assert_uint_eq(atomic_load(&c->tiers.t[0]->n.misses), 1);
+    /* the disk tree holds it now: the next process reads it there */
+    kpc_record rec;
+    ck_assert_int_eq(kpc_store_read(c->store, &fake.rec.key, kpc_context_target(ctx), KPC_RECORD_CODE, &rec),
+                     KPC_OK);
+    ck_assert_uint_eq(rec.code_size, 128);
+    ck_assert_mem_eq(rec.payload, payload, 128);
+    kpc_record_free(&rec);
+    kpc_context_destroy(ctx);
+    kpc_cache_close(c);
+    fake_reset();
+}
+END_TEST
+
+/* With the host index on, the claimant asks the coordinating tier; a build under its
+ * lease is finished exactly once, with the record, and renewed while it compiles. */
+START_TEST(coordinating_tier_build_publishes_once)
+{
+    ts_fake_install();
+    fake_reset();
+    kpc_tier_test_add(open_cluster);
+    kpc_cache *c = ts_open(dir, 0, 0);
+    ck_assert_ptr_nonnull(c->index);
+    kpc_context *ctx = ts_context(c);
+    kpc_source src = ts_src("cluster build // sleep_ms=30", "c.hip");
+    size_t size;
+    void *code = ts_get_code(ctx, &src, &size);
+    ck_assert_uint_eq(ts_fake_compiles(), 1);
+    ck_assert_int_eq(fake.begins, 1);
+    ck_assert_int_eq(fake.finishes, 1);
+    ck_assert_int_eq(fake.outcome, KPC_TIER_PUBLISH);
+    ck_assert_uint_eq(fake.finished_kind, KPC_RECORD_CODE);
+    ck_assert_uint_eq(fake.finished_size, size);
+    ck_assert_mem_eq(fake.finished_code, code, size);
+    ck_assert_uint_eq(atomic_load(&fake.t.n.builds), 1);
+    ck_assert_int_lt(__atomic_load_n(&fake.renews, __ATOMIC_RELAXED), 1000000); /* its own lease */
+    free(code);
+    /* the disk tree got it too; a second context's miss reads the disk, never the tier */
+    kpc_context *ctx2 = ts_context(c);
+    code = ts_get_code(ctx2, &src, &size);
+    free(code);
+    ck_assert_int_eq(fake.begins, 1);
+    ck_assert_int_eq(fake.finishes, 1);
+    kpc_context_destroy(ctx2);
+    kpc_context_destroy(ctx);
+    kpc_cache_close(c);
+    fake_reset();
+}
+END_TEST
+
+START_TEST(coordinating_tier_hit_and_failed)
+{
+    ts_fake_install();
+    fake_reset();
+    kpc_tier_test_add(open_cluster);
+    kpc_cache *c = ts_open(dir, 0, 0);
+    kpc_context *ctx = ts_context(c);
+    /* HIT: taken, back-filled, nothing compiled, no lease */
+    kpc_source src = ts_src("cluster hit", "h.hip");
+    void *names;
+    size_t names_size;
+    ck_assert_int_eq(kpc_names_encode(NULL, NULL, 0, &names, &names_size), KPC_OK);
+    char payload[160] = "\x7f" "ELF from another host";
+    memcpy(payload + 128, names, names_size);
+    free(names);
+    fake_hold(ctx, &src, KPC_RECORD_CODE, payload, 128, names_size);
+    size_t size;
+    void *code = ts_get_code(ctx, &src, &size);
+    ck_assert_uint_eq(size, 128);
+    ck_assert_mem_eq(code, payload, 128);
+    free(code);
+    ck_assert_uint_eq(ts_fake_compiles(), 0);
+    ck_assert_int_eq(fake.finishes, 0);
+    ck_assert_uint_eq(atomic_load(&c->tiers.t[0]->n.backfills), 1);
+    kpc_record rec;
+    ck_assert_int_eq(kpc_store_read(c->store, &fake.rec.key, kpc_context_target(ctx), KPC_RECORD_CODE, &rec),
+                     KPC_OK);
+    kpc_record_free(&rec);
+    /* FAILED: another host's compile error, shared here with its log */
+    free(fake.payload);
+    const char *log = "other host: error: no such type\n";
+    kpc_source bad = ts_src("cluster failed", "f.hip");
+    fake_hold(ctx, &bad, KPC_RECORD_LOG, log, strlen(log), 0);
+    kpc_program *p = NULL;
+    ck_assert_int_eq(kpc_program_get(ctx, &bad, &p), KPC_E_COMPILE);
+    ck_assert_ptr_null(p);
+    ck_assert_str_eq(kpc_last_log(), log);
+    ck_assert_uint_eq(ts_fake_compiles(), 0);
+    ck_assert_int_eq(fake.finishes, 0);
+    kpc_context_destroy(ctx);
+    kpc_cache_close(c);
+    fake_reset();
+}
+END_TEST
+
+/* Under a lease: a compile error is published as one (its log), a local fault abandons. */
+START_TEST(coordinating_tier_failures)
+{
+    ts_fake_install();
+    fake_reset();
+    kpc_tier_test_add(open_cluster);
+    kpc_cache *c = ts_open(dir, 0, 0);
+    kpc_context *ctx = ts_context(c);
+    kpc_program *p = NULL;
+    kpc_source err = ts_src("#error nope", "e.hip");
+    ck_assert_int_eq(kpc_program_get(ctx, &err, &p), KPC_E_COMPILE);
+    ck_assert_int_eq(fake.finishes, 1);
+    ck_assert_int_eq(fake.outcome, KPC_TIER_PUBLISH_FAILED);
+    ck_assert_uint_eq(fake.finished_kind, KPC_RECORD_LOG);
+    ck_assert_ptr_nonnull(fake.finished_code);
+    ((char *)fake.finished_code)[fake.finished_size] = '\0';
+    ck_assert_str_eq(fake.finished_code, "fake: #error in source\n");
+    free(fake.finished_code);
+    fake.finished_code = NULL;
+
+    setenv("KPC_FAKE_LOCAL_FAULT", "1", 1);
+    kpc_source local = ts_src("fine source", "l.hip");
+    ck_assert_int_eq(kpc_program_get(ctx, &local, &p), KPC_E_COMPILE);
+    unsetenv("KPC_FAKE_LOCAL_FAULT");
+    ck_assert_int_eq(fake.finishes, 2);
+    ck_assert_int_eq(fake.outcome, KPC_TIER_ABANDON);
+    ck_assert_ptr_null(fake.finished_code);
+    kpc_context_destroy(ctx);
+    kpc_cache_close(c);
+    fake_reset();
+}
+END_TEST
+
+/* ---- a failure of one process's own is not shared (issue 13, point 10) -------------- */
+static int local_fault_child(int i, void *arg)
+{
+    (void)i, (void)arg;
+    setenv("KPC_FAKE_LOCAL_FAULT", "1", 1);
+    kpc_cache *c = ts_open(dir, 0, 0);
+    kpc_context *ctx = ts_context(c);
+    kpc_source src = ts_src("a healthy source", "h.hip");
+    kpc_program *p = NULL;
+    kpc_status s = kpc_program_get(ctx, &src, &p);
+    kpc_context_destroy(ctx);
+    kpc_cache_close(c);
+    return s == KPC_E_COMPILE ? 0 : 1;
+}
+
+START_TEST(local_fault_is_not_shared_fake)
+{
+    ts_fake_install();
+    ck_assert_int_eq(ts_run_children(1, local_fault_child, NULL), 1);
+    ck_assert_uint_eq(ts_fake_compiles(), 1);
+    /* a healthy process right after (well within the 30 s a FAILED answer lasts) */
+    kpc_cache *c = ts_open(dir, 0, 0);
+    kpc_context *ctx = ts_context(c);
+    kpc_source src = ts_src("a healthy source", "h.hip");
+    size_t size;
+    void *code = ts_get_code(ctx, &src, &size);
+    ck_assert(ts_is_code_object(code, size));
+    free(code);
+    ck_assert_uint_eq(ts_fake_compiles(), 2);
+    /* a real compile error, by contrast, is shared: a second process does not compile */
+    kpc_source bad = ts_src("#error shared", "b.hip");
+    kpc_program *p = NULL;
+    ck_assert_int_eq(kpc_program_get(ctx, &bad, &p), KPC_E_COMPILE);
+    ck_assert_uint_eq(ts_fake_compiles(), 3);
+    kpc_context *ctx2 = ts_context(c);
+    ck_assert_int_eq(kpc_program_get(ctx2, &bad, &p), KPC_E_COMPILE);
+    ck_assert_str_eq(kpc_last_log(), "fake: #error in source\n");
+    ck_assert_uint_eq(ts_fake_compiles(), 3);
+    kpc_context_destroy(ctx2);
+    kpc_context_destroy(ctx);
+    kpc_cache_close(c);
+}
+END_TEST
+
+/* Through real hipRTC and the tool: TMPDIR pointing to a file makes hipRTC fail without
+ * diagnostics; that process fails, and a healthy one right after builds (before, it got
+ * KPC_E_COMPILE with an empty log for 30 s). */
+START_TEST(broken_tmpdir_does_not_poison_real)
+{
+    const char *tool = getenv("KPC_TOOL");
+    ck_assert_ptr_nonnull(tool);
+    char parent[4096], src_path[4200], notdir[4200], env_tmp[4300], env_dir[4300];
+    snprintf(parent, sizeof parent, "%s", dir);
+    *strrchr(parent, '/') = '\0';
+    snprintf(src_path, sizeof src_path, "%s/ok.hip", parent);
+    snprintf(notdir, sizeof notdir, "%s/not-a-dir", parent);
+    ts_write_file(src_path, ts_kernel_source(3), strlen(ts_kernel_source(3)));
+    ts_write_file(notdir, "x", 1);
+    snprintf(env_tmp, sizeof env_tmp, "TMPDIR=%s", notdir);
+    snprintf(env_dir, sizeof env_dir, "KPC_CACHE_DIR=%s", dir);
+    const char *argv[] = {tool, "compile", "--target", ts_target(), src_path, NULL};
+    const char *broken[] = {env_tmp, env_dir, NULL};
+    const char *healthy[] = {env_dir, NULL};
+    char *out = NULL, *err = NULL;
+    int rc = ts_exec(argv, broken, &out, &err);
+    ck_assert_msg(rc == 1, "broken TMPDIR: exit %d\n%s\n%s", rc, out, err);
+    ck_assert_ptr_nonnull(strstr(err, "KPC_E_COMPILE"));
+    free(out);
+    free(err);
+    rc = ts_exec(argv, healthy, &out, &err);
+    ck_assert_msg(rc == 0, "healthy process after a broken one: exit %d\n%s\n%s", rc, out, err);
+    ck_assert_msg(strstr(out, "built") != NULL, "%s", out);
+    free(out);
+    free(err);
+}
+END_TEST
+
+/* ---- a request the compiler refuses before compiling (issue 13, point 1) ------------ */
+START_TEST(nul_first_byte_is_invalid_real)
+{
+    static const char nul_src[] = {'\0', 'x'};
+    kpc_cache *c = ts_open(dir, 0, 0); /* the host index on */
+    ck_assert_ptr_nonnull(c->index);
+    kpc_context *ctx = ts_context(c);
+    kpc_source src = {.code = nul_src, .code_len = sizeof nul_src, .name = "z.hip"};
+    kpc_program *p = NULL;
+    ck_assert_int_eq(kpc_program_get(ctx, &src, &p), KPC_E_INVALID);
+    ck_assert_ptr_null(p);
+    kpc_stats st = stats_of(c);
+    ck_assert_uint_eq(st.host_build_failures, 0); /* nothing shared as FAILED */
+    /* another process asking for the same key is told the same, not a shared failure */
+    int status;
+    pid_t pid = fork();
+    if (pid == 0) {
+        kpc_cache *c2 = ts_open(dir, 0, 0);
+        kpc_context *ctx2 = ts_context(c2);
+        kpc_program *p2 = NULL;
+        kpc_status s = kpc_program_get(ctx2, &src, &p2);
+        kpc_context_destroy(ctx2);
+        kpc_cache_close(c2);
+        _exit(s == KPC_E_INVALID ? 0 : 1);
+    }
+    ck_assert_int_eq(waitpid(pid, &status, 0), pid);
+    ck_assert_msg(WIFEXITED(status) && WEXITSTATUS(status) == 0, "child status %d", status);
+    /* and the cache still works */
+    kpc_source good = ts_src(ts_kernel_source(5), "g.hip");
+    size_t size;
+    void *code = ts_get_code(ctx, &good, &size);
+    ck_assert(ts_is_code_object(code, size));
+    free(code);
+    kpc_context_destroy(ctx);
+    kpc_cache_close(c);
+}
+END_TEST
+
+START_TEST(nul_first_byte_tool_real)
+{
+    const char *tool = getenv("KPC_TOOL");
+    ck_assert_ptr_nonnull(tool);
+    char parent[4096], path[4200], env_dir[4300];
+    snprintf(parent, sizeof parent, "%s", dir);
+    *strrchr(parent, '/') = '\0';
+    snprintf(path, sizeof path, "%s/z.hip", parent);
+    ts_write_file(path, "\0x", 2);
+    snprintf(env_dir, sizeof env_dir, "KPC_CACHE_DIR=%s", dir);
+    const char *argv[] = {tool, "compile", "--target", ts_target(), path, NULL};
+    const char *env[] = {env_dir, NULL};
+    char *out = NULL, *err = NULL;
+    int rc = ts_exec(argv, env, &out, &err);
+    ck_assert_msg(rc == 1, "exit %d (139 is the crash)\n%s\n%s", rc, out, err);
+    ck_assert_msg(strstr(err, "KPC_E_INVALID") != NULL, "%s", err);
+    free(out);
+    free(err);
+}
+END_TEST
+
+/* ---- the shared compile steps: every failure's status, and no call on a missing program */
+enum { CC_OK = 0, CC_NOMEM = 7, CC_COMPILE = 8, CC_REFUSED = 9 };
+static struct {
+    int create, compile; /* what those steps answer */
+    const char *log;
+    int log_calls;
+} cc;
+
+static int cc_create(void **prog, const char *code, const char *name, const kpc_source *src)
+{
+    (void)code, (void)name, (void)src;
+    if (cc.create != CC_OK)
+        return cc.create; /* as hipRTC's create does for a NUL first byte: no program */
+    *prog = &cc;
+    return CC_OK;
+}
+static int cc_add_name(void *prog, const char *expr) { (void)prog, (void)expr; return CC_OK; }
+static int cc_compile(void *prog, int n, const char **opts)
+{
+    ck_assert_ptr_eq(prog, &cc);
+    ck_assert_int_eq(n, 1);
+    ck_assert_str_eq(opts[0], "--arch=t1");
+    return cc.compile;
+}
+static int cc_log_size(void *prog, size_t *size)
+{
+    ck_assert_ptr_eq(prog, &cc); /* never asked of a program that does not exist */
+    cc.log_calls++;
+    *size = strlen(cc.log);
+    return CC_OK;
+}
+static int cc_log(void *prog, char *out)
+{
+    ck_assert_ptr_eq(prog, &cc);
+    memcpy(out, cc.log, strlen(cc.log)); /* not terminated, as hipRTC's */
+    return CC_OK;
+}
+static int cc_code_size(void *prog, const char *target, size_t *size)
+{
+    (void)prog, (void)target;
+    *size = 4;
+    return CC_OK;
+}
+static int cc_code(void *prog, const char *target, void *out)
+{
+    (void)prog, (void)target;
+    memcpy(out, "CODE", 4);
+    return CC_OK;
+}
+static int cc_lowered(void *prog, const char *expr, const char **out)
+{
+    (void)prog, (void)expr;
+    *out = "lowered";
+    return CC_OK;
+}
+static void cc_destroy(void **prog) { ck_assert_ptr_eq(*prog, &cc); *prog = NULL; }
+static enum kpc_compile_class cc_classify(int r)
+{
+    return r == CC_OK ? KPC_COMPILE_OK : r == CC_NOMEM ? KPC_COMPILE_NOMEM : KPC_COMPILE_FAILED;
+}
+static const char *cc_error(int r) { return r == CC_NOMEM ? "OUT_OF_MEMORY" : "ERROR"; }
+
+static const kpc_compiler fake_compiler = {
+    .name = "fakeRTC", .arch_option = "--arch=", .default_name = "f.hip", .lock = NULL,
+    .create = cc_create, .add_name = cc_add_name, .compile = cc_compile, .log_size = cc_log_size,
+    .log = cc_log, .code_size = cc_code_size, .code = cc_code, .lowered = cc_lowered,
+    .destroy = cc_destroy, .classify = cc_classify, .error_string = cc_error,
+};
+
+static kpc_status run_cc(int create, int compile, const char *log, kpc_build *b)
+{
+    cc.create = create, cc.compile = compile, cc.log = log, cc.log_calls = 0;
+    kpc_source src = ts_src("x", NULL);
+    return kpc_compile_run(&fake_compiler, "t1", &src, b);
+}
+
+START_TEST(compile_steps_map_failures_once)
+{
+    kpc_build b;
+    /* success: code, names, the log */
+    ck_assert_int_eq(run_cc(CC_OK, CC_OK, "fine", &b), KPC_OK);
+    ck_assert_uint_eq(b.code_size, 4);
+    ck_assert_mem_eq(b.code, "CODE", 4);
+    ck_assert(kpc_names_valid(b.names, b.names_size));
+    ck_assert_str_eq(b.log, "fine");
+    kpc_platform_build_free(&b);
+    /* refused before compiling: KPC_E_INVALID, no log read from a program never made */
+    ck_assert_int_eq(run_cc(CC_REFUSED, CC_OK, "", &b), KPC_E_INVALID);
+    ck_assert_int_eq(cc.log_calls, 0);
+    ck_assert_ptr_null(b.code);
+    kpc_platform_build_free(&b);
+    /* out of memory, at create or at compile: KPC_E_NOMEM, never a compile error */
+    ck_assert_int_eq(run_cc(CC_NOMEM, CC_OK, "", &b), KPC_E_NOMEM);
+    kpc_platform_build_free(&b);
+    ck_assert_int_eq(run_cc(CC_OK, CC_NOMEM, "", &b), KPC_E_NOMEM);
+    kpc_platform_build_free(&b);
+    /* a compile error with diagnostics: shared; without: local, with the error's name */
+    ck_assert_int_eq(run_cc(CC_OK, CC_COMPILE, "f.hip:1: error: x\n", &b), KPC_E_COMPILE);
+    ck_assert(!b.local);
+    ck_assert_str_eq(b.log, "f.hip:1: error: x\n");
+    kpc_platform_build_free(&b);
+    ck_assert_int_eq(run_cc(CC_OK, CC_COMPILE, " \n", &b), KPC_E_COMPILE);
+    ck_assert(b.local);
+    ck_assert_str_eq(b.log, "fakeRTC: ERROR\n");
+    ck_assert_ptr_null(b.code);
+    kpc_platform_build_free(&b);
+}
+END_TEST
+
+/* ---- the cache directory's owner ---------------------------------------------------- */
+START_TEST(root_owns_the_paths)
+{
+    kpc_root *r;
+    ck_assert_int_eq(kpc_root_open(dir, &r), KPC_OK);
+    char real[4096];
+    ck_assert(kpc_root_realpath(dir, real, sizeof real));
+    ck_assert_str_eq(kpc_root_path(r), real);
+    ck_assert(kpc_root_fd(r) >= 0 && kpc_root_v1_fd(r) >= 0);
+    kpc_key k;
+    memset(k.bytes, 0xab, 16);
+    char path[4400], d[4400], want[4400];
+    ck_assert_int_eq(kpc_root_record_path(r, &k, "gfx90a", "co", path, sizeof path, d, sizeof d), 0);
+    snprintf(want, sizeof want, "%s/v1/gfx90a/ab/abababababababababababababababab.co", real);
+    ck_assert_str_eq(path, want);
+    /* relative to the held v1/ directory */
+    ck_assert_str_eq(kpc_root_rel(r, path), "gfx90a/ab/abababababababababababababababab.co");
+    ck_assert_int_eq(kpc_root_record_path(r, &k, "../x", "co", path, sizeof path, NULL, 0), -1);
+    ck_assert_int_eq(kpc_root_record_path(r, &k, "tmp", "co", path, sizeof path, NULL, 0), -1);
+    /* the segment name the index and the tools use */
+    char a[96], b[96];
+    kpc_root_segment_name(kpc_root_path(r), a, sizeof a);
+    kpc_root_segment_name(real, b, sizeof b);
+    ck_assert_str_eq(a, b);
+    ck_assert(strncmp(a, "/kpc-", 5) == 0);
+    /* a lock, then the same lock without waiting: held */
+    const char *call;
+    int fd = kpc_root_lock(r, "house-test", false, &call, NULL, 0);
+    ck_assert_int_ge(fd, 0);
+    pid_t pid = fork();
+    if (pid == 0) {
+        kpc_root *r2;
+        if (kpc_root_open(dir, &r2) != KPC_OK)
+            _exit(2);
+        int fd2 = kpc_root_lock(r2, "house-test", true, &call, NULL, 0);
+        _exit(fd2 < 0 && errno == EWOULDBLOCK ? 0 : 1);
+    }
+    int status;
+    ck_assert_int_eq(waitpid(pid, &status, 0), pid);
+    ck_assert(WIFEXITED(status) && WEXITSTATUS(status) == 0);
+    close(fd);
+    kpc_root_close(r);
+}
+END_TEST
+
+int main(void)
+{
+    Suite *s = suite_create("house");
+    TCase *tiers = tcase_create("tiers");
+    tcase_add_checked_fixture(tiers, setup, teardown);
+    tcase_add_test(tiers, read_only_tier_hit_is_backfilled);
+    tcase_add_test(tiers, coordinating_tier_build_publishes_once);
+    tcase_add_test(tiers, coordinating_tier_hit_and_failed);
+    tcase_add_test(tiers, coordinating_tier_failures);
+    suite_add_tcase(s, tiers);
+    TCase *faults = tcase_create("faults");
+    tcase_add_checked_fixture(faults, setup, teardown);
+    tcase_set_timeout(faults, 120);
+    tcase_add_test(faults, compile_steps_map_failures_once);
+    tcase_add_test(faults, local_fault_is_not_shared_fake);
+#ifndef KPC_PLATFORM_NVIDIA
+    tcase_add_test(faults, broken_tmpdir_does_not_poison_real);
+    tcase_add_test(faults, nul_first_byte_is_invalid_real);
+    tcase_add_test(faults, nul_first_byte_tool_real);
+#endif
+    suite_add_tcase(s, faults);
+    TCase *root = tcase_create("root");
+    tcase_add_checked_fixture(root, setup, teardown);
+    tcase_add_test(root, root_owns_the_paths);
+    suite_add_tcase(s, root);
+    return ts_run_suite(s);
+}
