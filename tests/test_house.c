@@ -147,6 +147,21 @@ static void fake_hold(kpc_context *ctx, const kpc_source *src, uint32_t kind, co
     memcpy(fake.payload, payload, fake.payload_size);
 }
 
+/* Let the fake tier hold a code object whose first bytes are text, with an empty name
+ * table (as a pack or another host would hold it); the 128 bytes of code into code. */
+static void fake_hold_code(kpc_context *ctx, const kpc_source *src, const char *text, char code[128])
+{
+    void *names;
+    size_t names_size;
+    ck_assert_int_eq(kpc_names_encode(NULL, NULL, 0, &names, &names_size), KPC_OK);
+    char payload[160] = "\x7f" "ELF ";
+    strncat(payload, text, 100);
+    memcpy(payload + 128, names, names_size);
+    free(names);
+    fake_hold(ctx, src, KPC_RECORD_CODE, payload, 128, names_size);
+    memcpy(code, payload, 128);
+}
+
 static void fake_reset(void)
 {
     free(fake.payload);
@@ -165,14 +180,8 @@ START_TEST(read_only_tier_hit_is_backfilled)
     ck_assert_str_eq(c->tiers.t[0]->name, "disk");
     kpc_context *ctx = ts_context(c);
     kpc_source src = ts_src("pack me", "p.hip");
-    /* a code object and an empty name table, as a pack would hold them */
-    void *names;
-    size_t names_size;
-    ck_assert_int_eq(kpc_names_encode(NULL, NULL, 0, &names, &names_size), KPC_OK);
-    char payload[160] = "\x7f" "ELF packed object";
-    memcpy(payload + 128, names, names_size);
-    fake_hold(ctx, &src, KPC_RECORD_CODE, payload, 128, names_size);
-    free(names);
+    char payload[128];
+    fake_hold_code(ctx, &src, "packed object", payload);
 
     size_t size;
     void *code = ts_get_code(ctx, &src, &size);
@@ -242,13 +251,8 @@ START_TEST(coordinating_tier_hit_and_failed)
     kpc_context *ctx = ts_context(c);
     /* HIT: taken, back-filled, nothing compiled, no lease */
     kpc_source src = ts_src("cluster hit", "h.hip");
-    void *names;
-    size_t names_size;
-    ck_assert_int_eq(kpc_names_encode(NULL, NULL, 0, &names, &names_size), KPC_OK);
-    char payload[160] = "\x7f" "ELF from another host";
-    memcpy(payload + 128, names, names_size);
-    free(names);
-    fake_hold(ctx, &src, KPC_RECORD_CODE, payload, 128, names_size);
+    char payload[128];
+    fake_hold_code(ctx, &src, "from another host", payload);
     size_t size;
     void *code = ts_get_code(ctx, &src, &size);
     ck_assert_uint_eq(size, 128);

@@ -91,7 +91,8 @@ kpc_status kpc_root_open(const char *dir, kpc_root **out)
     snprintf(r->v1, sizeof r->v1, "%s/v1", r->path);
     snprintf(r->tmp, sizeof r->tmp, "%s/tmp", r->v1);
     r->v1_len = strlen(r->v1);
-    r->fd = open(r->path, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+    /* O_PATH: a handle to resolve names from (openat), whatever the directory's mode */
+    r->fd = open(r->path, O_PATH | O_DIRECTORY | O_CLOEXEC);
     if (r->fd < 0) {
         KPC_LOG(KPC_LOG_ERROR, "open(%s): %s", r->path, strerror(errno));
         free(r);
@@ -101,7 +102,7 @@ kpc_status kpc_root_open(const char *dir, kpc_root **out)
         /* a read-only tree still serves reads */
         KPC_LOG(KPC_LOG_WARN, "mkdir(%s): %s: the cache is read-only for this process", r->tmp,
                 strerror(errno));
-    r->v1_fd = openat(r->fd, "v1", O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
+    r->v1_fd = openat(r->fd, "v1", O_PATH | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
     *out = r;
     return KPC_OK;
 }

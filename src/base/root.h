@@ -39,8 +39,8 @@ bool kpc_root_realpath(const char *dir, char *out, size_t cap);
 
 const char *kpc_root_path(const kpc_root *r); /* the realpath */
 const char *kpc_root_v1(const kpc_root *r);   /* <root>/v1 */
-int kpc_root_fd(const kpc_root *r);           /* O_DIRECTORY fd of the root */
-int kpc_root_v1_fd(const kpc_root *r);        /* O_DIRECTORY fd of v1/, or -1 */
+int kpc_root_fd(const kpc_root *r);           /* O_PATH | O_DIRECTORY fd of the root */
+int kpc_root_v1_fd(const kpc_root *r);        /* the same of v1/, or -1 (none yet) */
 /* The part of a path built here that follows "<root>/v1/". */
 const char *kpc_root_rel(const kpc_root *r, const char *path);
 
