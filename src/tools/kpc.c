@@ -716,6 +716,10 @@ static int cmd_simple(const char *cmd, int argc, char **argv, common *co)
     return cmd_clear(co);
 }
 
+/* The output helpers, for the subcommands in their own files (tools/tool.h). */
+void kpc_tool_human(char *buf, size_t len, uint64_t bytes) { human(buf, len, bytes); }
+int kpc_tool_print_json(cJSON *j) { return print_json(j); }
+
 int main(int argc, char **argv)
 {
     if (argc < 2)

@@ -19,7 +19,6 @@
 #include "storage/store.h"
 #include "tools/tool.h"
 
-#include <bsd/libutil.h>
 #include <cjson/cJSON.h>
 #include <fcntl.h>
 #include <getopt.h>
@@ -36,22 +35,6 @@ static int usage(const char *msg)
 {
     fprintf(stderr, "kpc pack: %s\n" USAGE, msg);
     return KPC_TOOL_USAGE;
-}
-
-static void human(char *buf, size_t len, uint64_t bytes)
-{
-    humanize_number(buf, len < 7 ? len : 7, (int64_t)bytes, "B", HN_AUTOSCALE, HN_DECIMAL | HN_NOSPACE);
-}
-
-static int emit(cJSON *o)
-{
-    char *s = cJSON_Print(o);
-    cJSON_Delete(o);
-    if (s == NULL)
-        return KPC_TOOL_FAIL;
-    puts(s);
-    free(s);
-    return KPC_TOOL_OK;
 }
 
 /* ---- create ------------------------------------------------------------------------- */
@@ -127,10 +110,10 @@ static int cmd_create(const char *out, char **targets, size_t ntargets, const ch
         cJSON_AddNumberToObject(o, "records", (double)kept);
         cJSON_AddNumberToObject(o, "bytes", (double)c.bytes);
         cJSON_AddNumberToObject(o, "skipped", (double)c.skipped);
-        return emit(o);
+        return kpc_tool_print_json(o);
     }
     char b[16];
-    human(b, sizeof b, c.bytes);
+    kpc_tool_human(b, sizeof b, c.bytes);
     printf("pack %s: %zu records (%s)%s\n", out, kept, b, c.skipped ? "; some records were damaged or gone: left out" : "");
     return KPC_TOOL_OK;
 }
@@ -172,7 +155,7 @@ static int cmd_read(const char *file, bool verify, bool json)
             cJSON_AddItemToArray(arr, o);
         } else if (!verify || s != KPC_OK) {
             char size[16];
-            human(size, sizeof size, e.size);
+            kpc_tool_human(size, sizeof size, e.size);
             printf("%s %-24s %7s %-8s %s\n", hex, e.target, size, s == KPC_OK ? "ok" : "DAMAGED",
                    s == KPC_OK ? (rec.source_name[0] ? rec.source_name : "(unnamed)") : kpc_status_str(s));
         }
@@ -186,7 +169,7 @@ static int cmd_read(const char *file, bool verify, bool json)
         cJSON_AddNumberToObject(o, "records", (double)n);
         cJSON_AddNumberToObject(o, "damaged", (double)bad);
         cJSON_AddItemToObject(o, "entries", arr);
-        emit(o);
+        kpc_tool_print_json(o);
     } else if (verify)
         printf("pack %s: %zu records, %zu damaged\n", file, n, bad);
     return bad ? KPC_TOOL_FAIL : KPC_TOOL_OK;

@@ -366,6 +366,32 @@ static void run(job *j, long jobs)
         progress(j, base_done, t0, true);
 }
 
+/* One request that did not succeed: into the JSON array, or a line of text. */
+static void report_failure(const job *j, const item *it, cJSON *arr)
+{
+    char hex[KPC_KEY_HEX];
+    kpc_key_hex(&it->key, hex);
+    const char *status = it->status == PENDING ? "not replayed" : kpc_status_str(it->status);
+    const char *to = j->target ? j->target : it->target;
+    if (arr) {
+        cJSON *f = cJSON_CreateObject();
+        cJSON_AddStringToObject(f, "key", hex);
+        cJSON_AddStringToObject(f, "target", it->target);
+        cJSON_AddStringToObject(f, "built_for", to);
+        cJSON_AddStringToObject(f, "name", it->name);
+        cJSON_AddStringToObject(f, "status", status);
+        cJSON_AddStringToObject(f, "log", it->status == PENDING ? "its worker died\n" : it->log);
+        cJSON_AddItemToArray(arr, f);
+        return;
+    }
+    const char *nl = strchr(it->log, '\n');
+    int first_line = nl ? (int)(nl - it->log) : (int)strlen(it->log);
+    printf("  %s %s %s (%s -> %s): %s%s%.*s\n", it->status == PENDING ? "not replayed" : "failed", hex,
+           it->name[0] ? it->name : "(unnamed)", it->target, to, status,
+           it->status == PENDING ? ": its worker died" : first_line ? ": " : "",
+           it->status == PENDING ? 0 : first_line, it->log);
+}
+
 static int report(const job *j, bool json, double secs)
 {
     size_t built = 0, hit = 0, failed = 0, missed = 0;
@@ -378,8 +404,9 @@ static int report(const job *j, bool json, double secs)
         else
             failed++;
     }
+    cJSON *o = NULL, *arr = NULL;
     if (json) {
-        cJSON *o = cJSON_CreateObject();
+        o = cJSON_CreateObject();
         cJSON_AddNumberToObject(o, "requests", (double)j->n);
         cJSON_AddNumberToObject(o, "built", (double)built);
         cJSON_AddNumberToObject(o, "cached", (double)hit);
@@ -387,49 +414,19 @@ static int report(const job *j, bool json, double secs)
         cJSON_AddNumberToObject(o, "not_replayed", (double)missed);
         cJSON_AddNumberToObject(o, "without_request", (double)j->no_request);
         cJSON_AddNumberToObject(o, "seconds", secs);
-        cJSON *arr = cJSON_AddArrayToObject(o, "failures");
-        for (size_t i = 0; i < j->n; i++) {
-            const item *it = &j->items[i];
-            if (it->status == KPC_OK)
-                continue;
-            char hex[KPC_KEY_HEX];
-            kpc_key_hex(&it->key, hex);
-            cJSON *f = cJSON_CreateObject();
-            cJSON_AddStringToObject(f, "key", hex);
-            cJSON_AddStringToObject(f, "target", it->target);
-            cJSON_AddStringToObject(f, "built_for", j->target ? j->target : it->target);
-            cJSON_AddStringToObject(f, "name", it->name);
-            cJSON_AddStringToObject(f, "status", it->status == PENDING ? "not replayed" : kpc_status_str(it->status));
-            cJSON_AddStringToObject(f, "log", it->log);
-            cJSON_AddItemToArray(arr, f);
-        }
-        char *s = cJSON_Print(o);
-        cJSON_Delete(o);
-        if (s)
-            puts(s);
-        free(s);
+        arr = cJSON_AddArrayToObject(o, "failures");
     } else {
         printf("replay: %zu requests in %.1f s: %zu built, %zu already cached, %zu failed, %zu not replayed",
                j->n, secs, built, hit, failed, missed);
         if (j->no_request)
             printf("; %zu records keep no request (not replayable)", j->no_request);
         printf("\n");
-        for (size_t i = 0; i < j->n; i++) {
-            const item *it = &j->items[i];
-            if (it->status == KPC_OK)
-                continue;
-            char hex[KPC_KEY_HEX];
-            kpc_key_hex(&it->key, hex);
-            printf("  %s %s %s (%s%s%s): %s", it->status == PENDING ? "not replayed" : "failed", hex,
-                   it->name[0] ? it->name : "(unnamed)", it->target, j->target ? " -> " : "",
-                   j->target ? j->target : "",
-                   it->status == PENDING ? "its worker died\n" : kpc_status_str(it->status));
-            if (it->status != PENDING) {
-                const char *nl = strchr(it->log, '\n');
-                printf("%s%.*s\n", it->log[0] ? ": " : "", nl ? (int)(nl - it->log) : (int)strlen(it->log), it->log);
-            }
-        }
     }
+    for (size_t i = 0; i < j->n; i++)
+        if (j->items[i].status != KPC_OK)
+            report_failure(j, &j->items[i], arr);
+    if (o)
+        kpc_tool_print_json(o);
     return missed ? KPC_TOOL_FAIL : KPC_TOOL_OK;
 }
 
