@@ -63,6 +63,9 @@ START_TEST(request_round_trip)
     ck_assert_str_eq(rq.env_names[0], "KPC_TEST_SET");
     ck_assert_str_eq(rq.env_values[0], "32");
     ck_assert_ptr_null(rq.env_values[1]);
+    char cwd[4096];
+    ck_assert_ptr_nonnull(getcwd(cwd, sizeof cwd));
+    ck_assert_str_eq(rq.cwd, cwd);
     /* the same key as the original request */
     uint8_t id[16] = {1};
     kpc_key k1, k2;

@@ -15,6 +15,8 @@
  *             | u32 count, count x (u32 len + header name, u64 len + header text)
  *             | u32 count, count x (u32 len + name expression)
  *             | u32 count, count x (u32 len + variable name, u8 set, u32 len + value)
+ *             | u32 len + working directory (relative -I paths and include manifests
+ *               are resolved from it)
  *
  * Invariants: decode trusts nothing (the section sits in a checksummed record, but a
  * pack may come from anywhere): every length is checked against what is left, the raw
@@ -28,6 +30,7 @@
 #include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 #include <zstd.h>
 
 #define REQ_MAGIC "KPRQ"
@@ -110,6 +113,10 @@ kpc_status kpc_request_encode(const kpc_source *src, const char *const *env_name
         put_u(&w, v != NULL, 1);
         put_str(&w, v, slen(v), 4);
     }
+    char cwd[4096];
+    if (getcwd(cwd, sizeof cwd) == NULL)
+        cwd[0] = '\0'; /* unknown: a replay resolves relative paths from its own */
+    put_str(&w, cwd, strlen(cwd), 4);
     if (w.failed || w.len > REQ_MAX_RAW) {
         free(w.p);
         return w.failed ? KPC_E_NOMEM : KPC_E_INVALID;
@@ -218,6 +225,7 @@ void kpc_request_free(kpc_request *rq)
     }
     free(rq->env_names);
     free(rq->env_values);
+    free(rq->cwd);
     memset(rq, 0, sizeof *rq);
 }
 
@@ -261,6 +269,11 @@ static bool parse_raw(rbuf *r, kpc_request *rq)
             rq->env_values[i] = v;
         else
             free(v); /* unset: NULL, distinct from empty */
+    }
+    rq->cwd = get_str(r, 4, NULL);
+    if (rq->cwd && rq->cwd[0] == '\0') {
+        free(rq->cwd);
+        rq->cwd = NULL;
     }
     if (s->name && s->name[0] == '\0') { /* the key does not tell NULL from "" */
         free((void *)s->name);

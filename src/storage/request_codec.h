@@ -15,6 +15,7 @@ typedef struct kpc_request {
     size_t num_env;      /* the hidden-option variables as the requester had them */
     char **env_names;
     char **env_values;   /* NULL: the variable was unset (distinct from "") */
+    char *cwd;           /* the requester's working directory; NULL when unknown */
 } kpc_request;
 
 /* Serialize src and the values, now, of env_names (NULL-terminated; may be NULL) into a

@@ -268,6 +268,11 @@ static void replay_one(job *j, kpc_cache *cache, ctx_slot *ctxs, size_t *nctx, i
         it->status = s;
         return;
     }
+    /* relative include paths (and include manifests) resolve from where the request was
+     * made; the cache was opened by its real path, so this process may move */
+    if (rq.cwd && chdir(rq.cwd) != 0)
+        KPC_LOG(KPC_LOG_DEBUG, "replay: chdir(%s): %s: relative paths resolve from %s", rq.cwd,
+                strerror(errno), "the replay's own directory");
     kpc_stats before, after;
     kpc_stats_get(cache, &before);
     kpc_program *p = NULL;
@@ -472,7 +477,9 @@ int kpc_tool_replay(int argc, char **argv)
         fprintf(stderr, "kpc replay: cannot use cache directory %s\n", set.cache_dir);
         return KPC_TOOL_FAIL;
     }
-    j.cache_dir = set.cache_dir;
+    char root_path[4096]; /* the real path: workers chdir, and the store closes before they run */
+    snprintf(root_path, sizeof root_path, "%s", kpc_root_path(kpc_store_root(j.store)));
+    j.cache_dir = root_path;
     kpc_status s = j.from ? KPC_OK : identity_in_child(kpc_store_root(j.store), j.id);
     if (s != KPC_OK) {
         fprintf(stderr, "kpc replay: the installed compiler's identity is needed: %s\n", kpc_status_str(s));
