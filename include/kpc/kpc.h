@@ -17,12 +17,19 @@
  *
  * Caveats
  *   - fork(): a child must not use a kpc_cache opened by its parent; open its own.
- *     A program or context handle copied across fork() is not valid in the child.
+ *     A program or context handle copied across fork() is not valid in the child:
+ *     kpc_program_get and kpc_context_create* called there return KPC_E_INVALID (logged).
+ *     kpc_context_destroy and kpc_cache_close there only free the child's memory.
  *   - Threads: hipRTC (ROCm 5.2) serialises compiles inside one process. kpc builds
  *     distinct sources from several threads correctly, but only one compiles at a
  *     time; for parallel builds use several processes (see `kpc compile -j`).
  *   - Stale segments: a host index left by a crashed process is repaired on the next
  *     attach; one that fails validation is ignored (disk only) until `kpc-shm-reset`.
+ *     A lock of the index that does not answer within KPC_SHM_LOCK_TIMEOUT_MS (5000),
+ *     or a segment truncated under the process, turns the index off for that process
+ *     (logged once, disk only). A process building a source is waited for at most
+ *     KPC_BUILD_WAIT_MAX_MS (600000, 10 minutes) from its claim: a stopped or hung
+ *     builder then sends the waiters to compile for themselves (kpc_stats.wait_timeouts).
  *   - Release: kpc_program_release() drops the caller's reference; the code object,
  *     lowered names and kernels stay valid until the last reference is gone, even if
  *     the context's map has evicted the program.
@@ -111,6 +118,10 @@ typedef struct kpc_stats {
      * host-wide with the index; without it (KPC_NO_SHM) other processes' writes show only
      * after this process's next prune. `kpc stats` counts the files exactly. */
     uint64_t disk_bytes, disk_files;
+    /* this host (0 where the index is off): requests that found a live builder at work for
+     * longer than KPC_BUILD_WAIT_MAX_MS (a stopped or hung process; default 10 minutes)
+     * and built for themselves instead of waiting on */
+    uint64_t wait_timeouts;
     /* this process: requests answered by a pack of KPC_PACK_PATH, and pack entries refused
      * as damaged (each then built) */
     uint64_t pack_hits, pack_refused;
@@ -153,8 +164,9 @@ KPC_API void kpc_cache_close(kpc_cache *cache);
 /**
  * Create a context for HIP device hip_device: programs are compiled for its target
  * (gcnArchName with feature flags, or sm_XX on the NVIDIA platform) and loaded on it.
- * @return KPC_OK; KPC_E_INVALID (NULL argument, negative device); KPC_E_NO_DEVICE (no GPU,
- *         or no such device; on the NVIDIA platform also no CUDA driver installed);
+ * @return KPC_OK; KPC_E_INVALID (NULL argument, negative device, a fork child);
+ *         KPC_E_NO_DEVICE (no GPU, or no such device; on the NVIDIA platform also no CUDA
+ *         driver installed);
  *         KPC_E_UNAVAILABLE (the HIP runtime could not be loaded); KPC_E_HIP; KPC_E_NOMEM.
  */
 KPC_API kpc_status kpc_context_create(kpc_cache *cache, int hip_device, kpc_context **out);
@@ -164,8 +176,8 @@ KPC_API kpc_status kpc_context_create(kpc_cache *cache, int hip_device, kpc_cont
  * @param target "gfx90a", "gfx90a:xnack-", "gfx90a:sramecc+:xnack-" (AMD) or "sm_90",
  *               "compute_90" (NVIDIA). Validated against the compiler's own list before
  *               any compile; features are put in canonical order.
- * @return KPC_OK; KPC_E_INVALID (NULL, unknown target or feature: the log lists the
- *         supported targets); KPC_E_UNAVAILABLE (the compiler could not be loaded); KPC_E_NOMEM.
+ * @return KPC_OK; KPC_E_INVALID (NULL, a fork child, unknown target or feature: the log
+ *         lists the supported targets); KPC_E_UNAVAILABLE (the compiler could not be loaded); KPC_E_NOMEM.
  */
 KPC_API kpc_status kpc_context_create_for_target(kpc_cache *cache, const char *target,
                                                  kpc_context **out);
@@ -182,7 +194,7 @@ KPC_API void kpc_context_destroy(kpc_context *ctx);
  * processes ask at once). On a device context the module is loaded.
  * @param out receives a reference; release it with kpc_program_release().
  * @return KPC_OK; KPC_E_INVALID (NULL argument, empty source, an option that sets the
- *         target); KPC_E_COMPILE (*out is NULL, kpc_last_log() holds the compiler's log);
+ *         target, a cache opened by the parent of this fork child); KPC_E_COMPILE (*out is NULL, kpc_last_log() holds the compiler's log);
  *         KPC_E_HIP (the runtime refused a freshly built object); KPC_E_UNAVAILABLE;
  *         KPC_E_NOMEM.
  */

@@ -188,6 +188,13 @@ kpc_status kpc_program_get_many(kpc_context *ctx, const kpc_source *srcs, size_t
                 out_statuses[i] = KPC_E_INVALID;
         return KPC_E_INVALID;
     }
+    kpc_status fork_check = kpc_cache_check_process(ctx->cache, "kpc_program_get_many");
+    if (fork_check != KPC_OK) {
+        if (out_statuses)
+            for (size_t i = 0; i < n; i++)
+                out_statuses[i] = fork_check;
+        return fork_check;
+    }
     batch b = {.ctx = ctx, .srcs = srcs, .n = n, .items = calloc(n, sizeof(item))};
     if (b.items == NULL)
         return KPC_E_NOMEM;

@@ -7,8 +7,33 @@
 #include "core/cache.h"
 #include "base/log.h"
 
+#include <pthread.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
+
+/* Bumped in every child fork() makes (pthread_atfork), so that a request can tell a fork
+ * child using its parent's cache with one load instead of a getpid() system call. */
+static atomic_uint fork_gen;
+
+static void count_fork(void)
+{
+    atomic_fetch_add_explicit(&fork_gen, 1, memory_order_relaxed);
+}
+
+static void watch_forks(void)
+{
+    pthread_atfork(NULL, NULL, count_fork);
+}
+
+kpc_status kpc_cache_check_process(const kpc_cache *cache, const char *fn)
+{
+    if (atomic_load_explicit(&fork_gen, memory_order_relaxed) == cache->fork_gen)
+        return KPC_OK;
+    KPC_LOG(KPC_LOG_ERROR, "%s: this cache was opened by process %d; process %d is a fork child "
+            "and must open its own (kpc.h: Caveats)", fn, (int)cache->pid, (int)getpid());
+    return KPC_E_INVALID;
+}
 
 kpc_status kpc_cache_open(const kpc_config *cfg, kpc_cache **out)
 {
@@ -20,6 +45,10 @@ kpc_status kpc_cache_open(const kpc_config *cfg, kpc_cache **out)
     kpc_cache *c = calloc(1, sizeof *c);
     if (c == NULL)
         return KPC_E_NOMEM;
+    static pthread_once_t once = PTHREAD_ONCE_INIT;
+    pthread_once(&once, watch_forks);
+    c->pid = getpid();
+    c->fork_gen = atomic_load(&fork_gen);
     kpc_status s = kpc_config_resolve(cfg, &c->settings);
     if (s != KPC_OK) {
         free(c);
@@ -94,6 +123,7 @@ kpc_status kpc_stats_get(kpc_cache *cache, kpc_stats *out)
         out->evictions = c.evictions;
         out->entries = c.entries;
         out->capacity = c.capacity;
+        out->wait_timeouts = c.wait_timeouts;
     }
     for (size_t i = 0; i < cache->tiers.n; i++)
         if (strcmp(cache->tiers.t[i]->name, "pack") == 0) {

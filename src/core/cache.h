@@ -32,7 +32,13 @@ struct kpc_cache {
     /* process counters */
     _Atomic uint64_t mem_misses, disk_hits, builds, build_failures, waits;
     atomic_int contexts;
+    pid_t pid;          /* the process that opened it (kpc.h: a fork child must not use it) */
+    unsigned fork_gen;  /* the process's fork generation then: see kpc_cache_check_process */
     kpc_hit_counter mem_hits[KPC_HIT_SLOTS];
 };
+
+/* KPC_OK in the process that opened cache; KPC_E_INVALID (logged, naming fn) in a fork
+ * child using its parent's cache, which would claim index slots as its parent. */
+kpc_status kpc_cache_check_process(const kpc_cache *cache, const char *fn);
 
 #endif /* KPC_CORE_CACHE_H */

@@ -60,6 +60,8 @@ static kpc_status compiler_identity(const kpc_platform *pf, const kpc_root *root
 static kpc_status context_new(kpc_cache *cache, const char *target, int device, kpc_context **out)
 {
     const kpc_platform *pf = cache->platform;
+    if (kpc_cache_check_process(cache, "kpc_context_create") != KPC_OK)
+        return KPC_E_INVALID;
     kpc_context *ctx = calloc(1, sizeof *ctx);
     if (ctx == NULL)
         return KPC_E_NOMEM;

@@ -78,7 +78,10 @@ kpc_status kpc_program_get(kpc_context *ctx, const kpc_source *src, kpc_program 
         KPC_LOG(KPC_LOG_ERROR, "kpc_program_get: NULL argument");
         return KPC_E_INVALID;
     }
-    kpc_status s = kpc_request_check_source(src);
+    kpc_status s = kpc_cache_check_process(ctx->cache, "kpc_program_get");
+    if (s != KPC_OK)
+        return s;
+    s = kpc_request_check_source(src);
     if (s != KPC_OK)
         return s;
     kpc_cache *cache = ctx->cache;

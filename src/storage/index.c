@@ -10,24 +10,36 @@
  *
  * Locking: ixh_lock (robust, process-shared) guards the slots, ixh_entries and ixh_hand;
  * ixh_procs_lock guards the attached-process table. Both are taken only for a table
- * operation, never across a compile or I/O. A holder that dies leaves the next locker
- * EOWNERDEAD: the table may be half-updated, so it is wiped (the files stay on disk and
- * are found again) and the mutex marked consistent. The counters are atomics, no lock.
+ * operation, never across a compile or I/O, and always with a deadline (a few seconds,
+ * KPC_SHM_LOCK_TIMEOUT_MS): a lock word overwritten by a stray write, or a holder that is
+ * stopped, must not hang every process; past the deadline the index is off for this
+ * process (disk only). A holder that dies leaves the next locker EOWNERDEAD: the table
+ * may be half-updated, so it is wiped (the files stay on disk and are found again) and
+ * the mutex marked consistent. The counters are atomics, no lock.
+ *
+ * Nothing read from the segment after attach is trusted as a size: every loop over the
+ * table is bounded by the slot count validated at attach (kept in the handle), and the
+ * segment's length is checked (fstat) before every operation, so a segment truncated
+ * under us turns the index off instead of raising SIGBUS.
  *
  * Waiting: each slot position has a generation word; any change of what the position
  * holds bumps it and, if anyone sleeps there, FUTEX_WAKEs them. A waiter reads the
  * generation under the lock, unlocks, and futex-waits on it with a 200 ms timeout; the
  * timeout exists only to re-check that the builder is alive (pid and start time), so a
  * dead builder is taken over within about 200 ms while publication wakes waiters at once.
+ * A live builder is waited for at most KPC_BUILD_WAIT_MAX_MS from its claim (10 minutes by
+ * default): a stopped or hung builder then sends its waiters to build for themselves.
  */
 #define _GNU_SOURCE
 #include "storage/index.h"
 #include "base/root.h"
 
+#include <dirent.h>
 #include <errno.h>
 #include <fcntl.h>
 #include <limits.h>
 #include <signal.h>
+#include <stdarg.h>
 #include <linux/futex.h>
 #include <stddef.h>
 #include <stdio.h>
@@ -41,10 +53,12 @@
 #include <xxhash.h>
 
 #define IX_MAGIC 0x315844495843504bull /* "KPCXIDX1" in memory (little-endian) */
-#define IX_VERSION 1u
+#define IX_VERSION 2u /* 2: ixh_wait_timeouts */
 #define IX_PROCS 256
 #define WAIT_SLICE_NS (200 * 1000000L)
 #define EVICT_SAMPLE 64
+#define LOCK_TIMEOUT_MS 5000u         /* KPC_SHM_LOCK_TIMEOUT_MS: holders hold for microseconds */
+#define BUILD_WAIT_MAX_MS 600000ull   /* KPC_BUILD_WAIT_MAX_MS: 10 minutes */
 /* A compile failure is the answer for every request that arrives within this long of it
  * (the key fixes the source, options and compiler, so the compile would fail the same
  * way); a request after that tries again, which bounds how long a transient failure of
@@ -65,7 +79,7 @@ typedef struct ix_slot {
     int32_t ixs_pid;             /* BUILDING: the builder */
     uint64_t ixs_start;          /* BUILDING: the builder's start time */
     uint64_t ixs_size;           /* READY: code object size */
-    uint64_t ixs_last_use;       /* CLOCK_MONOTONIC ns, for eviction */
+    uint64_t ixs_last_use;       /* CLOCK_MONOTONIC ns, for eviction; BUILDING: the claim */
     uint64_t ixs_done_ns;        /* READY/FAILED: CLOCK_MONOTONIC ns of the publication */
 } ix_slot;
 _Static_assert(sizeof(ix_slot) == 64, "a slot is one cache line");
@@ -94,19 +108,25 @@ typedef struct ix_header {
     _Atomic uint32_t ixh_disk_known;
     _Atomic uint64_t ixh_disk_bytes, ixh_disk_files;
     ix_proc ixh_procs[IX_PROCS];
+    _Atomic uint64_t ixh_wait_timeouts; /* waits given up on a live builder (format 2) */
     _Alignas(64) ix_slot ixh_slots[]; /* each slot on a cache line of its own */
 } ix_header;
 
 struct kpc_index {
     ix_header *h;
-    size_t size;
-    uint32_t mask;
+    int fd;         /* the segment, kept open to see it truncated (fstat) */
+    size_t size;    /* these three were validated at attach; the segment's own copies */
+    uint32_t mask;  /* are never used as sizes (a stray write may change them) */
+    uint32_t capacity;
     pid_t pid;
     uint64_t start;
     bool observer;
-    atomic_bool broken; /* ENOTRECOVERABLE: stop using it (read by every thread) */
+    atomic_bool broken;   /* the index is off for this process (read by every thread) */
+    atomic_bool unmapped; /* the mapping was replaced by private pages (truncated) */
     bool hold_lock;     /* test hook; set before any thread uses the index */
     uint64_t wait_slice_ns; /* WAIT_SLICE_NS; a test may lengthen it */
+    unsigned lock_timeout_ms; /* KPC_SHM_LOCK_TIMEOUT_MS */
+    uint64_t wait_max_ns;     /* KPC_BUILD_WAIT_MAX_MS */
 };
 
 /* ---- layout --------------------------------------------------------------------------- */
@@ -151,11 +171,70 @@ static void slot_changed(ix_slot *s)
         futex_wake(&s->ixs_gen);
 }
 
+/* ---- turning the index off ------------------------------------------------------------ */
+/* Turn the index off for this process; the first thread to do so logs why (once). */
+static void ix_off(kpc_index *ix, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+static void ix_off(kpc_index *ix, const char *fmt, ...)
+{
+    if (atomic_exchange(&ix->broken, true))
+        return;
+    char why[512];
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(why, sizeof why, fmt, ap);
+    va_end(ap);
+    KPC_LOG(KPC_LOG_ERROR, "%s: host index off for this process (disk only); kpc-shm-reset "
+            "--force removes it", why);
+}
+
+/* False (and the index off) once the segment is shorter than it was at attach: a page
+ * past its end would raise SIGBUS. The mapping is then replaced by private zero pages,
+ * so that what still points into it (the disk-usage words the store holds, a thread in
+ * the middle of an operation) touches memory, not a hole. A truncation between this
+ * check and an access is not covered: that window is one table operation. */
+static bool segment_intact(kpc_index *ix)
+{
+    struct stat st;
+    if (fstat(ix->fd, &st) == 0 && (uint64_t)st.st_size >= ix->size)
+        return true;
+    if (!atomic_exchange(&ix->unmapped, true)) {
+        ix_off(ix, "the host index segment was truncated (%lld of %zu bytes)",
+               (long long)st.st_size, ix->size);
+        if (mmap(ix->h, ix->size, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_FIXED,
+                 -1, 0) == MAP_FAILED)
+            KPC_LOG(KPC_LOG_ERROR, "mmap(MAP_FIXED) over the truncated host index: %s",
+                    strerror(errno));
+    }
+    return false;
+}
+
+static bool ix_usable(kpc_index *ix)
+{
+    return !atomic_load(&ix->broken) && segment_intact(ix);
+}
+
+/* A positive count of milliseconds from the environment, else def (a bad value is logged). */
+static uint64_t env_ms(const char *var, uint64_t def)
+{
+    const char *v = getenv(var);
+    if (v == NULL || *v == '\0')
+        return def;
+    char *end;
+    errno = 0;
+    unsigned long long n = strtoull(v, &end, 10);
+    if (errno != 0 || *end != '\0' || n == 0 || v[0] == '-' || n > UINT32_MAX) {
+        KPC_LOG(KPC_LOG_WARN, "%s=\"%s\" is not a count of milliseconds (1 to %u): using %llu",
+                var, v, UINT32_MAX, (unsigned long long)def);
+        return def;
+    }
+    return n;
+}
+
 /* ---- locking ----------------------------------------------------------------------------- */
 static void wipe_table(kpc_index *ix)
 {
     ix_header *h = ix->h;
-    for (uint32_t i = 0; i < h->ixh_nslots; i++) {
+    for (uint32_t i = 0; i <= ix->mask; i++) {
         ix_slot *s = &h->ixh_slots[i];
         if (s->ixs_state != SLOT_EMPTY || memcmp(s->ixs_key, (uint8_t[16]){0}, 16) != 0) {
             memset(s->ixs_key, 0, 16);
@@ -168,12 +247,59 @@ static void wipe_table(kpc_index *ix)
     h->ixh_hand = 0;
 }
 
-/* The one place a robust mutex is locked; the one place its failures are handled. */
+/* The kind word of a mutex init_mutex makes (glibc): a lock whose kind was overwritten
+ * could take another path of glibc (priority inheritance) that asserts on a bad owner. */
+static int expected_kind = -1;
+static kpc_status init_mutex(pthread_mutex_t *m);
+static void find_expected_kind(void)
+{
+#ifdef __GLIBC__
+    pthread_mutex_t m;
+    if (init_mutex(&m) == KPC_OK) {
+        expected_kind = m.__data.__kind;
+        pthread_mutex_destroy(&m);
+    }
+#endif
+}
+
+static bool kind_intact(pthread_mutex_t *m)
+{
+#ifdef __GLIBC__
+    static pthread_once_t once = PTHREAD_ONCE_INIT;
+    pthread_once(&once, find_expected_kind);
+    return expected_kind < 0 || m->__data.__kind == expected_kind;
+#else
+    (void)m;
+    return true;
+#endif
+}
+
+/* The one place a robust mutex is locked; the one place its failures are handled. The
+ * wait is bounded (lock_timeout_ms): a lock word overwritten with a thread that will never
+ * unlock it, or a holder that is stopped, turns the index off instead of hanging. */
 static kpc_status ix_lock(kpc_index *ix, pthread_mutex_t *m)
 {
-    if (ix->broken)
+    if (!ix_usable(ix))
         return KPC_E_SHM;
-    int r = pthread_mutex_lock(m);
+    const char *which = m == &ix->h->ixh_lock ? "table lock" : "attach lock";
+    if (!kind_intact(m)) {
+        ix_off(ix, "the host index %s was overwritten (its kind word)", which);
+        return KPC_E_SHM;
+    }
+    struct timespec deadline; /* pthread_mutex_timedlock takes CLOCK_REALTIME */
+    clock_gettime(CLOCK_REALTIME, &deadline);
+    deadline.tv_sec += ix->lock_timeout_ms / 1000;
+    deadline.tv_nsec += (long)(ix->lock_timeout_ms % 1000) * 1000000L;
+    if (deadline.tv_nsec >= 1000000000L) {
+        deadline.tv_sec++;
+        deadline.tv_nsec -= 1000000000L;
+    }
+    int r = pthread_mutex_timedlock(m, &deadline);
+    if (r == ETIMEDOUT) {
+        ix_off(ix, "the host index %s did not answer within %u ms (its word damaged, or its "
+               "holder stopped)", which, ix->lock_timeout_ms);
+        return KPC_E_SHM;
+    }
     if (r == EOWNERDEAD) {
         if (m == &ix->h->ixh_lock) {
             KPC_LOG(KPC_LOG_WARN, "a process died holding the host index lock: wiping the table "
@@ -186,9 +312,7 @@ static kpc_status ix_lock(kpc_index *ix, pthread_mutex_t *m)
         r = 0;
     }
     if (r != 0) {
-        KPC_LOG(KPC_LOG_ERROR, "pthread_mutex_lock on the host index: %s: index off for this "
-                "process; run kpc-shm-reset", strerror(r));
-        ix->broken = true;
+        ix_off(ix, "pthread_mutex_timedlock on the host index %s: %s", which, strerror(r));
         return KPC_E_SHM;
     }
     return KPC_OK;
@@ -230,8 +354,10 @@ static int64_t find(kpc_index *ix, const uint8_t key[16], int64_t *free_pos)
 static void delete_at(kpc_index *ix, uint32_t i)
 {
     ix_slot *slots = ix->h->ixh_slots;
-    uint32_t j = i;
-    for (;;) {
+    uint32_t j = i, n;
+    /* a sound table always has an empty slot (capacity <= nslots / 2); a damaged one may
+     * have none, so the walk stops after every other position, not only at an empty one */
+    for (n = 0; n < ix->mask; n++) {
         j = (j + 1) & ix->mask;
         if (slots[j].ixs_state == SLOT_EMPTY)
             break;
@@ -251,29 +377,47 @@ static void delete_at(kpc_index *ix, uint32_t i)
         slot_changed(dst);
         i = j;
     }
+    if (n == ix->mask) {
+        KPC_LOG(KPC_LOG_WARN, "the host index table has no empty slot (damaged): wiping it (the "
+                "code objects stay on disk)");
+        wipe_table(ix);
+        return;
+    }
     memset(slots[i].ixs_key, 0, 16);
     slots[i].ixs_state = SLOT_EMPTY;
     slots[i].ixs_pid = 0;
     slot_changed(&slots[i]);
-    ix->h->ixh_entries--;
+    if (ix->h->ixh_entries > 0) /* a damaged count must not wrap around */
+        ix->h->ixh_entries--;
 }
 
 /* Evict the least recently used finished entry among a sample (Redis-style approximate
- * LRU: bounded work whatever the table size). false if every sampled entry is building. */
+ * LRU: bounded work whatever the table size). A BUILDING slot whose builder is dead (pid
+ * and start time) is reclaimed first: no one will ever publish it, and a table full of
+ * them would send every new key past the index. At most EVICT_SAMPLE liveness checks (a
+ * /proc read each). false if every sampled entry is building, its builder alive. */
 static bool evict_one(kpc_index *ix)
 {
     ix_header *h = ix->h;
     int64_t victim = -1;
     uint64_t oldest = UINT64_MAX;
-    uint32_t seen = 0;
+    uint32_t seen = 0, checked = 0;
     uint32_t i = h->ixh_hand & ix->mask;
     for (uint32_t n = 0; n <= ix->mask && seen < EVICT_SAMPLE; n++, i = (i + 1) & ix->mask) {
         ix_slot *s = &h->ixh_slots[i];
-        if (s->ixs_state != SLOT_EMPTY && s->ixs_state != SLOT_BUILDING) {
-            seen++;
-            if (s->ixs_last_use < oldest)
-                oldest = s->ixs_last_use, victim = i;
+        if (s->ixs_state == SLOT_EMPTY)
+            continue;
+        if (s->ixs_state == SLOT_BUILDING) {
+            if (checked++ >= EVICT_SAMPLE || kpc__proc_alive(s->ixs_pid, s->ixs_start))
+                continue;
+            KPC_LOG(KPC_LOG_INFO, "reclaiming the slot of dead builder process %d", (int)s->ixs_pid);
+            victim = i;
+            i = (i + 1) & ix->mask;
+            break;
         }
+        seen++;
+        if (s->ixs_last_use < oldest)
+            oldest = s->ixs_last_use, victim = i;
     }
     h->ixh_hand = i;
     if (victim < 0)
@@ -298,16 +442,17 @@ kpc_status kpc_index_begin(kpc_index *ix, const kpc_key *key, unsigned flags,
     ix_header *h = ix->h;
     bool was_waiting = false;
     *waited = false;
-    atomic_fetch_add_explicit(&h->ixh_lookups, 1, memory_order_relaxed);
-    for (;;) {
-        if (ix_lock(ix, &h->ixh_lock) != KPC_OK)
+    for (bool first = true;; first = false) {
+        if (ix_lock(ix, &h->ixh_lock) != KPC_OK) /* it checks the segment's length too */
             return KPC_E_SHM;
+        if (first)
+            atomic_fetch_add_explicit(&h->ixh_lookups, 1, memory_order_relaxed);
         int64_t free_pos;
         int64_t pos = find(ix, key->bytes, &free_pos);
         if (pos < 0) {
-            if (h->ixh_entries >= h->ixh_capacity && evict_one(ix))
+            if (h->ixh_entries >= ix->capacity && evict_one(ix))
                 pos = find(ix, key->bytes, &free_pos); /* the shift moved the free position */
-            if (h->ixh_entries >= h->ixh_capacity || free_pos < 0) {
+            if (h->ixh_entries >= ix->capacity || free_pos < 0) {
                 ix_unlock(&h->ixh_lock);
                 KPC_LOG(KPC_LOG_WARN, "the host index is full of builds in progress: building "
                         "without it");
@@ -375,18 +520,35 @@ kpc_status kpc_index_begin(kpc_index *ix, const kpc_key *key, unsigned flags,
                 *verdict = KPC_INDEX_BUILD;
                 return KPC_OK;
             }
+            /* a live builder at it for longer than wait_max (stopped, or hung) is not
+             * waited for: build without it, and without publishing (SELF) */
+            uint64_t busy = kpc__now_ns() - s->ixs_last_use;
+            if (busy >= ix->wait_max_ns) {
+                int builder = (int)s->ixs_pid;
+                ix_unlock(&h->ixh_lock);
+                atomic_fetch_add_explicit(&h->ixh_wait_timeouts, 1, memory_order_relaxed);
+                KPC_LOG(KPC_LOG_WARN, "builder process %d has been building this key for %.1f s "
+                        "(KPC_BUILD_WAIT_MAX_MS is %llu): building it here without waiting",
+                        builder, (double)busy / 1e9,
+                        (unsigned long long)(ix->wait_max_ns / 1000000u));
+                *verdict = KPC_INDEX_SELF;
+                return KPC_OK;
+            }
             if (flags & KPC_INDEX_NOWAIT) { /* a batch claims the others first */
                 ix_unlock(&h->ixh_lock);
                 *verdict = KPC_INDEX_BUSY;
                 return KPC_OK;
             }
+            uint64_t slice = ix->wait_slice_ns;
+            if (slice > ix->wait_max_ns - busy)
+                slice = ix->wait_max_ns - busy;
             uint32_t gen = atomic_load(&s->ixs_gen);
             atomic_fetch_add(&s->ixs_sleepers, 1);
             ix_unlock(&h->ixh_lock);
             if (!was_waiting)
                 atomic_fetch_add_explicit(&h->ixh_waits, 1, memory_order_relaxed);
             was_waiting = *waited = true;
-            futex_wait(&s->ixs_gen, gen, ix->wait_slice_ns);
+            futex_wait(&s->ixs_gen, gen, slice);
             atomic_fetch_sub(&s->ixs_sleepers, 1);
         }
     }
@@ -433,6 +595,8 @@ void kpc_index_unstored(kpc_index *ix, const kpc_key *key)
 
 void kpc_index_note_compile(kpc_index *ix, bool ok)
 {
+    if (!ix_usable(ix))
+        return;
     atomic_fetch_add_explicit(ok ? &ix->h->ixh_builds : &ix->h->ixh_build_failures, 1,
                               memory_order_relaxed);
 }
@@ -461,6 +625,8 @@ void kpc_index_counters_get(kpc_index *ix, kpc_index_counters *c)
 {
     ix_header *h = ix->h;
     memset(c, 0, sizeof *c);
+    if (!ix_usable(ix))
+        return;
     c->lookups = atomic_load(&h->ixh_lookups);
     c->hits = atomic_load(&h->ixh_hits);
     c->builds = atomic_load(&h->ixh_builds);
@@ -468,7 +634,8 @@ void kpc_index_counters_get(kpc_index *ix, kpc_index_counters *c)
     c->waits = atomic_load(&h->ixh_waits);
     c->takeovers = atomic_load(&h->ixh_takeovers);
     c->evictions = atomic_load(&h->ixh_evictions);
-    c->capacity = h->ixh_capacity;
+    c->wait_timeouts = atomic_load(&h->ixh_wait_timeouts);
+    c->capacity = ix->capacity;
     if (ix_lock(ix, &h->ixh_lock) == KPC_OK) {
         c->entries = h->ixh_entries;
         ix_unlock(&h->ixh_lock);
@@ -550,13 +717,64 @@ static kpc_status init_mutex(pthread_mutex_t *m)
     return r == 0 ? KPC_OK : KPC_E_SHM;
 }
 
+/* Temporary segments are named <name>.tmp-<pid>-<start time>-<hex ns>: a creator killed
+ * before its link leaves one (0 bytes long if it died before posix_fallocate), which is
+ * stale once that process (pid and start time) is dead. */
+static size_t sweep_temps(const char *name, kpc_index_temp_fn fn, void *arg)
+{
+    char prefix[128];
+    int plen = snprintf(prefix, sizeof prefix, "%s.tmp-", name + 1); /* no leading '/' */
+    DIR *d = opendir("/dev/shm");
+    if (d == NULL)
+        return 0;
+    size_t removed = 0;
+    struct dirent *e;
+    while ((e = readdir(d)) != NULL) {
+        if (strncmp(e->d_name, prefix, (size_t)plen) != 0)
+            continue;
+        int pid = 0, end = 0;
+        unsigned long long start = 0, ns;
+        const char *tail = e->d_name + plen;
+        bool full = sscanf(tail, "%d-%llu-%llx%n", &pid, &start, &ns, &end) == 3 &&
+                    tail[end] == '\0';
+        /* another shape (an older kpc's <pid>-<ns>): its pid alone must be gone */
+        if (!full && sscanf(tail, "%d-", &pid) != 1)
+            continue;
+        bool alive = full ? kpc__proc_alive(pid, start) : kpc__proc_start_time(pid) != 0;
+        if (alive)
+            continue;
+        char shm[300];
+        snprintf(shm, sizeof shm, "/%s", e->d_name);
+        if (shm_unlink(shm) != 0) {
+            if (errno != ENOENT)
+                KPC_LOG(KPC_LOG_WARN, "shm_unlink(%s): %s", shm, strerror(errno));
+            continue;
+        }
+        KPC_LOG(KPC_LOG_INFO, "removed %s, left by a process that died creating the host index", shm);
+        removed++;
+        if (fn)
+            fn(shm, arg);
+    }
+    closedir(d);
+    return removed;
+}
+
+size_t kpc_index_sweep_temps(const char *cache_root, kpc_index_temp_fn fn, void *arg)
+{
+    char name[96];
+    kpc_root_segment_name(cache_root, name, sizeof name);
+    return sweep_temps(name, fn, arg);
+}
+
 /* Build a fresh segment under a temporary name and link it into place. KPC_E_NOT_FOUND
  * never; KPC_OK with fd/map, or an error, or *lost when another process won the race. */
 static kpc_status create_segment(const char *name, size_t capacity, bool *lost)
 {
-    char tmp[128], tmp_path[160], final_path[160];
+    char tmp[160], tmp_path[192], final_path[160];
     *lost = false;
-    snprintf(tmp, sizeof tmp, "%s.tmp-%d-%llx", name, (int)getpid(), (unsigned long long)kpc__now_ns());
+    sweep_temps(name, NULL, NULL);
+    snprintf(tmp, sizeof tmp, "%s.tmp-%d-%llu-%llx", name, (int)getpid(),
+             (unsigned long long)kpc__proc_start_time(getpid()), (unsigned long long)kpc__now_ns());
     int fd = shm_open(tmp, O_RDWR | O_CREAT | O_EXCL | O_CLOEXEC, 0600);
     if (fd < 0) {
         KPC_LOG(KPC_LOG_ERROR, "shm_open(%s): %s", tmp, strerror(errno));
@@ -632,9 +850,9 @@ static kpc_status attach(const char *name, kpc_index *ix)
         return KPC_E_CORRUPT;
     }
     ix_header *h = mmap(NULL, (size_t)st.st_size, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
-    close(fd);
     if (h == MAP_FAILED) {
         KPC_LOG(KPC_LOG_ERROR, "mmap(%s): %s", name, strerror(errno));
+        close(fd);
         return KPC_E_SHM;
     }
     if (h->ixh_magic != IX_MAGIC)
@@ -651,13 +869,17 @@ static kpc_status attach(const char *name, kpc_index *ix)
         why = "another owner";
     if (why) {
         munmap(h, (size_t)st.st_size);
+        close(fd);
         KPC_LOG(KPC_LOG_ERROR, "host index %s is not trusted (%s): disk only; kpc-shm-reset "
                 "replaces it", name, why);
         return KPC_E_CORRUPT;
     }
+    /* from here on the sizes are this copy: the segment's fields may be overwritten */
     ix->h = h;
+    ix->fd = fd;
     ix->size = (size_t)st.st_size;
     ix->mask = h->ixh_nslots - 1;
+    ix->capacity = h->ixh_capacity;
     return KPC_OK;
 }
 
@@ -674,6 +896,9 @@ static kpc_status open_index(const char *cache_root, size_t entries, bool create
     ix->start = kpc__proc_start_time(ix->pid);
     ix->observer = observer;
     ix->wait_slice_ns = WAIT_SLICE_NS;
+    ix->fd = -1;
+    ix->lock_timeout_ms = (unsigned)env_ms("KPC_SHM_LOCK_TIMEOUT_MS", LOCK_TIMEOUT_MS);
+    ix->wait_max_ns = env_ms("KPC_BUILD_WAIT_MAX_MS", BUILD_WAIT_MAX_MS) * 1000000u;
     kpc_status s = attach(name, ix);
     for (int tries = 0; s == KPC_E_NOT_FOUND && create && tries < 3; tries++) {
         bool lost;
@@ -705,9 +930,11 @@ void kpc_index_close(kpc_index *ix)
 {
     if (ix == NULL)
         return;
-    if (!ix->observer && !ix->broken)
+    /* a fork child closing its parent's handle must not remove the parent's row */
+    if (!ix->observer && !atomic_load(&ix->broken) && getpid() == ix->pid)
         register_proc(ix, false);
     munmap(ix->h, ix->size);
+    close(ix->fd);
     free(ix);
 }
 
@@ -718,6 +945,11 @@ kpc_status kpc_index_unlink(const char *cache_root)
     if (shm_unlink(name) != 0)
         return errno == ENOENT ? KPC_E_NOT_FOUND : KPC_E_SHM;
     return KPC_OK;
+}
+
+bool kpc_index_usable(kpc_index *ix)
+{
+    return ix_usable(ix);
 }
 
 /* ---- test hooks ---------------------------------------------------------------------------- */
@@ -761,7 +993,7 @@ bool kpc_index_check(kpc_index *ix)
         n++;
         ok = s->ixs_state <= SLOT_UNSTORED && find(ix, s->ixs_key, NULL) == (int64_t)i;
     }
-    ok = ok && n == h->ixh_entries && n <= h->ixh_capacity;
+    ok = ok && n == h->ixh_entries && n <= ix->capacity;
     ix_unlock(&h->ixh_lock);
     return ok;
 }

@@ -38,6 +38,7 @@ enum kpc_index_flags {
 typedef struct kpc_index_counters {
     uint64_t lookups, hits, builds, build_failures, waits, takeovers, evictions, entries,
         capacity, attached;
+    uint64_t wait_timeouts; /* requests that gave up on a live builder (KPC_BUILD_WAIT_MAX_MS) */
 } kpc_index_counters;
 
 /* Attach to (or create) the segment of cache_root. observer: do not register as an
@@ -48,8 +49,10 @@ kpc_status kpc_index_open(const char *cache_root, size_t entries, bool observer,
 kpc_status kpc_index_open_existing(const char *cache_root, kpc_index **out);
 void kpc_index_close(kpc_index *ix);
 
-/* Find or claim the slot of key; may sleep while another live process builds it.
- * *waited is set if it slept. KPC_E_SHM if the index broke (go on without it). */
+/* Find or claim the slot of key; may sleep while another live process builds it, but not
+ * past KPC_BUILD_WAIT_MAX_MS from its claim (then: KPC_INDEX_SELF, counted in
+ * wait_timeouts). *waited is set if it slept. KPC_E_SHM if the index broke (go on without
+ * it). */
 kpc_status kpc_index_begin(kpc_index *ix, const kpc_key *key, unsigned flags,
                            enum kpc_index_verdict *verdict, bool *waited);
 /* The builder's outcome: ok publishes READY, a compile failure FAILED; either wakes
@@ -75,8 +78,18 @@ void kpc_index_usage_words(kpc_index *ix, _Atomic uint64_t **bytes, _Atomic uint
 /* Attached processes, for kpc-shm-reset: calls fn for each live one (dead ones are swept). */
 typedef void (*kpc_index_proc_fn)(pid_t pid, void *arg);
 kpc_status kpc_index_live_procs(kpc_index *ix, kpc_index_proc_fn fn, void *arg, size_t *live);
-/* Remove the segment of cache_root (shm_unlink). */
+/* Remove the segment of cache_root (shm_unlink). It takes none of the segment's locks
+ * and reads none of it: the way out of a damaged one. */
 kpc_status kpc_index_unlink(const char *cache_root);
+/* Remove the temporary segments of cache_root's index that creators killed mid-creation
+ * left (their pid and start time dead); fn, if not NULL, gets each name removed. Done at
+ * every creation, and by kpc-shm-reset. Returns how many were removed. */
+typedef void (*kpc_index_temp_fn)(const char *name, void *arg);
+size_t kpc_index_sweep_temps(const char *cache_root, kpc_index_temp_fn fn, void *arg);
+/* False once the index is off for this process (a lock past its deadline, a truncated or
+ * overwritten segment, an unrecoverable mutex): then every operation is a no-op or
+ * KPC_E_SHM, and the counters read 0. */
+bool kpc_index_usable(kpc_index *ix);
 
 #ifdef KPC_TEST_HOOKS
 /* Test hooks (test builds only). hold_lock: the next insert of a new key stops holding the table mutex,

@@ -418,8 +418,9 @@ static int cmd_stats(int argc, char **argv, common *co)
         kpc_status s = kpc_index_open_existing(root, &ix);
         if (s == KPC_OK) {
             kpc_index_counters_get(ix, &ic);
+            /* a lock past its deadline or a truncated segment: logged, counters 0 */
+            index_state = kpc_index_usable(ix) ? "ok" : "unusable";
             kpc_index_close(ix);
-            index_state = "ok";
         } else if (s != KPC_E_NOT_FOUND)
             index_state = "damaged";
     }
@@ -443,7 +444,7 @@ static int cmd_stats(int argc, char **argv, common *co)
             {"build_failures", ic.build_failures}, {"waits", ic.waits}, {"takeovers", ic.takeovers},
             {"evictions", ic.evictions}, {"entries", ic.entries}, {"capacity", ic.capacity},
             {"attached", ic.attached}, {"disk_bytes", bytes}, {"disk_files", files},
-            {"disk_max_bytes", set.disk_max_bytes}};
+            {"disk_max_bytes", set.disk_max_bytes}, {"wait_timeouts", ic.wait_timeouts}};
         for (size_t i = 0; i < sizeof f / sizeof f[0]; i++)
             cJSON_AddNumberToObject(o, f[i].k, (double)f[i].v);
         return print_json(o);
@@ -455,12 +456,14 @@ static int cmd_stats(int argc, char **argv, common *co)
     printf("host index     %s %s\n", index_state, name);
     printf("lookups        %llu\nhits           %llu\nbuilds         %llu\nbuild failures %llu\n"
            "waits          %llu\ntakeovers      %llu\nevictions      %llu\nentries        %llu / %llu\n"
-           "attached       %llu\ndisk           %s in %llu files (limit %s)\n",
+           "attached       %llu\ndisk           %s in %llu files (limit %s)\n"
+           "wait timeouts  %llu\n",
            (unsigned long long)ic.lookups, (unsigned long long)ic.hits, (unsigned long long)ic.builds,
            (unsigned long long)ic.build_failures, (unsigned long long)ic.waits,
            (unsigned long long)ic.takeovers, (unsigned long long)ic.evictions,
            (unsigned long long)ic.entries, (unsigned long long)ic.capacity,
-           (unsigned long long)ic.attached, hb, (unsigned long long)files, hm);
+           (unsigned long long)ic.attached, hb, (unsigned long long)files, hm,
+           (unsigned long long)ic.wait_timeouts);
     return EXIT_OK;
 }
 

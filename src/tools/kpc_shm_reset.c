@@ -2,9 +2,12 @@
  * kpc-shm-reset - remove the host index of a cache directory.
  *
  * Without --force it refuses while live processes are attached, and names them (pid and
- * command); with --force, or when none is live, it unlinks the segment: processes still
- * attached keep their mapping until they exit, and the next process creates a fresh one.
- * It also removes a segment that fails validation, which is the way out of a damaged one.
+ * command), or while the segment's locks do not answer; with --force, or when none is
+ * live, it unlinks the segment: processes still attached keep their mapping until they
+ * exit, and the next process creates a fresh one. It also removes a segment that fails
+ * validation, which is the way out of a damaged one. --force neither maps the segment
+ * nor takes any of its locks, so a damaged lock cannot hang it. Either way it first lists
+ * and removes the temporary segments that creators killed mid-creation left.
  */
 #define _GNU_SOURCE
 #include "base/root.h"
@@ -23,9 +26,16 @@ static void usage(FILE *f)
                "Remove the host-wide shared-memory index of a kpc cache directory.\n"
                "  --cache-dir DIR  the cache directory (default: $KPC_CACHE_DIR, else\n"
                "                   $XDG_CACHE_HOME/kpc, else ~/.cache/kpc)\n"
-               "  --force          remove it even while processes are attached\n"
+               "  --force          remove it even while processes are attached, without\n"
+               "                   reading it or taking its locks\n"
                "  -h, --help       this text\n"
                "Exit: 0 removed (or none existed), 1 refused or failed, 2 bad usage.\n");
+}
+
+static void print_temp(const char *name, void *arg)
+{
+    (void)arg;
+    printf("removed stale temporary segment %s (its creator died)\n", name);
 }
 
 static void print_proc(pid_t pid, void *arg)
@@ -77,16 +87,23 @@ int main(int argc, char **argv)
     }
     char name[96];
     kpc_root_segment_name(root, name, sizeof name);
+    kpc_index_sweep_temps(root, print_temp, NULL);
     kpc_index *ix;
-    kpc_status s = kpc_index_open_existing(root, &ix);
+    kpc_status s = force ? KPC_E_CORRUPT : kpc_index_open_existing(root, &ix);
     if (s == KPC_E_NOT_FOUND) {
         printf("no host index for %s (%s)\n", root, name);
         return 0;
     }
     if (s == KPC_OK) {
         size_t live = 0;
-        kpc_index_live_procs(ix, NULL, NULL, &live);
-        if (live > 0 && !force) {
+        if (kpc_index_live_procs(ix, NULL, NULL, &live) != KPC_OK) {
+            fprintf(stderr, "kpc-shm-reset: the host index %s of %s does not answer (a lock is "
+                    "damaged, or held by a stopped process): refusing; use --force to remove it\n",
+                    name, root);
+            kpc_index_close(ix);
+            return 1;
+        }
+        if (live > 0) {
             fprintf(stderr, "kpc-shm-reset: %zu live process(es) use the host index %s of %s:\n",
                     live, name, root);
             kpc_index_live_procs(ix, print_proc, NULL, &live);
@@ -95,10 +112,14 @@ int main(int argc, char **argv)
             return 1;
         }
         kpc_index_close(ix);
-    } else {
+    } else if (!force) {
         fprintf(stderr, "kpc-shm-reset: the host index %s is damaged or foreign: removing it\n", name);
     }
     s = kpc_index_unlink(root);
+    if (s == KPC_E_NOT_FOUND) {
+        printf("no host index for %s (%s)\n", root, name);
+        return 0;
+    }
     if (s != KPC_OK && s != KPC_E_NOT_FOUND) {
         fprintf(stderr, "kpc-shm-reset: could not remove %s\n", name);
         return 1;
