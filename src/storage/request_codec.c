@@ -48,7 +48,7 @@ typedef struct wbuf {
 
 static void put(wbuf *w, const void *data, size_t n)
 {
-    if (w->failed)
+    if (w->failed || n == 0) /* n == 0: data may be NULL (an absent name) */
         return;
     if (w->len + n > w->cap) {
         size_t cap = w->cap ? w->cap : 256;

@@ -221,7 +221,8 @@ static void group_items(job *j)
         free(sig);
         it->group = g; /* g == ngroups only when out of memory: the empty environment */
     }
-    qsort(j->items, j->n, sizeof *j->items, by_group);
+    if (j->n > 1)
+        qsort(j->items, j->n, sizeof *j->items, by_group);
 }
 
 /* ---- workers ------------------------------------------------------------------------ */
