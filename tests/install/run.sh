@@ -24,4 +24,16 @@ cc -Wall -Werror "$src/tests/install/consumer.c" $(pkg-config --cflags --libs kp
 LD_LIBRARY_PATH=$libdir "$tmp/consumer-pc" "$target"
 # the second consumer found the first one's object on disk: the installed tool sees it
 "$tmp/prefix/bin/kpc" ls --cache-dir "$tmp/cache" | grep -q consumer.hip
+# the drop-ins (src/dropin): installed, found by CMake (kpc::hiprtc / kpc::nvrtc) and by
+# pkg-config (kpc-hiprtc / kpc-nvrtc); the NVRTC shims in lib/kpc/nvrtc
+ls "$libdir"/libkpc-nvrtc.so.1 "$libdir"/kpc/nvrtc/libnvrtc.so.13 "$libdir"/kpc/nvrtc/libnvrtc.so.12 >/dev/null
+dropins=nvrtc
+[ -f "$libdir/libkpc-hiprtc.so.1" ] && dropins="hiprtc nvrtc"
+for d in $dropins; do
+  pkg-config --libs "kpc-$d" | grep -q -- "-lkpc-$d"
+  cmake -S "$src/tests/install/dropin" -B "$tmp/dropin-$d" -DCMAKE_PREFIX_PATH="$tmp/prefix" -DDROPIN=$d >/dev/null
+  cmake --build "$tmp/dropin-$d" >/dev/null
+  readelf -d "$tmp/dropin-$d/dropin_consumer" | grep -q "libkpc-$d.so.1"
+  LD_LIBRARY_PATH=$libdir "$tmp/dropin-$d/dropin_consumer"
+done
 echo "install: CMake and pkg-config consumers passed"

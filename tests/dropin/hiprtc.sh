@@ -1,0 +1,116 @@
+#!/usr/bin/env bash
+# hiprtc.sh - libkpc-hiprtc against the real hipRTC (ROCm 5.2, gfx90a, real compiles, no
+# GPU), through tests/dropin/hiprtc_app.c, a program that knows nothing of kpc:
+#   1. the real hipRTC alone (the reference), then LD_PRELOAD twice, each in a new
+#      process: the first builds each source once, the second compiles nothing; code
+#      bytes, lowered names, statuses equal the reference's;
+#   2. the same program linked with -lkpc-hiprtc: a cold and a warm run;
+#   3. a compile error: the real status and log (comgr's temp dir aside), cold and warm;
+#   4. -I and an option kpc does not know are forwarded: identical results, no kpc build;
+#   5. no target option and no GPU: the real hipRTC's answer; odd calls: the same statuses;
+#   6. 16 processes at once on an empty cache: one build per source in all;
+#   7. KPC_DISABLE=1: pure pass-through, nothing built;
+#   8. the link API goes to the real library untouched (a fake hipRTC with a link API,
+#      named by KPC_REAL_HIPRTC: 5.2 has none).
+# usage: hiprtc.sh BUILD_DIR APP APP_LINKED FAKE_HIPRTC
+set -euo pipefail
+build=$1 app=$2 app_linked=$3 fake=$4
+lib=$build/libkpc-hiprtc.so
+. "$(dirname "$0")/common.sh"
+# run NAME MODE [env...]: the app in MODE, output in $tmp/NAME, its stats line in $tmp/NAME.stats
+run() {
+  local name=$1 mode=$2; shift 2
+  mkdir -p "$tmp/$name"
+  env KPC_DROPIN_STATS="$tmp/$name.stats" "$@" "$mode" "$tmp/$name" 2>"$tmp/$name.err" ||
+    { local rc=$?; cat "$tmp/$name.err" >&2; fail "$name exited $rc"; }
+}
+norm_log() { sed -E 's#/tmp/comgr-[0-9a-zA-Z]+#/tmp/comgr-X#g' "$1"; }
+
+echo "== 1. LD_PRELOAD: cold, then warm, against the real hipRTC"
+newcache preload
+run real good "$app"
+grep -q "lowered ns::fill<7> 0 _ZN2ns4fillILi7EEEvPi" "$tmp/real/report" || fail "reference has no lowered name"
+ls "$tmp/real"/*.co >/dev/null
+run p1 good env LD_PRELOAD="$preload" "$app"
+run p2 good env LD_PRELOAD="$preload" "$app"
+same real p1
+same real p2
+expect p1 compiles 3; expect p1 kpc 3; expect p1 builds 3; expect p1 forwarded 0
+expect p2 compiles 3; expect p2 kpc 3; expect p2 builds 0; expect p2 disk_hits 3
+expect p2 forwarded 0; expect p2 materialized 0
+echo "preload: cold $(cat "$tmp/p1.stats")"
+echo "preload: warm $(cat "$tmp/p2.stats")"
+
+echo "== 2. linked with -lkpc-hiprtc"
+readelf -d "$app_linked" | grep -q 'libkpc-hiprtc' || fail "the linked app does not need libkpc-hiprtc"
+newcache linked
+run l1 good "$app_linked"
+run l2 good "$app_linked"
+same real l1
+same real l2
+expect l1 builds 3; expect l2 builds 0; expect l2 forwarded 0
+
+echo "== 3. a compile error: the real status and log"
+newcache error
+run real_err error "$app"
+run e1 error env LD_PRELOAD="$preload" "$app"
+run e2 error env LD_PRELOAD="$preload" "$app"
+grep -q "0 compile 6 " "$tmp/real_err/report" || fail "the broken source compiled"
+grep -q undeclared_thing "$tmp/real_err/0.log" || fail "the real log lacks the error"
+same real_err e1
+same real_err e2
+for e in e1 e2; do
+  cmp <(norm_log "$tmp/real_err/0.log") <(norm_log "$tmp/$e/0.log") || fail "$e: log differs"
+done
+expect e1 build_failures 1; expect e2 builds 0; expect e2 build_failures 0; expect e2 forwarded 0
+
+echo "== 4. -I and an unknown option are forwarded"
+newcache forward
+run real_fw forward "$app"
+run f1 forward env LD_PRELOAD="$preload" "$app"
+same real_fw f1
+expect f1 forwarded 2; expect f1 builds 0
+grep -q "0 compile 0 " "$tmp/real_fw/report" || fail "the -I compile failed"
+
+echo "== 5. no target option without a GPU; odd calls"
+newcache edge
+run real_ng nogpu "$app"
+run n1 nogpu env LD_PRELOAD="$preload" "$app"
+same real_ng n1
+expect n1 builds 0; expect n1 forwarded 1
+run real_edge edge "$app"
+run d1 edge env LD_PRELOAD="$preload" "$app"
+run d2 edge env LD_PRELOAD="$preload" "$app"
+same real_edge d1
+same real_edge d2
+expect d2 builds 0
+
+echo "== 6. 16 processes at once, one build per source"
+newcache storm
+run real_storm storm "$app"
+for i in $(seq 1 16); do
+  (run "s$i" storm env LD_PRELOAD="$preload" "$app") &
+done
+wait
+builds=0
+for i in $(seq 1 16); do
+  same real_storm "s$i"
+  builds=$((builds + $(stat_of "s$i" builds)))
+done
+[ "$builds" = 4 ] || fail "16 processes built $builds times, expected 4"
+"$build/kpc" stats --cache-dir "$KPC_CACHE_DIR" | grep -E '^builds +4$' >/dev/null || fail "host index: $("$build/kpc" stats --cache-dir "$KPC_CACHE_DIR")"
+echo "storm: 16 processes, 4 sources: $builds builds"
+
+echo "== 7. KPC_DISABLE=1: pass-through"
+newcache disabled
+run x1 good env KPC_DISABLE=1 LD_PRELOAD="$preload" "$app"
+same real x1
+[ ! -s "$tmp/x1.stats" ] || expect x1 builds 0
+[ ! -d "$KPC_CACHE_DIR/v1" ] || [ -z "$(find "$KPC_CACHE_DIR" -name '*.co' 2>/dev/null)" ] || fail "KPC_DISABLE=1 cached"
+
+echo "== 8. the link API, forwarded untouched"
+run real_link link env LD_PRELOAD="${san:+$san:}$fake" "$app"
+grep -q "link complete 0" "$tmp/real_link/report" || fail "the fake link API failed: $(cat "$tmp/real_link/report")"
+run k1 link env KPC_REAL_HIPRTC="$fake" LD_PRELOAD="$preload" "$app"
+same real_link k1
+echo "dropin hiprtc: passed"
