@@ -12,7 +12,7 @@
 #   scripts/bench.sh                    the full run (7 to 15 min on 2 cores)
 #   scripts/bench.sh --quick            fewer repeats and smaller sizes: a smoke test; it
 #                                       prints the table but leaves docs/ alone
-#   scripts/bench.sh --only storm,disk  some of: hit xproc storm index disk ccache
+#   scripts/bench.sh --only storm,disk  some of: hit xproc storm index disk ccache cluster
 #   scripts/bench.sh --no-docs          do not touch docs/benchmarks.md
 #   scripts/bench.sh --render DIR       no run: render DIR/rows.tsv (with DIR/machine.txt,
 #                                       DIR/command.txt, DIR/section.txt), e.g. what
@@ -24,12 +24,15 @@
 #   bench_xproc                    2  cross-process warm hit vs the real compile
 #   bench_storm --procs 2,8,32,64  3  cold storm, K = 16: kpc (3 runs each), no-shm and
 #                                     KPC_DISABLE (1 run each)
-#     --batch-procs 2,8,32         8  the same-order storm, one kpc_program_get at a time
+#     --batch-procs 2,8,32         9  the same-order storm, one kpc_program_get at a time
 #                                     against kpc_program_get_many (3 runs each)
 #   bench_index                    4  index lookup / claim / eviction at 1k, 64k, 1M
 #   bench_disk --files 100000      5  kpc ls / verify / prune over 100k files, on /tmp
 #                                     (the disk) and on /dev/shm (tmpfs: no device cost)
 #   bench_ccache                   6  ccache + hipcc against kpc compile, cold and warm
+#   bench_cluster                  8  the cluster tier: 4 hosts x 8 processes x 8 sources
+#                                     with and without Redis; the remote warm hit beside
+#                                     the disk hit and the compile (root: simulated hosts)
 set -euo pipefail
 cd "$(dirname "$0")/.."
 root=$PWD
@@ -211,6 +214,7 @@ if ((quick)); then
   want index && step index "$bin/bench_index" --sizes 1000,64000 --rounds 5
   want disk && step disk "$bin/bench_disk" --files 10000 --runs 1
   want ccache && step ccache "$bin/bench_ccache" --files 1 --runs 2
+  want cluster && [ -x "$bin/bench_cluster" ] && step cluster "$bin/bench_cluster" --hosts 2 --procs 4 --k 4 --runs 5
 else
   want hit && step hit "$bin/bench_hit"
   want xproc && step xproc "$bin/bench_xproc"
@@ -222,6 +226,7 @@ else
     [ -d /dev/shm ] && KPC_BENCH_TMP=/dev/shm step disk-tmpfs "$bin/bench_disk" --files 100000 --tag tmpfs
   fi
   want ccache && step ccache "$bin/bench_ccache"
+  want cluster && [ -x "$bin/bench_cluster" ] && step cluster "$bin/bench_cluster" --hosts 4 --procs 8 --k 8 --runs 15
 fi
 echo "bench: all done in $(($(date +%s) - start)) s; load average now $(cut -d' ' -f1-3 /proc/loadavg)" \
   | tee -a "$log" >&2

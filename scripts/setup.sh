@@ -9,6 +9,7 @@ packages=(
   libbsd-dev libxxhash-dev libcjson-dev libzstd-dev check
   libamdhip64-dev libamd-comgr-dev rocm-device-libs hipcc
   openmpi-bin libopenmpi-dev
+  libhiredis-dev libsodium-dev redis-server util-linux
 )
 missing=()
 for p in "${packages[@]}"; do

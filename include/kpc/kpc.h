@@ -98,6 +98,10 @@ typedef struct kpc_config {
     size_t shm_entries;        /* 0: KPC_SHM_ENTRIES, else 65536 (for a newly created index) */
     unsigned flags;            /* KPC_NO_DISK, KPC_NO_SHM, KPC_NO_SOURCES; KPC_DISABLE=1 sets
                                 * the first two */
+    /* NULL: KPC_REMOTE, else no cluster tier. A Redis shared by the hosts of a cluster,
+     * redis://[[USER]:PASSWORD@]HOST[:PORT][/DB] or redis+unix:///path: a key is then
+     * compiled once per cluster (docs/cluster.md). "" turns it off. */
+    const char *remote;
     size_t build_threads;      /* 0: KPC_BUILD_THREADS, else 1: threads kpc_program_get_many
                                 * compiles with, where the compiler builds in parallel inside a
                                 * process (NVRTC; hipRTC 5.2 does not: 1 is used there) */
@@ -122,6 +126,13 @@ typedef struct kpc_stats {
      * longer than KPC_BUILD_WAIT_MAX_MS (a stopped or hung process; default 10 minutes)
      * and built for themselves instead of waiting on */
     uint64_t wait_timeouts;
+    /* the cluster tier, this process (0 where it is off): records fetched (hits), keys
+     * absent that this process took the lease of (misses), builds published under a
+     * lease, waits for another host's
+     * build, leases taken over from a dead holder, Redis errors (each switches the tier
+     * off for a back-off period), and fetched records refused by the checks */
+    uint64_t remote_hits, remote_misses, remote_builds, remote_waits, remote_takeovers,
+        remote_errors, remote_refused;
     /* this process: requests answered by a pack of KPC_PACK_PATH, and pack entries refused
      * as damaged (each then built) */
     uint64_t pack_hits, pack_refused;
@@ -149,7 +160,8 @@ KPC_API const char *kpc_status_str(kpc_status s);
  * Open the cache of this process.
  * @param cfg  NULL or a config whose unset fields (0/NULL) fall back to the environment
  *             (KPC_CACHE_DIR, KPC_DISABLE, KPC_CACHE_MAX_SIZE, KPC_MEM_MAX_PROGRAMS,
- *             KPC_SHM_ENTRIES, KPC_LOG) and then the defaults.
+ *             KPC_SHM_ENTRIES, KPC_LOG, KPC_REMOTE and its KPC_REMOTE_* companions) and
+ *             then the defaults.
  * @param out  receives the cache.
  * @return KPC_OK; KPC_E_INVALID for a NULL out, a bad struct_size or a malformed
  *         environment value (logged with the variable's name); KPC_E_NOMEM.

@@ -6,6 +6,7 @@
 #define _GNU_SOURCE
 #include "core/cache.h"
 #include "base/log.h"
+#include "storage/remote.h"
 
 #include <pthread.h>
 #include <stdlib.h>
@@ -132,5 +133,17 @@ kpc_status kpc_stats_get(kpc_cache *cache, kpc_stats *out)
         }
     if (cache->store)
         kpc_store_usage_estimate(cache->store, &out->disk_bytes, &out->disk_files);
+    kpc_remote *r = kpc_remote_tier_client(kpc_tier_coordinator(&cache->tiers));
+    if (r) {
+        kpc_remote_counters rc;
+        kpc_remote_counters_get(r, &rc);
+        out->remote_hits = rc.hits;
+        out->remote_misses = rc.misses;
+        out->remote_builds = rc.builds;
+        out->remote_waits = rc.waits;
+        out->remote_takeovers = rc.takeovers;
+        out->remote_errors = rc.errors;
+        out->remote_refused = rc.refused;
+    }
     return KPC_OK;
 }

@@ -9,6 +9,7 @@
 #include "storage/tier.h"
 #include "base/log.h"
 #include "storage/pack_tier.h"
+#include "storage/remote.h"
 #include "storage/store.h"
 
 #include <stdatomic.h>
@@ -21,6 +22,7 @@ static const struct {
 } tier_table[] = {
     {"disk", kpc_store_tier_open},
     {"pack", kpc_pack_tier_open}, /* read-only: after the disk, before a compile */
+    {"redis", kpc_remote_tier_open}, /* the cluster tier: last, coordinating */
 };
 
 #ifdef KPC_TEST_HOOKS

@@ -14,6 +14,7 @@
 #include "core/key.h"
 #include "platform/platform.h"
 #include "storage/index.h"
+#include "storage/remote.h"
 #include "storage/store.h"
 #include "tools/tool.h"
 
@@ -401,6 +402,26 @@ static int cmd_compile(int argc, char **argv, common *co)
 }
 
 /* ---- stats -------------------------------------------------------------------------- */
+/* The cluster tier's state ("not built", "off", "ok", "unreachable", "invalid"), its
+ * redacted URL and the cluster-wide counters from Redis. */
+static const char *remote_state(char *url, size_t cap, kpc_remote_counters *rc)
+{
+    const char *remote = getenv("KPC_REMOTE");
+    memset(rc, 0, sizeof *rc);
+    url[0] = '\0';
+    if (!kpc_remote_built())
+        return "not built (no hiredis)";
+    if (remote == NULL || remote[0] == '\0')
+        return "off";
+    kpc_remote *r = NULL;
+    if (kpc_remote_open(remote, &r) != KPC_OK)
+        return "invalid";
+    snprintf(url, cap, "%s", kpc_remote_describe(r));
+    const char *state = kpc_remote_cluster_counters(r, rc) == KPC_OK ? "ok" : "unreachable";
+    kpc_remote_close(r);
+    return state;
+}
+
 static int cmd_stats(int argc, char **argv, common *co)
 {
     (void)argc, (void)argv;
@@ -434,6 +455,9 @@ static int cmd_stats(int argc, char **argv, common *co)
         kpc_store_usage(st, &bytes, &files);
         kpc_store_close(st);
     }
+    char rurl[1600];
+    kpc_remote_counters rcn;
+    const char *rstate = remote_state(rurl, sizeof rurl, &rcn);
     if (co->json) {
         cJSON *o = cJSON_CreateObject();
         cJSON_AddStringToObject(o, "cache_dir", root[0] ? root : set.cache_dir);
@@ -444,9 +468,15 @@ static int cmd_stats(int argc, char **argv, common *co)
             {"build_failures", ic.build_failures}, {"waits", ic.waits}, {"takeovers", ic.takeovers},
             {"evictions", ic.evictions}, {"entries", ic.entries}, {"capacity", ic.capacity},
             {"attached", ic.attached}, {"disk_bytes", bytes}, {"disk_files", files},
-            {"disk_max_bytes", set.disk_max_bytes}, {"wait_timeouts", ic.wait_timeouts}};
+            {"disk_max_bytes", set.disk_max_bytes}, {"wait_timeouts", ic.wait_timeouts},
+            /* the cluster tier: cluster-wide, as the processes that closed it added them */
+            {"remote_hits", rcn.hits}, {"remote_misses", rcn.misses}, {"remote_builds", rcn.builds},
+            {"remote_waits", rcn.waits}, {"remote_takeovers", rcn.takeovers},
+            {"remote_errors", rcn.errors}, {"remote_refused", rcn.refused}};
         for (size_t i = 0; i < sizeof f / sizeof f[0]; i++)
             cJSON_AddNumberToObject(o, f[i].k, (double)f[i].v);
+        cJSON_AddStringToObject(o, "remote", rstate);
+        cJSON_AddStringToObject(o, "remote_url", rurl);
         return print_json(o);
     }
     char hb[16], hm[16];
@@ -464,6 +494,13 @@ static int cmd_stats(int argc, char **argv, common *co)
            (unsigned long long)ic.entries, (unsigned long long)ic.capacity,
            (unsigned long long)ic.attached, hb, (unsigned long long)files, hm,
            (unsigned long long)ic.wait_timeouts);
+    printf("remote         %s%s%s\n", rstate, rurl[0] ? " " : "", rurl);
+    if (strcmp(rstate, "ok") == 0)
+        printf("remote (cluster-wide)\n  hits         %llu\n  misses       %llu\n  builds       %llu\n"
+               "  waits        %llu\n  takeovers    %llu\n  errors       %llu\n  refused      %llu\n",
+               (unsigned long long)rcn.hits, (unsigned long long)rcn.misses, (unsigned long long)rcn.builds,
+               (unsigned long long)rcn.waits, (unsigned long long)rcn.takeovers,
+               (unsigned long long)rcn.errors, (unsigned long long)rcn.refused);
     return EXIT_OK;
 }
 

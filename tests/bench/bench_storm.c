@@ -24,7 +24,7 @@
  * one process that needs a source first, and the wall is bounded by the sum of the
  * compiles, not the ideal.
  *
- * --batch-procs 2,8,32 (figure 8) runs, for each P listed, the same-order storm twice:
+ * --batch-procs 2,8,32 (figure 9) runs, for each P listed, the same-order storm twice:
  * every process getting the K sources one at a time with kpc_program_get (the builds
  * follow one another: bounded by the sum), then with one kpc_program_get_many call
  * (each process builds the next key nobody has claimed, so the builds spread over the
@@ -231,7 +231,7 @@ static double single_compiles(int depth, double *each, double *startup)
     return sum;
 }
 
-/* Figure 8: the same-order storm of P processes one at a time, then with get_many (the
+/* Figure 9: the same-order storm of P processes one at a time, then with get_many (the
  * median of `repeats` runs each), beside the ideal, and get_many against the bound with
  * its builders' start-ups. */
 static void batch_rows(int P, int repeats, double sum, double startup, int spread, unsigned fake_ms,
@@ -269,7 +269,7 @@ static void batch_rows(int P, int repeats, double sum, double startup, int sprea
         free(bps[batch]);
         char id[64], fig[128], v[64], t[32], ratio[32];
         snprintf(id, sizeof id, "storm_same_order_%s%s_p%d", batch ? "get_many" : "one_at_a_time", tag, P);
-        snprintf(fig, sizeof fig, "%s same order P=%d x K=%d, %s%s", fake_ms ? "8f" : "8", P, K,
+        snprintf(fig, sizeof fig, "%s same order P=%d x K=%d, %s%s", fake_ms ? "9f" : "9", P, K,
                  batch ? "kpc_program_get_many" : "one kpc_program_get at a time",
                  repeats > 1 ? "" : ", 1 run");
         bn_fmt_time(t, sizeof t, wall);
@@ -284,7 +284,7 @@ static void batch_rows(int P, int repeats, double sum, double startup, int sprea
     double bound = (sum + many_builders * startup) / n;
     char id[64], fig[128], bv[32], t[32], ratio[32];
     snprintf(id, sizeof id, "storm_same_order_bound%s_p%d", tag, P);
-    snprintf(fig, sizeof fig, "%s same order P=%d: bound with %.0f compiler start-ups", fake_ms ? "8f" : "8", P,
+    snprintf(fig, sizeof fig, "%s same order P=%d: bound with %.0f compiler start-ups", fake_ms ? "9f" : "9", P,
              many_builders);
     bn_fmt_time(bv, sizeof bv, bound);
     bn_fmt_time(t, sizeof t, many_wall);

@@ -1,0 +1,107 @@
+/*
+ * remote_tier.c - the cluster tier on the storage seam (storage/tier.h), over remote.c.
+ *
+ * Coordinating only: it has no read and no write op, so the walk never touches Redis and
+ * no record reaches Redis but through finish under a lease: only the process holding a
+ * key's host claim talks to Redis about it (claim.c calls begin only then). claim.c's
+ * keeper thread renews the lease every lease/3 while the compile blocks the builder.
+ */
+#include "storage/remote.h"
+
+#include <stdlib.h>
+#include <string.h>
+
+typedef struct remote_tier {
+    kpc_tier t; /* first: the seam's view */
+    kpc_remote *r;
+} remote_tier;
+
+static kpc_remote *of(kpc_tier *t) { return ((remote_tier *)t)->r; }
+
+static kpc_status tier_begin(kpc_tier *t, const kpc_key *key, const char *target, kpc_tier_begin *res)
+{
+    memset(res, 0, sizeof *res);
+    kpc_remote_lease *lease = NULL;
+    switch (kpc_remote_begin(of(t), key, target, NULL, &res->rec, &lease, &res->waited)) {
+    case KPC_REMOTE_HIT:
+        res->verdict = KPC_TIER_HIT;
+        return KPC_OK;
+    case KPC_REMOTE_FAILED:
+        res->verdict = KPC_TIER_FAILED;
+        return KPC_OK;
+    case KPC_REMOTE_BUILD:
+        res->verdict = KPC_TIER_BUILD;
+        res->lease = (kpc_tier_lease *)lease;
+        res->renew_ns = kpc_remote_renew_ns(of(t));
+        return KPC_OK;
+    case KPC_REMOTE_OFF:
+        break;
+    }
+    return KPC_E_UNAVAILABLE;
+}
+
+static kpc_status tier_renew(kpc_tier *t, kpc_tier_lease *lease)
+{
+    return kpc_remote_renew(of(t), (kpc_remote_lease *)lease);
+}
+
+static void tier_finish(kpc_tier *t, kpc_tier_lease *tl, enum kpc_tier_outcome how, const kpc_record *rec,
+                        const void *first, const void *second)
+{
+    kpc_remote_lease *lease = (kpc_remote_lease *)tl;
+    size_t payload = rec ? rec->code_size + rec->names_size + rec->request_size : 0;
+    uint8_t *buf = how != KPC_TIER_ABANDON && rec ? malloc(KPC_RECORD_HEADER + payload) : NULL;
+    if (buf == NULL) {
+        kpc_remote_release(of(t), lease);
+        return;
+    }
+    /* the disk record's bytes exactly: header, then the code (or log), the names and the
+     * request section (storage/record.h) */
+    kpc_record_header(buf, rec, first, second);
+    memcpy(buf + KPC_RECORD_HEADER, first, rec->code_size);
+    if (rec->names_size)
+        memcpy(buf + KPC_RECORD_HEADER + rec->code_size, second, rec->names_size);
+    if (rec->request_size)
+        memcpy(buf + KPC_RECORD_HEADER + rec->code_size + rec->names_size, rec->request, rec->request_size);
+    kpc_remote_publish(of(t), lease, &rec->key, rec->kind, buf, KPC_RECORD_HEADER + payload);
+    free(buf);
+}
+
+static void tier_close(kpc_tier *t)
+{
+    kpc_remote_close(of(t));
+    free(t);
+}
+
+static const kpc_tier_ops remote_ops = {
+    .begin = tier_begin,
+    .renew = tier_renew,
+    .finish = tier_finish,
+    .close = tier_close,
+};
+
+kpc_status kpc_remote_tier_open(const kpc_tier_env *env, kpc_tier **out)
+{
+    *out = NULL;
+    const char *url = kpc_remote_url_configured(env->cfg);
+    if (url == NULL)
+        return KPC_E_NOT_FOUND;
+    remote_tier *rt = calloc(1, sizeof *rt);
+    if (rt == NULL)
+        return KPC_E_NOMEM;
+    kpc_status s = kpc_remote_open(url, &rt->r);
+    if (s != KPC_OK) {
+        free(rt);
+        return s;
+    }
+    rt->t.ops = &remote_ops;
+    rt->t.name = "redis";
+    rt->t.flags = KPC_TIER_COORDINATES;
+    *out = &rt->t;
+    return KPC_OK;
+}
+
+kpc_remote *kpc_remote_tier_client(kpc_tier *t)
+{
+    return t && t->ops == &remote_ops ? of(t) : NULL;
+}

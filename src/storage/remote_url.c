@@ -1,0 +1,137 @@
+/*
+ * remote_url.c - the cluster tier's URL (KPC_REMOTE / kpc_config.remote): parsing, the
+ * redacted form that logs and stats show, and which URL a cache is configured with.
+ * Built with or without hiredis. A password never leaves kpc_remote_url.password: no
+ * message here prints a URL as given, only the redacted one.
+ */
+#define _GNU_SOURCE
+#include "storage/remote.h"
+#include "base/log.h"
+
+#include <errno.h>
+#include <stddef.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#define REDIS_PORT 6379
+
+static bool parse_int(const char *s, size_t n, long lo, long hi, int *out)
+{
+    char buf[16];
+    if (n == 0 || n >= sizeof buf)
+        return false;
+    memcpy(buf, s, n);
+    buf[n] = '\0';
+    char *end;
+    errno = 0;
+    long v = strtol(buf, &end, 10);
+    if (errno != 0 || *end != '\0' || v < lo || v > hi || buf[0] == '-' || buf[0] == '+')
+        return false;
+    *out = (int)v;
+    return true;
+}
+
+static bool copy_part(char *dst, size_t cap, const char *s, size_t n)
+{
+    if (n >= cap)
+        return false;
+    memcpy(dst, s, n);
+    dst[n] = '\0';
+    return true;
+}
+
+kpc_status kpc_remote_url_parse(const char *url, kpc_remote_url *u)
+{
+    memset(u, 0, sizeof *u);
+    u->port = REDIS_PORT;
+    const char *why = NULL;
+    if (url == NULL)
+        why = "no URL";
+    else if (strncmp(url, "redis+unix://", 13) == 0) {
+        const char *p = url + 13;
+        const char *q = strchr(p, '?');
+        size_t n = q ? (size_t)(q - p) : strlen(p);
+        if (n == 0 || p[0] != '/' || !copy_part(u->unix_path, sizeof u->unix_path, p, n))
+            why = "redis+unix:// needs an absolute socket path";
+        else if (q && (strncmp(q, "?db=", 4) != 0 || !parse_int(q + 4, strlen(q + 4), 0, 65535, &u->db)))
+            why = "the only query redis+unix:// takes is ?db=N";
+    } else if (strncmp(url, "redis://", 8) == 0) {
+        const char *p = url + 8;
+        const char *slash = strchr(p, '/');
+        const char *end = slash ? slash : p + strlen(p);
+        const char *at = memrchr(p, '@', (size_t)(end - p));
+        if (at) { /* [USER]:PASSWORD@ */
+            const char *colon = memchr(p, ':', (size_t)(at - p));
+            if (colon == NULL)
+                why = "the part before @ must be [USER]:PASSWORD";
+            else if (!copy_part(u->user, sizeof u->user, p, (size_t)(colon - p)) ||
+                     !copy_part(u->password, sizeof u->password, colon + 1, (size_t)(at - colon - 1)))
+                why = "user or password too long";
+            else if (u->password[0] == '\0')
+                why = "empty password";
+            p = at + 1;
+        }
+        const char *hend = end;
+        if (why == NULL && p < end && p[0] == '[') { /* [IPv6]:port */
+            const char *rb = memchr(p, ']', (size_t)(end - p));
+            if (rb == NULL)
+                why = "unterminated [IPv6 address]";
+            else {
+                if (!copy_part(u->host, sizeof u->host, p + 1, (size_t)(rb - p - 1)))
+                    why = "host too long";
+                hend = rb + 1;
+                if (why == NULL && hend < end && (*hend != ':' || !parse_int(hend + 1, (size_t)(end - hend - 1), 1, 65535, &u->port)))
+                    why = "bad port";
+            }
+        } else if (why == NULL) {
+            const char *colon = memchr(p, ':', (size_t)(end - p));
+            if (colon) {
+                hend = colon;
+                if (!parse_int(colon + 1, (size_t)(end - colon - 1), 1, 65535, &u->port))
+                    why = "bad port";
+            }
+            if (why == NULL && !copy_part(u->host, sizeof u->host, p, (size_t)(hend - p)))
+                why = "host too long";
+        }
+        if (why == NULL && u->host[0] == '\0')
+            why = "no host";
+        if (why == NULL && slash && slash[1] != '\0' && !parse_int(slash + 1, strlen(slash + 1), 0, 65535, &u->db))
+            why = "the path must be a database number";
+    } else
+        why = "not a redis:// or redis+unix:// URL";
+    if (why != NULL) {
+        kpc_remote_url safe = *u;
+        char shown[1600] = "";
+        if (url && strncmp(url, "redis", 5) == 0 && u->host[0])
+            kpc_remote_url_redacted(&safe, shown, sizeof shown);
+        /* never the URL itself: it may hold a password */
+        KPC_LOG(KPC_LOG_ERROR, "KPC_REMOTE: %s%s%s (expected redis://[[USER]:PASSWORD@]HOST[:PORT][/DB] "
+                "or redis+unix:///path)", why, shown[0] ? " in " : "", shown);
+        memset(u->password, 0, sizeof u->password);
+        return KPC_E_INVALID;
+    }
+    return KPC_OK;
+}
+
+void kpc_remote_url_redacted(const kpc_remote_url *u, char *out, size_t cap)
+{
+    if (u->unix_path[0]) {
+        snprintf(out, cap, "redis+unix://%s?db=%d", u->unix_path, u->db);
+        return;
+    }
+    const char *v6 = strchr(u->host, ':') ? "[" : "";
+    snprintf(out, cap, "redis://%s%s%s%s%s:%d/%d", u->user, u->password[0] ? ":***@" : "", v6, u->host,
+             v6[0] ? "]" : "", u->port, u->db);
+}
+
+
+const char *kpc_remote_url_configured(const kpc_config *cfg)
+{
+    const char *url = cfg != NULL && cfg->struct_size >= offsetof(kpc_config, remote) + sizeof cfg->remote &&
+                              cfg->remote != NULL
+                          ? cfg->remote
+                          : getenv("KPC_REMOTE");
+    return url != NULL && url[0] != '\0' ? url : NULL;
+}
+

@@ -1,0 +1,45 @@
+# The cluster tier (src/storage/remote.c): test_remote.c against a redis-server it starts
+# itself, with simulated hosts (mount namespaces; root). Built only where the tier is
+# built (hiredis and libsodium) and redis-server is installed (scripts/setup.sh installs
+# both). Label "remote"; serial, since it starts many processes that compile.
+find_program(KPC_REDIS_SERVER redis-server)
+if(NOT KPC_REMOTE_DEFINE OR NOT KPC_REDIS_SERVER)
+  message(STATUS "kpc: no cluster tier or no redis-server: test_remote is not built")
+  return()
+endif()
+kpc_check_test(test_remote LABELS remote TIMEOUT 600 SOURCES cluster_support.c)
+target_link_libraries(test_remote PRIVATE PkgConfig::HIREDIS)
+set_tests_properties(test_remote PROPERTIES RUN_SERIAL TRUE)
+# the unit case again, labelled "threads" (a lease's renewal thread, the waiters) so that
+# CI runs it under TSan too
+get_test_property(test_remote ENVIRONMENT KPC_REMOTE_TEST_ENV)
+add_test(NAME test_remote_unit COMMAND test_remote)
+set_tests_properties(test_remote_unit PROPERTIES TIMEOUT 120 LABELS "remote;threads"
+  ENVIRONMENT "${KPC_REMOTE_TEST_ENV};CK_RUN_CASE=unit")
+
+# The same storm launched by mpirun (tests/mpi_cluster.sh): H=4 hosts x P=8 ranks x K=8
+# real hipRTC sources. The ranks of different hosts are in
+# different mount namespaces, so Open MPI talks over TCP, not /dev/shm. Open MPI flags
+# and environment as tests/cmake/mpi.cmake sets them.
+find_package(MPI COMPONENTS C QUIET)
+if(MPI_C_FOUND AND MPIEXEC_EXECUTABLE)
+  add_executable(mpi_cluster mpi_cluster.c)
+  target_link_libraries(mpi_cluster PRIVATE kpc_test_support MPI::MPI_C)
+  set(_kpc_cl_flags "")
+  set(_kpc_cl_env "")
+  execute_process(COMMAND ${MPIEXEC_EXECUTABLE} --version OUTPUT_VARIABLE _kpc_cl_v ERROR_VARIABLE _kpc_cl_v)
+  if(_kpc_cl_v MATCHES "Open MPI|OpenRTE")
+    set(_kpc_cl_flags --oversubscribe --allow-run-as-root)
+    set(_kpc_cl_env "OMPI_ALLOW_RUN_AS_ROOT=1;OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1"
+      "OMPI_MCA_btl=self,tcp;OMPI_MCA_btl_tcp_if_include=lo;OMPI_MCA_oob_tcp_if_include=lo"
+      "OMPI_MCA_pml=ob1;OMPI_MCA_plm_rsh_agent=false;OMPI_MCA_rmaps_base_oversubscribe=1")
+  endif()
+  if(KPC_SANITIZE MATCHES "address")
+    list(APPEND _kpc_cl_env "ASAN_OPTIONS=detect_leaks=0:abort_on_error=1:use_sigaltstack=0")
+  endif()
+  add_test(NAME mpi_cluster
+    COMMAND sh ${CMAKE_CURRENT_SOURCE_DIR}/mpi_cluster.sh 4 8 8 real
+            ${MPIEXEC_EXECUTABLE} ${_kpc_cl_flags} ${MPIEXEC_PREFLAGS})
+  set_tests_properties(mpi_cluster PROPERTIES LABELS "remote;mpi" TIMEOUT 300 RUN_SERIAL TRUE
+    ENVIRONMENT "KPC_MPI_CLUSTER=$<TARGET_FILE:mpi_cluster>;${_kpc_cl_env}")
+endif()

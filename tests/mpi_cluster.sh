@@ -1,0 +1,42 @@
+#!/bin/sh
+# mpi_cluster.sh H P K MODE MPIEXEC [MPI FLAGS...] -- the cluster storm through mpirun:
+# a redis-server on a Unix socket (no port to pick, no persistence), H simulated hosts
+# (a holder process each, in its own mount namespace with a tmpfs on /dev/shm), then
+# H x P ranks of mpi_cluster, each entering its host's namespace through mpi_host.sh.
+# Everything it started is stopped and removed on exit, also on failure. Needs root.
+set -eu
+hosts=$1 procs=$2 k=$3 mode=$4
+shift 4
+here=$(cd "$(dirname "$0")" && pwd)
+prog=${KPC_MPI_CLUSTER:?KPC_MPI_CLUSTER names the mpi_cluster binary}
+if [ "$(id -u)" -ne 0 ] || ! unshare -m true 2>/dev/null; then
+  echo "mpi_cluster: skipped: simulated hosts need root and unshare"; exit 0
+fi
+dir=$(mktemp -d /tmp/kpc-mpi-cluster-XXXXXX)
+pids=""
+cleanup() {
+  for p in $pids; do kill -9 "$p" 2>/dev/null || true; done
+  for p in $pids; do wait "$p" 2>/dev/null || true; done
+  rm -rf "$dir"
+}
+trap cleanup EXIT INT TERM
+redis-server --port 0 --unixsocket "$dir/redis.sock" --unixsocketperm 700 --save '' \
+  --appendonly no --dir "$dir" --daemonize no >"$dir/redis.log" 2>&1 &
+pids="$pids $!"
+h=0
+while [ "$h" -lt "$hosts" ]; do
+  unshare -m --propagation private sh -c 'mount -t tmpfs -o mode=1777,size=64m tmpfs /dev/shm && exec sleep 3600' &
+  echo $! >"$dir/host$h.pid"
+  pids="$pids $!"
+  h=$((h + 1))
+done
+i=0
+until redis-cli -s "$dir/redis.sock" ping >/dev/null 2>&1; do
+  i=$((i + 1)); [ "$i" -lt 200 ] || { echo "redis-server did not start"; cat "$dir/redis.log"; exit 1; }
+  sleep 0.05
+done
+sleep 0.2 # the holders have mounted their /dev/shm
+mpiexec=$1
+shift
+KPC_REMOTE="redis+unix://$dir/redis.sock" KPC_DISABLE=0 \
+  "$mpiexec" -n $((hosts * procs)) "$@" sh "$here/mpi_host.sh" "$dir" "$procs" "$prog" "$k" "$mode"
