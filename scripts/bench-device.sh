@@ -79,7 +79,7 @@ else
 fi
 echo "bench-device: platform $platform; $(nproc) cores; $(grep -m1 '^model name' /proc/cpuinfo)"
 build=build-device
-cmake -S . -B "$build" -DCMAKE_BUILD_TYPE=Release -DKPC_BUILD_TESTS=OFF -DKPC_BUILD_BENCH=ON \
+cmake -S . -B "$build" -DCMAKE_BUILD_TYPE=Release -DKPC_BUILD_TESTS=OFF -DKPC_BUILD_BENCH=ON -DKPC_BUILD_MAN=OFF \
   -DKPC_PLATFORM="$platform" "${cmake_extra[@]}" >/dev/null
 cmake --build "$build" -j"$(nproc)" >/dev/null
 bin=$root/$build/bench

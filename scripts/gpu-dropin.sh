@@ -42,7 +42,7 @@ step "build dependencies"
 . scripts/gpu-deps.sh
 
 step "build the drop-ins ($build, KPC_PLATFORM=nvidia)"
-check configure cmake -S . -B "$build" -DKPC_PLATFORM=nvidia -DCMAKE_BUILD_TYPE=RelWithDebInfo \
+check configure cmake -S . -B "$build" -DKPC_PLATFORM=nvidia -DCMAKE_BUILD_TYPE=RelWithDebInfo -DKPC_BUILD_MAN=OFF \
   -DKPC_BUILD_BENCH=OFF -DKPC_WERROR=OFF >/dev/null
 check build bash -c "cmake --build '$build' -j$jobs --target kpc_nvrtc kpc_nvrtc_shim13 kpc_nvrtc_shim12 \
   kpc_tool kpc-shm-reset nvrtc_app nvrtc_app_dl nvrtc_app_kpc fake_nvrtc 2>&1 | tee '$out/build.log' | grep -E 'warning|error'; exit \${PIPESTATUS[0]}"

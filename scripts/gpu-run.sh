@@ -44,7 +44,7 @@ step "build dependencies (a module the system lacks comes from $debs)"
 . "$(dirname "$0")/gpu-deps.sh"
 
 step "configure and build $build (KPC_PLATFORM=nvidia; warnings counted, not fatal: another compiler)"
-check configure cmake -S . -B "$build" -DKPC_PLATFORM=nvidia -DCMAKE_BUILD_TYPE=RelWithDebInfo \
+check configure cmake -S . -B "$build" -DKPC_PLATFORM=nvidia -DCMAKE_BUILD_TYPE=RelWithDebInfo -DKPC_BUILD_MAN=OFF \
   -DKPC_BUILD_BENCH=OFF -DKPC_WERROR=OFF
 check build bash -c "cmake --build '$build' -j$jobs 2>&1 | tee '$out/build.log' | grep -E 'warning|error' ; exit \${PIPESTATUS[0]}"
 echo "compiler warnings: $(grep -c 'warning:' "$out/build.log" 2>/dev/null)"

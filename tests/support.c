@@ -4,6 +4,7 @@
 #define _GNU_SOURCE
 #include "support.h"
 
+#include <dirent.h>
 #include <errno.h>
 #include <fcntl.h>
 #include <ftw.h>
@@ -34,9 +35,22 @@ void ts_rm_rf(const char *path)
 
 char *ts_tmpdir(void)
 {
-    char tmpl[] = "/tmp/kpc-test-XXXXXX";
+    /* under $TMPDIR when set (scripts/test.sh gives each run its own and checks it is
+     * empty afterwards) */
+    /* the TMPDIR the process started with: a second temp dir of one process must not
+     * land inside the first (set below, and removed by ts_cleanup) */
+    static char base[400];
+    if (base[0] == '\0') {
+        const char *env = getenv("TMPDIR");
+        snprintf(base, sizeof base, "%s", env && env[0] && strlen(env) < sizeof base ? env : "/tmp");
+    }
+    char tmpl[512];
+    snprintf(tmpl, sizeof tmpl, "%s/kpc-test-XXXXXX", base);
     char *d = mkdtemp(tmpl);
     ck_assert_ptr_nonnull(d);
+    /* the compiler's own temporary files (comgr-XXXXXX) of this test and its children go
+     * inside it too: a test that kills a compiling process would leave them in /tmp */
+    setenv("TMPDIR", d, 1);
     char *out = malloc(strlen(d) + 7);
     sprintf(out, "%s/cache", d);
     return out;
@@ -328,6 +342,29 @@ void ts_record_path(const char *dir, const char *target, const kpc_key *key, con
     kpc_key_hex(key, hex);
     int n = snprintf(out, cap, "%s/v1/%s/%.2s/%s.%s", root, target, hex, hex, ext);
     ck_assert(n > 0 && (size_t)n < cap);
+}
+
+int ts_count_entries(const char *path)
+{
+    DIR *dd = opendir(path);
+    if (dd == NULL)
+        return -1;
+    int n = 0;
+    struct dirent *e;
+    while ((e = readdir(dd)) != NULL)
+        n += strcmp(e->d_name, ".") != 0 && strcmp(e->d_name, "..") != 0;
+    closedir(dd);
+    return n;
+}
+
+int ts_tmp_entries(const char *d)
+{
+    char root[4096], path[4200];
+    if (realpath(d, root) == NULL)
+        return 0;
+    snprintf(path, sizeof path, "%s/v1/tmp", root);
+    int n = ts_count_entries(path);
+    return n < 0 ? 0 : n;
 }
 
 void *ts_read_file(const char *path, size_t *size)

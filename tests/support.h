@@ -79,6 +79,10 @@ void ts_key(const kpc_context *ctx, const kpc_source *src, kpc_key *out);
 /* The path of a record under cache dir `dir` (realpath'ed): v1/<target>/<2 hex>/<hex>.<ext>. */
 void ts_record_path(const char *dir, const char *target, const kpc_key *key, const char *ext,
                     char *out, size_t cap);
+/* Entries of a directory but . and .. (-1 if it cannot be read); of <realpath of
+ * dir>/v1/tmp (staging), 0 when there is no such directory. */
+int ts_count_entries(const char *path);
+int ts_tmp_entries(const char *dir);
 /* Whole-file helpers: read (malloc'd, NULL if absent) and write-over (fails the test). */
 void *ts_read_file(const char *path, size_t *size);
 void ts_write_file(const char *path, const void *data, size_t size);

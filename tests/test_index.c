@@ -75,6 +75,9 @@ static void case_setup(void)
 {
     snprintf(base, sizeof base, "/tmp/kpc-index-XXXXXX");
     ck_assert_ptr_nonnull(mkdtemp(base));
+    /* the compiler's temporary files (comgr-XXXXXX) of a child killed while it compiles
+     * stay inside the scratch root, which the teardown removes */
+    setenv("TMPDIR", base, 1);
 }
 
 static void case_teardown(void)

@@ -94,24 +94,6 @@ static bool is_absent(const char *path)
     return lstat(path, &sb) != 0 && errno == ENOENT;
 }
 
-/* Number of entries in dir/v1/tmp (staging): must be 0 after any failed write. */
-static int tmp_entries(const char *d)
-{
-    char root[4096], path[4200];
-    ck_assert_ptr_nonnull(realpath(d, root));
-    snprintf(path, sizeof path, "%s/v1/tmp", root);
-    DIR *dd = opendir(path);
-    if (dd == NULL)
-        return 0;
-    int n = 0;
-    struct dirent *e;
-    while ((e = readdir(dd)) != NULL)
-        if (strcmp(e->d_name, ".") != 0 && strcmp(e->d_name, "..") != 0)
-            n++;
-    closedir(dd);
-    return n;
-}
-
 /* The record at key must be a valid regular file holding exactly code. */
 static void assert_record_valid(const char *d, const kpc_key *key, const void *code, size_t size)
 {
@@ -552,7 +534,7 @@ static void get_under_fault(kpc_context *ctx, int src_index, const fault_plan *f
     ck_assert_msg(strstr(log, level) != NULL, "fault %d/%u: not logged at level \"%s\":\n%s", f->call,
                   f->skip, level, log);
     ck_assert_msg(is_absent(path), "fault %d/%u: %s exists", f->call, f->skip, path);
-    ck_assert_int_eq(tmp_entries(dir), 0);
+    ck_assert_int_eq(ts_tmp_entries(dir), 0);
     free(log);
 }
 
@@ -681,6 +663,12 @@ static void unmount_tmpfs(char *mnt)
     if (realpath(dir, root))
         kpc_index_unlink(root); /* ts_cleanup cannot find it once the mount is gone */
     ck_assert_int_eq(umount2(mnt, MNT_DETACH), 0);
+    /* dir named mnt/cache: name the mkdtemp dir's cache again, so that ts_cleanup removes
+     * that dir (mnt in it), not just mnt */
+    free(dir);
+    size_t n = strlen(mnt) + 8;
+    dir = malloc(n);
+    snprintf(dir, n, "%.*s/cache", (int)(strrchr(mnt, '/') - mnt), mnt);
     free(mnt);
 }
 
@@ -729,7 +717,7 @@ START_TEST(enospc_on_a_full_tmpfs)
                   "no error logged for the full disk:\n%s", log);
     free(log);
     ck_assert(is_absent(bpath));
-    ck_assert_int_eq(tmp_entries(dir), 0);
+    ck_assert_int_eq(ts_tmp_entries(dir), 0);
     /* the full disk still serves what it holds */
     size_t size;
     void *code = ts_get_code(ctx, &a, &size);
@@ -781,7 +769,7 @@ static void check_read_only_cache(const cached_obj *o, const char *says)
     ck_assert_msg(strstr(log, says) != NULL, "the log does not say \"%s\":\n%s", says, log);
     free(log);
     ck_assert(is_absent(bpath));
-    ck_assert_int_eq(tmp_entries(dir), 0);
+    ck_assert_int_eq(ts_tmp_entries(dir), 0);
     kpc_context_destroy(ctx);
     kpc_cache_close(c);
 }
@@ -853,13 +841,8 @@ static void expect_refused(const char *d, const char *says)
 
 static int count_entries(const char *d)
 {
-    DIR *dd = opendir(d);
-    ck_assert_ptr_nonnull(dd);
-    int n = 0;
-    struct dirent *e;
-    while ((e = readdir(dd)) != NULL)
-        n += strcmp(e->d_name, ".") != 0 && strcmp(e->d_name, "..") != 0;
-    closedir(dd);
+    int n = ts_count_entries(d);
+    ck_assert_int_ge(n, 0);
     return n;
 }
 
@@ -1240,7 +1223,7 @@ START_TEST(pruning_while_reading_never_tears)
     ck_assert_uint_gt(r->reads_missed, 0);
     ck_assert_uint_gt(r->gets_ok, RACE_N);
     ck_assert_uint_gt(ts_fake_compiles(), builds_before);
-    ck_assert_int_eq(tmp_entries(dir), 0);
+    ck_assert_int_eq(ts_tmp_entries(dir), 0);
     munmap(r, sizeof *r);
 }
 END_TEST

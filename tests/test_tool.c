@@ -618,6 +618,100 @@ START_TEST(prune_and_clear_json)
 }
 END_TEST
 
+/* ---- errors the walk meets (issue 13, point 11) --------------------------------------- */
+/* `kpc CMD --cache-dir DIR [--json]` as a user the tree's modes bind: as root (whom modes
+ * do not bind) the tree is handed to uid 65534 and the tool runs as it (setpriv); the
+ * exit status, stdout and stderr. */
+static int kpc_bound(char **out, char **err, const char *cmd, bool json)
+{
+    bool root = geteuid() == 0;
+    if (root) {
+        char *base = strdup(dir), sh[4400];
+        *strrchr(base, '/') = '\0';
+        ck_assert_int_eq(chmod(base, 0755), 0); /* the mkdtemp parent: traversable */
+        snprintf(sh, sizeof sh, "chown -R 65534:65534 '%s'", dir);
+        ck_assert_int_eq(system(sh), 0);
+        free(base);
+    }
+    const char *argv[12];
+    int n = 0;
+    if (root) {
+        argv[n++] = "/usr/bin/setpriv";
+        argv[n++] = "--reuid=65534";
+        argv[n++] = "--regid=65534";
+        argv[n++] = "--clear-groups";
+    }
+    argv[n++] = tool;
+    argv[n++] = cmd;
+    argv[n++] = "--cache-dir";
+    argv[n++] = dir;
+    if (json)
+        argv[n++] = "--json";
+    argv[n] = NULL;
+    return ts_exec(argv, NULL, out, err);
+}
+
+static char *dir_of(const char *path)
+{
+    char *d = strdup(path);
+    *strrchr(d, '/') = '\0';
+    return d;
+}
+
+START_TEST(clear_on_a_read_only_tree_fails_and_says_so)
+{
+    built b[3];
+    populate(b);
+    /* every record's directory read-only: nothing can be removed */
+    char *dirs[3];
+    for (int i = 0; i < 3; i++) {
+        dirs[i] = dir_of(b[i].path);
+        ck_assert_int_eq(chmod(dirs[i], 0500), 0);
+    }
+    char *out = NULL, *err = NULL;
+    int rc = kpc_bound(&out, &err, "clear", false);
+    ck_assert_msg(rc == 1, "clear on a read-only tree exited %d\nstdout: %s\nstderr: %s", rc, out, err);
+    ck_assert_msg(strstr(err, b[0].path) && strstr(err, "ermission denied"),
+                  "the failed removal is not reported:\n%s", err);
+    free(out), free(err);
+    rc = kpc_bound(&out, &err, "clear", true);
+    ck_assert_int_eq(rc, 1);
+    cJSON *j = parse(out);
+    ck_assert(num(j, "removed") == 0 && num(j, "failed") == 3);
+    cJSON_Delete(j);
+    free(out), free(err);
+    for (int i = 0; i < 3; i++) {
+        ck_assert(!is_absent(b[i].path)); /* still there, as reported */
+        chmod(dirs[i], 0700);
+        free(dirs[i]);
+    }
+}
+END_TEST
+
+START_TEST(verify_with_an_unreadable_directory_fails_and_says_so)
+{
+    built b[3];
+    populate(b);
+    char *d = dir_of(b[0].path);
+    ck_assert_int_eq(chmod(d, 0), 0);
+    char *out = NULL, *err = NULL;
+    int rc = kpc_bound(&out, &err, "verify", false);
+    ck_assert_msg(rc == 1, "verify with an unreadable directory exited %d\nstdout: %s\nstderr: %s", rc,
+                  out, err);
+    ck_assert_msg(strstr(err, d) && strstr(err, "ermission denied"),
+                  "the unreadable directory is not reported:\n%s", err);
+    free(out), free(err);
+    /* ls and stats walk too: the same error, the same status */
+    rc = kpc_bound(&out, &err, "ls", false);
+    ck_assert_msg(rc == 1 && strstr(err, d), "ls exited %d:\n%s", rc, err);
+    free(out), free(err);
+    ck_assert_int_eq(chmod(d, 0700), 0);
+    ck_assert_int_eq(kpc_bound(&out, &err, "verify", false), 0);
+    free(out), free(err);
+    free(d);
+}
+END_TEST
+
 /* ---- compile -j ----------------------------------------------------------------------- */
 /* argv for `kpc compile [--json] -j 3 --cache-dir DIR --target T FILE...` (NULL-terminated) */
 static void jobs_argv(const char **argv, bool json, char *const *files, int n)
@@ -745,6 +839,282 @@ START_TEST(compile_reports_every_lowered_name)
 }
 END_TEST
 
+
+/* ---- messages: what a user reads ------------------------------------------------------- */
+
+/* Does any line of text end in a space, or run over `width` characters? */
+static bool has_trailing_space(const char *text)
+{
+    for (const char *p = text; (p = strchr(p, '\n')) != NULL; p++)
+        if (p > text && p[-1] == ' ')
+            return true;
+    return false;
+}
+
+static size_t longest_line(const char *text)
+{
+    size_t best = 0;
+    for (const char *p = text; *p;) {
+        size_t n = strcspn(p, "\n");
+        best = n > best ? n : best;
+        p += n + (p[n] == '\n');
+    }
+    return best;
+}
+
+START_TEST(a_usage_error_is_one_line_and_a_hint)
+{
+    char *out = NULL, *err = NULL;
+    ck_assert_int_eq(kpc(&out, &err, "stats", "--bogus", NULL), 2);
+    ck_assert_str_eq(err, "kpc stats: unknown option '--bogus'\nsee 'kpc stats --help'\n");
+    ck_assert_str_eq(out, "");
+    free(out), free(err);
+    ck_assert_int_eq(kpc(NULL, &err, "compile", "--cache-dir", dir, "--target", ts_target(), NULL), 2);
+    ck_assert_str_eq(err, "kpc compile: compile needs at least one FILE\nsee 'kpc compile --help'\n");
+    free(err);
+    ck_assert_int_eq(kpc(NULL, &err, "compile", "-j", "lots", "x.hip", NULL), 2);
+    ck_assert_str_eq(err, "kpc compile: -j takes a number from 1 to 1024, not \"lots\"\nsee 'kpc compile --help'\n");
+    free(err);
+    ck_assert_int_eq(kpc(NULL, &err, "ls", "--cache-dir", NULL), 2);
+    ck_assert_str_eq(err, "kpc ls: option '--cache-dir' needs a value\nsee 'kpc ls --help'\n");
+    free(err);
+    ck_assert_int_eq(kpc(NULL, &err, "clear", "--cache-dir", dir, "extra", NULL), 2);
+    ck_assert_str_eq(err, "kpc clear: clear takes no operands, not \"extra\"\nsee 'kpc clear --help'\n");
+    free(err);
+    ck_assert_int_eq(kpc(NULL, &err, "prune", "--cache-dir", dir, "--max-size", "12Q", NULL), 2);
+    ck_assert_str_eq(err, "kpc prune: --max-size takes a size such as 512M or 2G, not \"12Q\"\n"
+                          "see 'kpc prune --help'\n");
+    free(err);
+    ck_assert_int_eq(kpc(NULL, &err, "frobnicate", NULL), 2);
+    ck_assert_str_eq(err, "kpc: unknown command \"frobnicate\"\nsee 'kpc --help'\n");
+    free(err);
+    ck_assert(is_absent(dir));
+}
+END_TEST
+
+START_TEST(help_per_command_and_version)
+{
+    char *a = NULL, *b = NULL, *err = NULL;
+    ck_assert_int_eq(kpc(&a, &err, "compile", "--help", NULL), 0);
+    ck_assert_int_eq(kpc(&b, NULL, "help", "compile", NULL), 0);
+    ck_assert_str_eq(a, b);
+    ck_assert_str_eq(err, "");
+    ck_assert_msg(strncmp(a, "usage: kpc compile ", 19) == 0 && strstr(a, "--target") && strstr(a, "--name-expr") &&
+                      strstr(a, "-j, --jobs") && strstr(a, "kpc(1)") && !strstr(a, "--max-size"),
+                  "kpc compile --help:\n%s", a);
+    free(a), free(b), free(err);
+    ck_assert_int_eq(kpc(&a, NULL, "prune", "-h", NULL), 0);
+    ck_assert_msg(strstr(a, "--max-size") && strstr(a, "--stale") && !strstr(a, "--target"), "%s", a);
+    free(a);
+    ck_assert_int_eq(kpc(NULL, &err, "help", "frobnicate", NULL), 2);
+    ck_assert_str_eq(err, "kpc: unknown command \"frobnicate\"\nsee 'kpc --help'\n");
+    free(err);
+    /* the whole help names every command, and no file that is not installed */
+    ck_assert_int_eq(kpc(&a, NULL, "--help", NULL), 0);
+    const char *subs[] = {"compile", "stats", "ls", "verify", "prune", "clear"};
+    for (size_t i = 0; i < 6; i++) {
+        ck_assert_msg(strstr(a, subs[i]) != NULL, "kpc --help lacks %s", subs[i]);
+        ck_assert_int_eq(kpc(&b, NULL, "help", subs[i], NULL), 0);
+        ck_assert_msg(!strstr(b, "docs/") && !has_trailing_space(b), "kpc help %s:\n%s", subs[i], b);
+        free(b);
+    }
+    ck_assert_msg(!strstr(a, "docs/") && strstr(a, "kpc(1)"), "kpc --help:\n%s", a);
+    free(a);
+    char version[64];
+    snprintf(version, sizeof version, "kpc %d.%d.%d\n", KPC_VERSION_MAJOR, KPC_VERSION_MINOR, KPC_VERSION_PATCH);
+    ck_assert_int_eq(kpc(&a, NULL, "--version", NULL), 0);
+    ck_assert_str_eq(a, version);
+    free(a);
+    const char *reset = getenv("KPC_SHM_RESET");
+    ck_assert_ptr_nonnull(reset);
+    const char *rv[] = {reset, "--version", NULL};
+    ck_assert_int_eq(ts_exec(rv, NULL, &a, NULL), 0);
+    char reset_version[80];
+    snprintf(reset_version, sizeof reset_version, "kpc-shm-reset %s", version + 4);
+    ck_assert_str_eq(a, reset_version);
+    free(a);
+}
+END_TEST
+
+START_TEST(shm_reset_says_what_was_wrong)
+{
+    const char *reset = getenv("KPC_SHM_RESET");
+    ck_assert_ptr_nonnull(reset);
+    char *out = NULL, *err = NULL;
+    const char *help[] = {reset, "--help", NULL};
+    ck_assert_int_eq(ts_exec(help, NULL, &out, NULL), 0);
+    ck_assert_msg(strstr(out, "-d, --cache-dir DIR") && strstr(out, "-f, --force") && strstr(out, "kpc-shm-reset(1)"),
+                  "kpc-shm-reset --help:\n%s", out);
+    free(out);
+    const char *extra[] = {reset, "extra", NULL};
+    ck_assert_int_eq(ts_exec(extra, NULL, NULL, &err), 2);
+    ck_assert_str_eq(err, "kpc-shm-reset: takes no operands (give the directory with -d DIR), not 'extra'\n"
+                          "see 'kpc-shm-reset --help'\n");
+    free(err);
+    const char *bogus[] = {reset, "--bogus", NULL};
+    ck_assert_int_eq(ts_exec(bogus, NULL, NULL, &err), 2);
+    ck_assert_str_eq(err, "kpc-shm-reset: unknown option '--bogus'\nsee 'kpc-shm-reset --help'\n");
+    free(err);
+    const char *absent[] = {reset, "-d", dir, NULL};
+    ck_assert_int_eq(ts_exec(absent, NULL, &out, NULL), 0);
+    char want[4400];
+    snprintf(want, sizeof want, "no cache directory %s: nothing to reset\n", dir);
+    ck_assert_str_eq(out, want);
+    free(out);
+}
+END_TEST
+
+START_TEST(an_absent_cache_is_described_one_way)
+{
+    const char *cmds[] = {"prune", "verify", "clear"};
+    for (size_t i = 0; i < 3; i++) {
+        char *out = NULL, want[4400];
+        ck_assert_int_eq(kpc(&out, NULL, cmds[i], "--cache-dir", dir, NULL), 0);
+        snprintf(want, sizeof want, "no cache directory %s: nothing to %s\n", dir, cmds[i]);
+        ck_assert_str_eq(out, want);
+        free(out);
+    }
+    char *out = NULL;
+    ck_assert_int_eq(kpc(&out, NULL, "stats", "--cache-dir", dir, NULL), 0);
+    ck_assert_msg(!has_trailing_space(out) && strstr(out, "host index     absent\n"), "kpc stats:\n%s", out);
+    free(out);
+    ck_assert(is_absent(dir));
+}
+END_TEST
+
+START_TEST(compile_messages_name_the_real_problem)
+{
+    char *out = NULL, *err = NULL;
+    /* a directory: errno kept */
+    char *base = strdup(dir);
+    *strrchr(base, '/') = '\0';
+    ck_assert_int_eq(kpc(&out, &err, "compile", "--cache-dir", dir, "--target", ts_target(), base, NULL), 1);
+    ck_assert_msg(strstr(err, "Is a directory") != NULL, "stderr:\n%s", err);
+    free(out), free(err), free(base);
+    /* a missing file without --target (no GPU here): the file, not the device */
+    ck_assert_int_eq(kpc(&out, &err, "compile", "--cache-dir", dir, "/nonexistent/x.hip", NULL), 1);
+    ck_assert_msg(strstr(err, "cannot read /nonexistent/x.hip: No such file or directory") &&
+                      !strstr(err, "KPC_E_NO_DEVICE") && !strstr(err, "no GPU"),
+                  "stderr:\n%s", err);
+    free(out), free(err);
+    /* an unknown target: the list of targets wrapped, no line over 100 characters */
+    char *good = side_file("good.hip", ts_kernel_source(0));
+#ifdef KPC_PLATFORM_NVIDIA
+    const char *unknown = "sm_1";
+#else
+    const char *unknown = "gfx9999";
+#endif
+    ck_assert_int_eq(kpc(&out, &err, "compile", "--cache-dir", dir, "--target", unknown, good, NULL), 1);
+    ck_assert_msg(strstr(err, unknown) && longest_line(err) <= 100, "stderr (%zu wide):\n%s", longest_line(err), err);
+    free(out), free(err);
+    free(good);
+}
+END_TEST
+
+START_TEST(sizes_are_labelled_and_counts_agree)
+{
+    char *good = side_file("good.hip", ts_kernel_source(0));
+    char *out = NULL;
+    ck_assert_int_eq(kpc(&out, NULL, "compile", "--json", "--cache-dir", dir, "--target", ts_target(), good, NULL), 0);
+    cJSON *j = parse(out);
+    double code = num(cJSON_GetArrayItem(j, 0), "size");
+    cJSON_Delete(j);
+    free(out);
+    /* text: the code object's size, labelled as such */
+    ck_assert_int_eq(kpc(&out, NULL, "compile", "--cache-dir", dir, "--target", ts_target(), good, NULL), 0);
+    ck_assert_msg(strstr(out, " code  ") != NULL && !has_trailing_space(out), "kpc compile:\n%s", out);
+    free(out);
+    /* ls: the file, a header plus that code; the table has a heading */
+    ck_assert_int_eq(kpc(&out, NULL, "ls", "--json", "--cache-dir", dir, NULL), 0);
+    j = parse(out);
+    ck_assert(num(cJSON_GetArrayItem(j, 0), "size") > code);
+    cJSON_Delete(j);
+    free(out);
+    ck_assert_int_eq(kpc(&out, NULL, "ls", "--cache-dir", dir, NULL), 0);
+    ck_assert_msg(strncmp(out, "KEY ", 4) == 0 && strstr(out, "FILE SIZE") && strstr(out, "SOURCE"), "kpc ls:\n%s", out);
+    free(out);
+    /* sizes in the short form, the limit as given */
+    ck_assert_int_eq(kpc(&out, NULL, "prune", "--cache-dir", dir, "--max-size", "5K", NULL), 0);
+    ck_assert_msg(strstr(out, "limit 5.0K\n") != NULL, "kpc prune:\n%s", out);
+    free(out);
+    /* one of a kind is singular */
+    ck_assert_int_eq(kpc(&out, NULL, "compile", "--cache-dir", dir, "--target", ts_target(), good, NULL), 0);
+    free(out);
+    ck_assert_int_eq(kpc(&out, NULL, "clear", "--cache-dir", dir, NULL), 0);
+    ck_assert_str_eq(out, "removed 1 file\n");
+    free(out);
+    free(good);
+}
+END_TEST
+
+/* Run `kpc ARGS` with stderr on a pseudo-terminal; returns what the terminal received. */
+static char *kpc_on_terminal(const char *const *args, int *status)
+{
+    int master = posix_openpt(O_RDWR | O_NOCTTY | O_CLOEXEC);
+    ck_assert_int_ge(master, 0);
+    ck_assert_int_eq(grantpt(master), 0);
+    ck_assert_int_eq(unlockpt(master), 0);
+    char slave[128];
+    ck_assert_int_eq(ptsname_r(master, slave, sizeof slave), 0);
+    pid_t pid = fork();
+    ck_assert_int_ge(pid, 0);
+    if (pid == 0) {
+        setsid();
+        int fd = open(slave, O_RDWR);
+        int null = open("/dev/null", O_WRONLY);
+        if (fd < 0 || null < 0 || dup2(fd, 2) < 0 || dup2(null, 1) < 0)
+            _exit(127);
+        const char *argv[32] = {tool};
+        for (int i = 0; args[i] && i < 30; i++)
+            argv[i + 1] = args[i];
+        execv(tool, (char **)argv);
+        _exit(127);
+    }
+    size_t len = 0, cap = 4096;
+    char *text = malloc(cap);
+    for (;;) {
+        if (len + 1024 > cap)
+            text = realloc(text, cap *= 2);
+        ssize_t n = read(master, text + len, cap - len - 1);
+        if (n < 0 && errno == EINTR)
+            continue;
+        if (n <= 0) /* EIO: the last holder of the terminal's other side is gone */
+            break;
+        len += (size_t)n;
+    }
+    text[len] = '\0';
+    close(master);
+    ck_assert_int_eq(waitpid(pid, status, 0), pid);
+    return text;
+}
+
+START_TEST(compile_jobs_shows_progress_only_on_a_terminal)
+{
+    char *a = side_file("a.hip", ts_kernel_source(0));
+    char *b = side_file("b.hip", ts_kernel_source(1));
+    char *missing = side_file("c.hip", "");
+    unlink(missing);
+    const char *args[] = {"compile", "-j", "2", "--cache-dir", dir, "--target", ts_target(), a, b, missing, NULL};
+    int status;
+    char *term = kpc_on_terminal(args, &status);
+    ck_assert_msg(WIFEXITED(status) && WEXITSTATUS(status) == 1, "status %d", status);
+    ck_assert_msg(strstr(term, "\r[3/3] 0 hits, 2 builds, 1 failed") != NULL, "the terminal got:\n%s", term);
+    free(term);
+    /* again: two hits; with stderr on a pipe, no progress line, only the failure */
+    char *out = NULL, *err = NULL;
+    ck_assert_int_eq(kpc(&out, &err, "compile", "-j", "2", "--cache-dir", dir, "--target", ts_target(), a, b, missing,
+                         NULL), 1);
+    ck_assert_msg(!strchr(err, '\r') && !strstr(err, "ETA") && !strstr(err, "[3/3]") && strstr(err, "c.hip"),
+                  "stderr:\n%s", err);
+    ck_assert_msg(strncmp(out, "hit", 3) == 0 && strchr(out, '\r') == NULL, "stdout:\n%s", out);
+    free(out), free(err);
+    term = kpc_on_terminal(args, &status);
+    ck_assert_msg(strstr(term, "[3/3] 2 hits, 0 builds, 1 failed") != NULL, "the terminal got:\n%s", term);
+    free(term);
+    free(a), free(b), free(missing);
+}
+END_TEST
+
 int main(void)
 {
     Suite *s = suite_create("tool");
@@ -762,12 +1132,25 @@ int main(void)
     tcase_add_test(tc, ls_json_lists_every_record);
     tcase_add_test(tc, verify_json_reports_and_removes_damage);
     tcase_add_test(tc, prune_and_clear_json);
+    tcase_add_test(tc, clear_on_a_read_only_tree_fails_and_says_so);
+    tcase_add_test(tc, verify_with_an_unreadable_directory_fails_and_says_so);
     suite_add_tcase(s, tc);
     tc = tcase_create("jobs");
     tcase_add_checked_fixture(tc, setup, teardown);
     tcase_set_timeout(tc, 120);
     tcase_add_test(tc, compile_jobs_builds_each_source_once);
     tcase_add_test(tc, compile_reports_every_lowered_name);
+    tcase_add_test(tc, compile_jobs_shows_progress_only_on_a_terminal);
+    suite_add_tcase(s, tc);
+    tc = tcase_create("messages");
+    tcase_add_checked_fixture(tc, setup, teardown);
+    tcase_set_timeout(tc, 120);
+    tcase_add_test(tc, a_usage_error_is_one_line_and_a_hint);
+    tcase_add_test(tc, help_per_command_and_version);
+    tcase_add_test(tc, shm_reset_says_what_was_wrong);
+    tcase_add_test(tc, an_absent_cache_is_described_one_way);
+    tcase_add_test(tc, compile_messages_name_the_real_problem);
+    tcase_add_test(tc, sizes_are_labelled_and_counts_agree);
     suite_add_tcase(s, tc);
     return ts_run_suite(s);
 }

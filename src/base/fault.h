@@ -1,14 +1,25 @@
 /*
- * fault.h - the system-call fault seam for failure-injection tests (base/fault.c): the
- * library calls kpc__sys_fault(KPC_SYS_x) before a file-system call, and a test may make
- * the Nth call of one kind fail with an errno. Only test builds (KPC_TEST_HOOKS, set by
- * tests/CMakeLists.txt for the library the tests link) have a plan to consult; in a
- * release build the check is an inline 0 and kpc__sys_fault_set does not exist.
+ * fault.h - the system-call fault table for failure-injection tests (base/fault.c), as
+ * SQLite's aSyscall[] / test_syscall.c: the library calls kpc__sys_fault(KPC_SYS_x)
+ * right before each system call it makes (file system, shared memory, locks), and a test
+ * may make one of them fail: the Nth call of one kind (kpc__sys_fault_set), or the Nth
+ * faultable call of any kind (kpc__sys_fault_nth: a sweep over every call of a request),
+ * or stop the process there (kpc__sys_hook_set: the chaos test's kills at a phase).
+ * Only test builds (KPC_TEST_HOOKS, set for the library the tests link) have a table; in
+ * a release build the check is an inline 0 and nothing else exists.
  */
 #ifndef KPC_BASE_FAULT_H
 #define KPC_BASE_FAULT_H
 
+#include <stdbool.h>
+
+/* Append only: tests name them. OPEN: opening to create or write (a temp file, a lock
+ * file, a segment); OPENR: opening to read; READ: read, pread, fstat of a file read;
+ * MUTEX: taking a lock of the host index (its error comes back as the pthread return
+ * value); FLOCK: taking a lock file. */
 enum kpc_sys_call { KPC_SYS_OPEN, KPC_SYS_WRITE, KPC_SYS_RENAME, KPC_SYS_MKDIR, KPC_SYS_FSYNC,
+                    KPC_SYS_READ, KPC_SYS_UNLINK, KPC_SYS_FTRUNCATE, KPC_SYS_FALLOCATE, KPC_SYS_MMAP,
+                    KPC_SYS_FLOCK, KPC_SYS_MUTEX, KPC_SYS_OPENR,
                     KPC_SYS_COUNT };
 
 #ifdef KPC_TEST_HOOKS
@@ -17,6 +28,22 @@ int kpc__sys_fault(enum kpc_sys_call call);
 /* Make calls of `call` fail with err after `skip` successful ones, `count` times
  * (count 0 stops). */
 void kpc__sys_fault_set(enum kpc_sys_call call, int err, unsigned skip, unsigned count);
+/* Make the nth faultable call from now (1-based, any kind) fail, with err or, when err
+ * is 0, the errno that call meets most (kpc__sys_errno); sticky: every call after it
+ * fails too (a disk that stays broken). n 0 stops. Also restarts the count. */
+void kpc__sys_fault_nth(unsigned long n, int err, bool sticky);
+/* Faultable calls since the last kpc__sys_fault_nth (or the start), all kinds and of one;
+ * the kind and number of the call that failed last (KPC_SYS_COUNT / 0: none). */
+unsigned long kpc__sys_calls(void);
+unsigned long kpc__sys_calls_of(enum kpc_sys_call call);
+enum kpc_sys_call kpc__sys_failed_last(unsigned long *nth);
+/* A hook called before every faultable call, with its kind and its number since the last
+ * kpc__sys_fault_nth: it may kill the process there. NULL removes it. */
+typedef void (*kpc_sys_hook_fn)(enum kpc_sys_call call, unsigned long nth);
+void kpc__sys_hook_set(kpc_sys_hook_fn fn);
+/* The call's name ("open", "write", ...) and its usual errno. */
+const char *kpc__sys_name(enum kpc_sys_call call);
+int kpc__sys_errno(enum kpc_sys_call call);
 #else
 static inline int kpc__sys_fault(enum kpc_sys_call call)
 {

@@ -9,6 +9,7 @@
  */
 #define _GNU_SOURCE
 #include "base/root.h"
+#include "base/fault.h"
 #include "base/log.h"
 
 #include <errno.h>
@@ -30,6 +31,10 @@ struct kpc_root {
     size_t v1_len;
     int fd, v1_fd;         /* held open for the life of the root */
     atomic_uint tmp_seq;   /* staging names unique within the process */
+    /* this process in staging names: pid and start time, so that a sweep can tell a
+     * dead writer's file (base/root.h); recomputed in a fork child */
+    _Atomic int tmp_pid;
+    _Atomic uint64_t tmp_start;
 };
 
 static kpc_status check_owner(const char *dir)
@@ -66,6 +71,49 @@ static kpc_status check_owner(const char *dir)
     return KPC_OK;
 }
 
+/* Refuse a cache dir that another user could swap: an ancestor of its real path that
+ * others may write without the sticky bit (they could rename the cache away and put a
+ * look-alike tree in its place, issue 13 point 6), or that a user other than us and root
+ * owns (they could make it so). As ssh checks the directories above its keys. /tmp
+ * (sticky) is fine. A held directory protects a process that already opened the cache;
+ * this check protects the processes that open it next. */
+static kpc_status check_ancestors(const char *real)
+{
+    char buf[PATH_MAX];
+    snprintf(buf, sizeof buf, "%s", real);
+    uid_t me = geteuid();
+    for (char *slash = strrchr(buf, '/'); slash != NULL; slash = strrchr(buf, '/')) {
+        if (slash == buf)
+            slash[1] = '\0'; /* "/" itself */
+        else
+            *slash = '\0';
+        struct stat st;
+        if (stat(buf, &st) != 0) {
+            KPC_LOG(KPC_LOG_ERROR, "stat(%s): %s: cannot check the cache directory's ancestors", buf,
+                    strerror(errno));
+            return KPC_E_IO;
+        }
+        const char *why = NULL;
+        char owner[64];
+        if ((st.st_mode & (S_IWGRP | S_IWOTH)) != 0 && (st.st_mode & S_ISVTX) == 0)
+            why = (st.st_mode & S_IWOTH) ? "writable by every user" : "writable by its group";
+        else if (st.st_uid != me && st.st_uid != 0) {
+            snprintf(owner, sizeof owner, "owned by uid %u", (unsigned)st.st_uid);
+            why = owner;
+        }
+        if (why) {
+            KPC_LOG(KPC_LOG_ERROR, "cache directory %s: its ancestor %s is %s (mode %04o, no sticky bit): "
+                    "refused, since another user could rename the cache away and put a look-alike in "
+                    "its place; choose a cache directory whose ancestors only you or root may write",
+                    real, buf, why, (unsigned)(st.st_mode & 07777));
+            return KPC_E_IO;
+        }
+        if (slash == buf)
+            break;
+    }
+    return KPC_OK;
+}
+
 kpc_status kpc_root_open(const char *dir, kpc_root **out)
 {
     *out = NULL;
@@ -88,6 +136,10 @@ kpc_status kpc_root_open(const char *dir, kpc_root **out)
         free(r);
         return KPC_E_IO;
     }
+    if ((s = check_ancestors(r->path)) != KPC_OK) {
+        free(r);
+        return s;
+    }
     snprintf(r->v1, sizeof r->v1, "%s/v1", r->path);
     snprintf(r->tmp, sizeof r->tmp, "%s/tmp", r->v1);
     r->v1_len = strlen(r->v1);
@@ -98,11 +150,24 @@ kpc_status kpc_root_open(const char *dir, kpc_root **out)
         free(r);
         return KPC_E_IO;
     }
-    if (kpc__mkdir_p(r->tmp, 0700) != 0)
+    /* the directory held is the one checked: a swap between the checks and the open is
+     * caught here (issue 13 point 6) */
+    struct stat held;
+    if (fstat(r->fd, &held) != 0 || held.st_uid != geteuid() || !S_ISDIR(held.st_mode)) {
+        KPC_LOG(KPC_LOG_ERROR, "cache directory %s changed while it was opened: refused", r->path);
+        close(r->fd);
+        free(r);
+        return KPC_E_IO;
+    }
+    /* v1/ and v1/tmp made from the held directory, never by path again */
+    if ((kpc__sys_fault(KPC_SYS_MKDIR) != 0 || (mkdirat(r->fd, "v1", 0700) != 0 && errno != EEXIST)) ||
+        (r->v1_fd = openat(r->fd, "v1", O_PATH | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC)) < 0 ||
+        (kpc__sys_fault(KPC_SYS_MKDIR) != 0 || (mkdirat(r->v1_fd, "tmp", 0700) != 0 && errno != EEXIST)))
         /* a read-only tree still serves reads */
         KPC_LOG(KPC_LOG_WARN, "mkdir(%s): %s: the cache is read-only for this process", r->tmp,
                 strerror(errno));
-    r->v1_fd = openat(r->fd, "v1", O_PATH | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
+    if (r->v1_fd < 0)
+        r->v1_fd = openat(r->fd, "v1", O_PATH | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
     *out = r;
     return KPC_OK;
 }
@@ -168,15 +233,44 @@ int kpc_root_tmp_path(kpc_root *r, const kpc_key *key, char *out, size_t cap)
 {
     char hex[KPC_KEY_HEX];
     kpc__hex(key->bytes, sizeof key->bytes, hex);
-    int n = snprintf(out, cap, "%s/%s.%d.%u.tmp", r->tmp, hex, (int)getpid(),
+    int pid = (int)getpid();
+    uint64_t start = atomic_load(&r->tmp_start);
+    if (atomic_load(&r->tmp_pid) != pid || start == 0) {
+        start = kpc__proc_start_time(pid);
+        atomic_store(&r->tmp_start, start);
+        atomic_store(&r->tmp_pid, pid);
+    }
+    int n = snprintf(out, cap, "%s/%s.%d.%llu.%u.tmp", r->tmp, hex, pid, (unsigned long long)start,
                      atomic_fetch_add(&r->tmp_seq, 1));
     return n > 0 && (size_t)n < cap ? 0 : -1;
 }
 
-int kpc_root_memo_path(const kpc_root *r, const char *name, char *out, size_t cap)
+bool kpc_root_tmp_writer(const char *name, int *pid, uint64_t *start)
 {
-    int n = snprintf(out, cap, "%s/%s", r->v1, name);
-    return n > 0 && (size_t)n < cap ? 0 : -1;
+    /* <32 hex>.<pid>.<start>.<seq>.tmp, every part whole */
+    size_t len = strlen(name);
+    if (len < 33 || name[32] != '.' || len < 4 || strcmp(name + len - 4, ".tmp") != 0)
+        return false;
+    for (int i = 0; i < 32; i++)
+        if (!((name[i] >= '0' && name[i] <= '9') || (name[i] >= 'a' && name[i] <= 'f')))
+            return false;
+    const char *p = name + 33;
+    char *end;
+    unsigned long long v[3];
+    for (int i = 0; i < 3; i++) {
+        if (*p < '0' || *p > '9')
+            return false;
+        errno = 0;
+        v[i] = strtoull(p, &end, 10);
+        if (errno != 0 || *end != '.')
+            return false;
+        p = end + 1;
+    }
+    if (p != name + len - 3 || v[0] == 0 || v[0] > INT_MAX)
+        return false;
+    *pid = (int)v[0];
+    *start = v[1];
+    return true;
 }
 
 int kpc_root_lock(const kpc_root *r, const char *name, bool nowait, const char **call, char *path,
@@ -187,12 +281,20 @@ int kpc_root_lock(const kpc_root *r, const char *name, bool nowait, const char *
         path = buf, path_cap = sizeof buf;
     snprintf(path, path_cap, "%s/%s.lock", r->v1, name);
     *call = "open";
-    int fd = open(path, O_RDWR | O_CREAT | O_CLOEXEC, 0600);
+    char rel[PATH_MAX];
+    snprintf(rel, sizeof rel, "%s.lock", name);
+    if (r->v1_fd < 0) {
+        errno = ENOENT;
+        return -1;
+    }
+    int fd = kpc__sys_fault(KPC_SYS_OPEN) ? -1
+             : openat(r->v1_fd, rel, O_RDWR | O_CREAT | O_CLOEXEC | O_NOFOLLOW, 0600);
     if (fd < 0)
         return -1;
     *call = "flock";
     int rc;
-    while ((rc = flock(fd, nowait ? LOCK_EX | LOCK_NB : LOCK_EX)) != 0 && errno == EINTR)
+    while ((rc = kpc__sys_fault(KPC_SYS_FLOCK) ? -1 : flock(fd, nowait ? LOCK_EX | LOCK_NB : LOCK_EX)) != 0 &&
+           errno == EINTR)
         ;
     if (rc != 0) {
         int err = errno;
@@ -201,6 +303,33 @@ int kpc_root_lock(const kpc_root *r, const char *name, bool nowait, const char *
         return -1;
     }
     return fd;
+}
+
+int kpc_root_open_memo(const kpc_root *r, const char *name, int flags, mode_t mode)
+{
+    if (r->v1_fd < 0 || strchr(name, '/') != NULL) {
+        errno = ENOENT;
+        return -1;
+    }
+    if (kpc__sys_fault((flags & O_ACCMODE) == O_RDONLY ? KPC_SYS_OPENR : KPC_SYS_OPEN) != 0)
+        return -1;
+    return openat(r->v1_fd, name, flags | O_CLOEXEC | O_NOFOLLOW, mode);
+}
+
+int kpc_root_rename_memo(const kpc_root *r, const char *from, const char *to)
+{
+    if (r->v1_fd < 0) {
+        errno = ENOENT;
+        return -1;
+    }
+    if (kpc__sys_fault(KPC_SYS_RENAME) != 0)
+        return -1;
+    return renameat(r->v1_fd, from, r->v1_fd, to);
+}
+
+int kpc_root_unlink_memo(const kpc_root *r, const char *name)
+{
+    return r->v1_fd < 0 ? -1 : unlinkat(r->v1_fd, name, 0);
 }
 
 void kpc_root_segment_name(const char *root_path, char *out, size_t cap)

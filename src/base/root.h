@@ -23,6 +23,7 @@
 
 #include <stdbool.h>
 #include <stddef.h>
+#include <sys/types.h>
 
 typedef struct kpc_root kpc_root;
 
@@ -52,17 +53,27 @@ int kpc_root_record_path(const kpc_root *r, const kpc_key *key, const char *targ
                          char *out, size_t cap, char *dir, size_t dir_cap);
 /* <root>/v1/<target>: a target's directory. */
 int kpc_root_target_dir(const kpc_root *r, const char *target, char *out, size_t cap);
-/* <root>/v1/tmp, and a fresh staging name in it for key: <32 hex>.<pid>.<seq>.tmp. */
+/* <root>/v1/tmp, and a fresh staging name in it for key:
+ * <32 hex>.<pid>.<start time>.<seq>.tmp (the writer's pid and start time, in clock ticks
+ * since boot as kpc__proc_start_time gives it: a sweep removes a dead writer's files). */
 const char *kpc_root_tmp_dir(const kpc_root *r);
 int kpc_root_tmp_path(kpc_root *r, const kpc_key *key, char *out, size_t cap);
+/* The writer of a staging file name made by kpc_root_tmp_path; false for any other name
+ * (an older kpc's <32 hex>.<pid>.<seq>.tmp among them). */
+bool kpc_root_tmp_writer(const char *name, int *pid, uint64_t *start);
 /* <root>/v1/<name>.lock, opened (created 0600) and flock'ed: exclusive, waiting unless
  * nowait (EINTR retried). The fd to close (which unlocks), or -1 with errno (EWOULDBLOCK:
  * another holds it) and *call the call that failed ("open" or "flock"); path (may be
  * NULL) gets the lock's path for the caller's message. */
 int kpc_root_lock(const kpc_root *r, const char *name, bool nowait, const char **call, char *path,
                   size_t path_cap);
-/* <root>/v1/<name>: a memo file (the platform's identity and targets). */
-int kpc_root_memo_path(const kpc_root *r, const char *name, char *out, size_t cap);
+
+/* A memo file v1/<name> opened from the held v1/ (open(2) flags; O_CLOEXEC and
+ * O_NOFOLLOW added), renamed and removed there: the memos are reached like the records,
+ * never through the ancestors again. -1 with errno. */
+int kpc_root_open_memo(const kpc_root *r, const char *name, int flags, mode_t mode);
+int kpc_root_rename_memo(const kpc_root *r, const char *from, const char *to);
+int kpc_root_unlink_memo(const kpc_root *r, const char *name);
 
 /* The host-index segment name of a root's realpath: "/kpc-<uid>-<16 hex>". */
 void kpc_root_segment_name(const char *root_path, char *out, size_t cap);

@@ -60,6 +60,23 @@ uint64_t kpc__proc_start_time(pid_t pid)
     return strtoull(p, NULL, 10);
 }
 
+char kpc__proc_state(pid_t pid)
+{
+    char path[64], buf[256];
+    snprintf(path, sizeof path, "/proc/%d/stat", (int)pid);
+    int fd = open(path, O_RDONLY | O_CLOEXEC);
+    if (fd < 0)
+        return 0;
+    ssize_t n = read(fd, buf, sizeof buf - 1);
+    close(fd);
+    if (n <= 0)
+        return 0;
+    buf[n] = '\0';
+    /* the command name may hold ") ": the state follows the last one */
+    char *p = strrchr(buf, ')');
+    return p && p[1] == ' ' ? p[2] : 0;
+}
+
 bool kpc__proc_alive(pid_t pid, uint64_t start_time)
 {
     if (pid <= 0)
@@ -67,21 +84,11 @@ bool kpc__proc_alive(pid_t pid, uint64_t start_time)
     if (kill(pid, 0) != 0 && errno == ESRCH)
         return false;
     uint64_t now = kpc__proc_start_time(pid);
-    /* a zombie still has /proc/PID/stat; its state letter is Z, treat it as dead */
     if (now == 0 || now != start_time)
         return false;
-    char path[64], buf[256];
-    snprintf(path, sizeof path, "/proc/%d/stat", (int)pid);
-    int fd = open(path, O_RDONLY | O_CLOEXEC);
-    if (fd < 0)
-        return false;
-    ssize_t n = read(fd, buf, sizeof buf - 1);
-    close(fd);
-    if (n <= 0)
-        return false;
-    buf[n] = '\0';
-    char *p = strrchr(buf, ')');
-    return !(p && p[1] == ' ' && (p[2] == 'Z' || p[2] == 'X'));
+    /* a zombie still has /proc/PID/stat; its state letter is Z, treat it as dead */
+    char state = kpc__proc_state(pid);
+    return state != 0 && state != 'Z' && state != 'X';
 }
 
 kpc_status kpc__read_fd(int fd, size_t max, void **buf, size_t *size)
@@ -93,7 +100,7 @@ kpc_status kpc__read_fd(int fd, size_t max, void **buf, size_t *size)
 kpc_status kpc__read_fd_stat(int fd, size_t max, void **buf, size_t *size, struct stat *stp)
 {
     struct stat st;
-    if (fstat(fd, &st) != 0)
+    if (kpc__sys_fault(KPC_SYS_READ) != 0 || fstat(fd, &st) != 0)
         return KPC_E_IO;
     *stp = st;
     if (!S_ISREG(st.st_mode))
@@ -106,7 +113,7 @@ kpc_status kpc__read_fd_stat(int fd, size_t max, void **buf, size_t *size, struc
         return KPC_E_NOMEM;
     size_t got = 0;
     while (got < want) {
-        ssize_t n = pread(fd, b + got, want - got, (off_t)got);
+        ssize_t n = kpc__sys_fault(KPC_SYS_READ) ? -1 : pread(fd, b + got, want - got, (off_t)got);
         if (n < 0 && errno == EINTR)
             continue;
         if (n < 0) {

@@ -24,6 +24,8 @@ uint64_t kpc__wall_ns(void);         /* CLOCK_REALTIME */
 uint64_t kpc__proc_start_time(pid_t pid);
 /* True if pid runs and started at start_time: a reused pid is never taken for the original. */
 bool kpc__proc_alive(pid_t pid, uint64_t start_time);
+/* The state letter of a process (field 3 of /proc/PID/stat: R, S, T, Z...); 0 if gone. */
+char kpc__proc_state(pid_t pid);
 /* Read a whole file with pread into a malloc'd buffer (never mmap: a truncated file
  * would SIGBUS). KPC_E_NOT_FOUND, KPC_E_IO, KPC_E_NOMEM. max bounds the size. */
 kpc_status kpc__read_fd(int fd, size_t max, void **buf, size_t *size);

@@ -35,7 +35,7 @@
 
 /* ---- lazily loaded entry points ----------------------------------------------------- */
 static struct {
-    void *hip, *comgr, *builtins;
+    void *hip, *rtc, *comgr, *builtins; /* rtc: libhiprtc, or the same handle as hip */
     hiprtcResult (*create)(hiprtcProgram *, const char *, const char *, int, const char **, const char **);
     hiprtcResult (*add_name)(hiprtcProgram, const char *);
     hiprtcResult (*compile)(hiprtcProgram, int, const char **);
@@ -73,6 +73,21 @@ static pthread_mutex_t compile_lock = PTHREAD_MUTEX_INITIALIZER;
         }                                                                                      \
     } while (0)
 
+/* The sonames of each ROCm generation, newest first; the unversioned development links
+ * last. hipRTC lived inside libamdhip64 up to ROCm 6 (6 also ships libhiprtc.so.6) and is
+ * only in libhiprtc.so.7 since ROCm 7.0; comgr is libamd_comgr.so.2 in ROCm 5 and 6 and
+ * libamd_comgr.so.3 in ROCm 7. The first HIP runtime that opens picks the generation;
+ * hipRTC comes from that generation's libhiprtc if it has one, else from the runtime. */
+static const struct rocm_sonames {
+    const char *hip, *hiprtc, *builtins;
+} rocm_sonames[] = {
+    {"libamdhip64.so.7", "libhiprtc.so.7", "libhiprtc-builtins.so.7"},
+    {"libamdhip64.so.6", "libhiprtc.so.6", "libhiprtc-builtins.so.6"},
+    {"libamdhip64.so.5", NULL, "libhiprtc-builtins.so.5"},
+    {"libamdhip64.so", "libhiprtc.so", "libhiprtc-builtins.so"},
+};
+static const char *const comgr_sonames[] = {"libamd_comgr.so.3", "libamd_comgr.so.2", "libamd_comgr.so", NULL};
+
 static void *open_first(const char *const *names)
 {
     for (; *names; names++) {
@@ -83,24 +98,34 @@ static void *open_first(const char *const *names)
     return NULL;
 }
 
+static void *open_one(const char *name)
+{
+    return name ? dlopen(name, RTLD_NOW | RTLD_LOCAL) : NULL;
+}
+
 static kpc_status load_hip_symbols(void)
 {
-    static const char *const names[] = {"libamdhip64.so.5", "libamdhip64.so", NULL};
-    amd.hip = open_first(names);
+    const struct rocm_sonames *gen = NULL;
+    for (size_t i = 0; i < sizeof rocm_sonames / sizeof rocm_sonames[0] && amd.hip == NULL; i++)
+        if ((amd.hip = open_one(rocm_sonames[i].hip)) != NULL)
+            gen = &rocm_sonames[i];
     if (amd.hip == NULL) {
-        KPC_LOG(KPC_LOG_ERROR, "cannot load the HIP runtime (libamdhip64.so.5): %s", dlerror());
+        KPC_LOG(KPC_LOG_ERROR, "cannot load the HIP runtime (libamdhip64.so.7, .6 or .5): %s", dlerror());
         return KPC_E_UNAVAILABLE;
     }
-    LOAD(hip, create, "hiprtcCreateProgram");
-    LOAD(hip, add_name, "hiprtcAddNameExpression");
-    LOAD(hip, compile, "hiprtcCompileProgram");
-    LOAD(hip, destroy, "hiprtcDestroyProgram");
-    LOAD(hip, lowered, "hiprtcGetLoweredName");
-    LOAD(hip, log_size, "hiprtcGetProgramLogSize");
-    LOAD(hip, log, "hiprtcGetProgramLog");
-    LOAD(hip, code_size, "hiprtcGetCodeSize");
-    LOAD(hip, code, "hiprtcGetCode");
-    LOAD(hip, rtc_error, "hiprtcGetErrorString");
+    amd.rtc = open_one(gen->hiprtc);
+    if (amd.rtc == NULL || dlsym(amd.rtc, "hiprtcCreateProgram") == NULL)
+        amd.rtc = amd.hip;
+    LOAD(rtc, create, "hiprtcCreateProgram");
+    LOAD(rtc, add_name, "hiprtcAddNameExpression");
+    LOAD(rtc, compile, "hiprtcCompileProgram");
+    LOAD(rtc, destroy, "hiprtcDestroyProgram");
+    LOAD(rtc, lowered, "hiprtcGetLoweredName");
+    LOAD(rtc, log_size, "hiprtcGetProgramLogSize");
+    LOAD(rtc, log, "hiprtcGetProgramLog");
+    LOAD(rtc, code_size, "hiprtcGetCodeSize");
+    LOAD(rtc, code, "hiprtcGetCode");
+    LOAD(rtc, rtc_error, "hiprtcGetErrorString");
     LOAD(hip, device_count, "hipGetDeviceCount");
     LOAD(hip, device_props, "hipGetDeviceProperties");
     LOAD(hip, set_device, "hipSetDevice");
@@ -111,17 +136,15 @@ static kpc_status load_hip_symbols(void)
     LOAD(hip, hip_error, "hipGetErrorString");
     /* hipRTC dlopens its builtins library during a compile; hold it so its build id
      * can be read from the loaded objects */
-    static const char *const builtins[] = {"libhiprtc-builtins.so.5", "libhiprtc-builtins.so", NULL};
-    amd.builtins = open_first(builtins);
+    amd.builtins = open_one(gen->builtins);
     return KPC_OK;
 }
 
 static kpc_status load_comgr_symbols(void)
 {
-    static const char *const names[] = {"libamd_comgr.so.2", "libamd_comgr.so", NULL};
-    amd.comgr = open_first(names);
+    amd.comgr = open_first(comgr_sonames);
     if (amd.comgr == NULL) {
-        KPC_LOG(KPC_LOG_ERROR, "cannot load comgr (libamd_comgr.so.2): %s", dlerror());
+        KPC_LOG(KPC_LOG_ERROR, "cannot load comgr (libamd_comgr.so.3 or .2): %s", dlerror());
         return KPC_E_UNAVAILABLE;
     }
     LOAD(comgr, isa_count, "amd_comgr_get_isa_count");
@@ -208,6 +231,8 @@ static kpc_status amd_identity(const kpc_root *root, uint8_t id[16], char *desc,
         XXH3_128bits_reset(&st);
         kpc_identity_files files = {0};
         kpc_identity_add_build_id(&st, &files, "libamdhip64", desc, desc_cap);
+        if (amd.rtc != amd.hip) /* ROCm 6 and 7: hipRTC in its own library */
+            kpc_identity_add_build_id(&st, &files, "libhiprtc.so", desc, desc_cap);
         kpc_identity_add_build_id(&st, &files, "libamd_comgr", desc, desc_cap);
         kpc_identity_add_build_id(&st, &files, "libLLVM", desc, desc_cap);
         kpc_identity_add_build_id(&st, &files, "libhiprtc-builtins", desc, desc_cap);
@@ -263,8 +288,9 @@ static kpc_status canonical_target(const char *in, char *out, size_t cap)
 
 static void log_supported(const char *target)
 {
+    /* a dozen names a line: comgr knows 30 to 60 processors */
     char list[2048] = "";
-    size_t n = 0;
+    size_t n = 0, listed = 0;
     amd.isa_count(&n);
     for (size_t i = 0; i < n; i++) {
         const char *name = NULL;
@@ -272,11 +298,12 @@ static void log_supported(const char *target)
             if (strncmp(name, ISA_PREFIX, strlen(ISA_PREFIX)) == 0)
                 name += strlen(ISA_PREFIX);
             size_t used = strlen(list);
-            snprintf(list + used, sizeof list - used, "%s%s", used ? " " : "", name);
+            snprintf(list + used, sizeof list - used, "%s%s", listed % 12 ? " " : "\n    ", name);
+            listed++;
         }
     }
-    KPC_LOG(KPC_LOG_ERROR, "target \"%s\" is not supported by this comgr; supported: %s "
-            "(features :sramecc+/- and :xnack+/- where the processor has them)", target, list);
+    KPC_LOG(KPC_LOG_ERROR, "target \"%s\" is not supported by this comgr, which supports:%s\n"
+            "    (with :sramecc+/- and :xnack+/- where the processor has them)", target, list);
 }
 
 static kpc_status amd_target_normalize(const kpc_root *root, const uint8_t id[16], const char *target,

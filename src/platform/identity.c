@@ -27,21 +27,24 @@
 
 #define ID_MAGIC "kpc-identity 1"
 
-static int id_path(const kpc_root *root, const char *platform, char *out, size_t cap)
+static int id_name(const char *platform, char *out, size_t cap)
 {
-    char name[64];
-    snprintf(name, sizeof name, "compiler-%s.id", platform);
-    return kpc_root_memo_path(root, name, out, cap);
+    int n = snprintf(out, cap, "compiler-%s.id", platform);
+    return n > 0 && (size_t)n < cap ? 0 : -1;
 }
 
 bool kpc_identity_recall(const kpc_root *root, const char *platform, uint8_t id[16])
 {
-    char path[4200];
-    if (root == NULL || id_path(root, platform, path, sizeof path) != 0)
+    char path[128];
+    if (root == NULL || id_name(platform, path, sizeof path) != 0)
         return false;
-    FILE *f = fopen(path, "re");
-    if (f == NULL)
+    int fd = kpc_root_open_memo(root, path, O_RDONLY, 0);
+    FILE *f = fd < 0 ? NULL : fdopen(fd, "r");
+    if (f == NULL) {
+        if (fd >= 0)
+            close(fd);
         return false;
+    }
     char line[1024];
     bool ok = fgets(line, sizeof line, f) && strncmp(line, ID_MAGIC, strlen(ID_MAGIC)) == 0;
     char hex[64];
@@ -70,12 +73,11 @@ bool kpc_identity_recall(const kpc_root *root, const char *platform, uint8_t id[
 void kpc_identity_remember(const kpc_root *root, const char *platform, const kpc_identity_files *files,
                            const uint8_t id[16])
 {
-    char path[4200], tmp[4300];
-    if (root == NULL || files->count == 0 || kpc__mkdir_p(kpc_root_v1(root), 0700) != 0 ||
-        id_path(root, platform, path, sizeof path) != 0)
+    char path[128], tmp[160];
+    if (root == NULL || files->count == 0 || id_name(platform, path, sizeof path) != 0)
         return;
     snprintf(tmp, sizeof tmp, "%s.%d.tmp", path, (int)getpid());
-    int fd = open(tmp, O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0600);
+    int fd = kpc_root_open_memo(root, tmp, O_WRONLY | O_CREAT | O_EXCL, 0600);
     if (fd < 0) {
         KPC_LOG(KPC_LOG_DEBUG, "open(%s): %s", tmp, strerror(errno));
         return;
@@ -97,8 +99,8 @@ void kpc_identity_remember(const kpc_root *root, const char *platform, const kpc
     }
     bool ok = n < sizeof buf && kpc__write_all(fd, buf, n) == 0;
     close(fd);
-    if (!ok || rename(tmp, path) != 0)
-        unlink(tmp);
+    if (!ok || kpc_root_rename_memo(root, tmp, path) != 0)
+        kpc_root_unlink_memo(root, tmp);
 }
 
 struct build_id_search {

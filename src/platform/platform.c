@@ -58,10 +58,11 @@ bool kpc_platform_sets_target(const char *opt)
 static int targets_path(const kpc_root *root, const char *platform, const uint8_t id[16], char *out,
                         size_t cap)
 {
-    char hex[33], name[128];
+    (void)root;
+    char hex[33];
     kpc__hex(id, 16, hex);
-    snprintf(name, sizeof name, "targets-%s-%s", platform, hex);
-    return kpc_root_memo_path(root, name, out, cap);
+    int n = snprintf(out, cap, "targets-%s-%s", platform, hex);
+    return n > 0 && (size_t)n < cap ? 0 : -1;
 }
 
 bool kpc_platform_targets_known(const kpc_root *root, const char *platform, const uint8_t id[16],
@@ -70,9 +71,13 @@ bool kpc_platform_targets_known(const kpc_root *root, const char *platform, cons
     char path[4300];
     if (root == NULL || targets_path(root, platform, id, path, sizeof path) != 0)
         return false;
-    FILE *f = fopen(path, "re");
-    if (f == NULL)
+    int fd = kpc_root_open_memo(root, path, O_RDONLY, 0);
+    FILE *f = fd < 0 ? NULL : fdopen(fd, "r");
+    if (f == NULL) {
+        if (fd >= 0)
+            close(fd);
         return false;
+    }
     char line[256];
     bool found = false;
     while (!found && fgets(line, sizeof line, f)) {
@@ -87,10 +92,9 @@ void kpc_platform_targets_remember(const kpc_root *root, const char *platform, c
                                    const char *target)
 {
     char path[4300], line[256];
-    if (root == NULL || kpc__mkdir_p(kpc_root_v1(root), 0700) != 0 ||
-        targets_path(root, platform, id, path, sizeof path) != 0)
+    if (root == NULL || targets_path(root, platform, id, path, sizeof path) != 0)
         return;
-    int fd = open(path, O_WRONLY | O_CREAT | O_APPEND | O_CLOEXEC, 0600);
+    int fd = kpc_root_open_memo(root, path, O_WRONLY | O_CREAT | O_APPEND, 0600);
     if (fd < 0)
         return;
     int n = snprintf(line, sizeof line, "%s\n", target);

@@ -32,6 +32,7 @@
  */
 #define _GNU_SOURCE
 #include "storage/index.h"
+#include "base/fault.h"
 #include "base/root.h"
 
 #include <dirent.h>
@@ -86,7 +87,8 @@ _Static_assert(sizeof(ix_slot) == 64, "a slot is one cache line");
 
 typedef struct ix_proc {
     int32_t ixp_pid;
-    uint32_t ixp_pad;
+    _Atomic uint32_t ixp_off; /* 1: this process turned the index off: its BUILDING slots
+                               * will never be published (written without a lock) */
     uint64_t ixp_start;
 } ix_proc;
 
@@ -123,6 +125,7 @@ struct kpc_index {
     bool observer;
     atomic_bool broken;   /* the index is off for this process (read by every thread) */
     atomic_bool unmapped; /* the mapping was replaced by private pages (truncated) */
+    atomic_int row;       /* this handle's row in ixh_procs, -1: none */
     bool hold_lock;     /* test hook; set before any thread uses the index */
     uint64_t wait_slice_ns; /* WAIT_SLICE_NS; a test may lengthen it */
     unsigned lock_timeout_ms; /* KPC_SHM_LOCK_TIMEOUT_MS */
@@ -185,6 +188,23 @@ static void ix_off(kpc_index *ix, const char *fmt, ...)
     va_end(ap);
     KPC_LOG(KPC_LOG_ERROR, "%s: host index off for this process (disk only); kpc-shm-reset "
             "--force removes it", why);
+    /* the slots this process claimed can no longer be published (that takes the lock):
+     * say so in its row, so that their waiters take them over now instead of waiting for a
+     * live builder up to wait_max (found by the system-call fault sweep, test_faults) */
+    int row = atomic_load(&ix->row);
+    if (row >= 0 && !atomic_load(&ix->unmapped))
+        atomic_store(&ix->h->ixh_procs[row].ixp_off, 1);
+}
+
+/* The builder of a slot turned its index off (ix_off): it will never publish. Lock held. */
+static bool builder_off(const kpc_index *ix, int32_t pid, uint64_t start)
+{
+    for (int i = 0; i < IX_PROCS; i++) {
+        const ix_proc *p = &ix->h->ixh_procs[i];
+        if (p->ixp_pid == pid && p->ixp_start == start && atomic_load(&p->ixp_off))
+            return true;
+    }
+    return false;
 }
 
 /* False (and the index off) once the segment is shorter than it was at attach: a page
@@ -294,7 +314,7 @@ static kpc_status ix_lock(kpc_index *ix, pthread_mutex_t *m)
         deadline.tv_sec++;
         deadline.tv_nsec -= 1000000000L;
     }
-    int r = pthread_mutex_timedlock(m, &deadline);
+    int r = kpc__sys_fault(KPC_SYS_MUTEX) ? errno : pthread_mutex_timedlock(m, &deadline);
     if (r == ETIMEDOUT) {
         ix_off(ix, "the host index %s did not answer within %u ms (its word damaged, or its "
                "holder stopped)", which, ix->lock_timeout_ms);
@@ -512,8 +532,9 @@ kpc_status kpc_index_begin(kpc_index *ix, const kpc_key *key, unsigned flags,
             ix_unlock(&h->ixh_lock);
             return KPC_OK;
         default: /* SLOT_BUILDING */
-            if (!kpc__proc_alive(s->ixs_pid, s->ixs_start)) {
-                KPC_LOG(KPC_LOG_WARN, "builder process %d died: taking its build over", (int)s->ixs_pid);
+            if (!kpc__proc_alive(s->ixs_pid, s->ixs_start) || builder_off(ix, s->ixs_pid, s->ixs_start)) {
+                KPC_LOG(KPC_LOG_WARN, "builder process %d died (or turned its host index off): taking "
+                        "its build over", (int)s->ixs_pid);
                 claim(ix, s);
                 atomic_fetch_add_explicit(&h->ixh_takeovers, 1, memory_order_relaxed);
                 ix_unlock(&h->ixh_lock);
@@ -674,10 +695,13 @@ static void register_proc(kpc_index *ix, bool add)
         if (add && p->ixp_pid == 0) {
             p->ixp_pid = (int32_t)ix->pid;
             p->ixp_start = ix->start;
+            atomic_store(&p->ixp_off, 0);
+            atomic_store(&ix->row, i);
             break;
         }
-        if (!add && p->ixp_pid == (int32_t)ix->pid && p->ixp_start == ix->start) {
-            p->ixp_pid = 0; /* one row: a process with two caches open has two */
+        if (!add && i == atomic_load(&ix->row) && p->ixp_pid == (int32_t)ix->pid && p->ixp_start == ix->start) {
+            p->ixp_pid = 0; /* its own row: a process with two caches open has two */
+            atomic_store(&ix->row, -1);
             break;
         }
     }
@@ -775,21 +799,21 @@ static kpc_status create_segment(const char *name, size_t capacity, bool *lost)
     sweep_temps(name, NULL, NULL);
     snprintf(tmp, sizeof tmp, "%s.tmp-%d-%llu-%llx", name, (int)getpid(),
              (unsigned long long)kpc__proc_start_time(getpid()), (unsigned long long)kpc__now_ns());
-    int fd = shm_open(tmp, O_RDWR | O_CREAT | O_EXCL | O_CLOEXEC, 0600);
+    int fd = kpc__sys_fault(KPC_SYS_OPEN) ? -1 : shm_open(tmp, O_RDWR | O_CREAT | O_EXCL | O_CLOEXEC, 0600);
     if (fd < 0) {
         KPC_LOG(KPC_LOG_ERROR, "shm_open(%s): %s", tmp, strerror(errno));
         return KPC_E_SHM;
     }
     uint32_t nslots = slots_for(capacity);
     size_t size = segment_size(nslots);
-    int r = posix_fallocate(fd, 0, (off_t)size);
+    int r = kpc__sys_fault(KPC_SYS_FALLOCATE) ? errno : posix_fallocate(fd, 0, (off_t)size);
     if (r != 0) {
         KPC_LOG(KPC_LOG_ERROR, "posix_fallocate(%s, %zu bytes): %s", tmp, size, strerror(r));
         close(fd);
         shm_unlink(tmp);
         return KPC_E_SHM;
     }
-    ix_header *h = mmap(NULL, size, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
+    ix_header *h = kpc__sys_fault(KPC_SYS_MMAP) ? MAP_FAILED : mmap(NULL, size, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
     close(fd);
     if (h == MAP_FAILED) {
         KPC_LOG(KPC_LOG_ERROR, "mmap(%s): %s", tmp, strerror(errno));
@@ -826,7 +850,7 @@ static kpc_status create_segment(const char *name, size_t capacity, bool *lost)
 
 static kpc_status attach(const char *name, kpc_index *ix)
 {
-    int fd = shm_open(name, O_RDWR | O_CLOEXEC | O_NOFOLLOW, 0);
+    int fd = kpc__sys_fault(KPC_SYS_OPENR) ? -1 : shm_open(name, O_RDWR | O_CLOEXEC | O_NOFOLLOW, 0);
     if (fd < 0) {
         if (errno == ENOENT)
             return KPC_E_NOT_FOUND;
@@ -849,7 +873,8 @@ static kpc_status attach(const char *name, kpc_index *ix)
                 "replaces it", name, why);
         return KPC_E_CORRUPT;
     }
-    ix_header *h = mmap(NULL, (size_t)st.st_size, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
+    ix_header *h = kpc__sys_fault(KPC_SYS_MMAP) ? MAP_FAILED
+                   : mmap(NULL, (size_t)st.st_size, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
     if (h == MAP_FAILED) {
         KPC_LOG(KPC_LOG_ERROR, "mmap(%s): %s", name, strerror(errno));
         close(fd);
@@ -896,6 +921,7 @@ static kpc_status open_index(const char *cache_root, size_t entries, bool create
     ix->start = kpc__proc_start_time(ix->pid);
     ix->observer = observer;
     ix->wait_slice_ns = WAIT_SLICE_NS;
+    atomic_store(&ix->row, -1);
     ix->fd = -1;
     ix->lock_timeout_ms = (unsigned)env_ms("KPC_SHM_LOCK_TIMEOUT_MS", LOCK_TIMEOUT_MS);
     ix->wait_max_ns = env_ms("KPC_BUILD_WAIT_MAX_MS", BUILD_WAIT_MAX_MS) * 1000000u;

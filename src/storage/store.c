@@ -67,6 +67,7 @@ kpc_status kpc_store_open_root(kpc_root *root, uint64_t max_bytes, kpc_store **o
     store->root = root;
     store->max_bytes = max_bytes;
     kpc_store_share_usage(store, &store->local_bytes, &store->local_files, &store->local_known);
+    kpc_store_sweep_tmp(store, false); /* what killed writers left (issue 13, point 12) */
     *out = store;
     return KPC_OK;
 }
@@ -95,16 +96,68 @@ const kpc_root *kpc_store_root(const kpc_store *st)
     return st->root;
 }
 
-enum kpc_store_removal kpc_store_remove_if_same(const char *path, int fd)
+/* The root's v1/ descriptor, or -1 with errno ENOENT (no tree: nothing to read). */
+static int v1_fd(const kpc_store *st)
+{
+    int fd = kpc_root_v1_fd(st->root);
+    if (fd < 0)
+        errno = ENOENT;
+    return fd;
+}
+
+/* path relative to v1/ (every path here is one the root built) */
+static const char *rel(const kpc_store *st, const char *path)
+{
+    return kpc_root_rel(st->root, path);
+}
+
+enum kpc_store_removal kpc_store_remove_if_same_at(int dirfd, const char *name, int fd)
 {
     struct stat a, b;
-    if (fstat(fd, &a) != 0 || lstat(path, &b) != 0 || a.st_dev != b.st_dev || a.st_ino != b.st_ino)
+    if (fstat(fd, &a) != 0 || fstatat(dirfd, name, &b, AT_SYMLINK_NOFOLLOW) != 0 || a.st_dev != b.st_dev ||
+        a.st_ino != b.st_ino)
         return KPC_STORE_REPLACED;
-    if (S_ISDIR(b.st_mode) ? rmdir(path) != 0 : unlink(path) != 0) {
-        KPC_LOG(KPC_LOG_WARN, "could not remove damaged %s: %s", path, strerror(errno));
-        return KPC_STORE_NOT_REMOVED;
-    }
+    if (kpc__sys_fault(KPC_SYS_UNLINK) != 0 || unlinkat(dirfd, name, S_ISDIR(b.st_mode) ? AT_REMOVEDIR : 0) != 0)
+        return errno == ENOENT ? KPC_STORE_REPLACED : KPC_STORE_NOT_REMOVED;
     return KPC_STORE_REMOVED;
+}
+
+enum kpc_store_removal kpc_store_remove_if_same(kpc_store *st, const char *path, int fd)
+{
+    int at = v1_fd(st);
+    return at < 0 ? KPC_STORE_REPLACED : kpc_store_remove_if_same_at(at, rel(st, path), fd);
+}
+
+int kpc_store_unlink(kpc_store *st, const char *path)
+{
+    int at = v1_fd(st);
+    if (at < 0 || kpc__sys_fault(KPC_SYS_UNLINK) != 0 || unlinkat(at, rel(st, path), 0) != 0) {
+        if (errno != ENOENT)
+            KPC_LOG(KPC_LOG_ERROR, "unlink(%s): %s", path, strerror(errno));
+        return -1;
+    }
+    return 0;
+}
+
+/* mkdir of the record's target and fan-out directories below v1/ (EEXIST is fine) */
+static int mkdirs_at(kpc_store *st, const char *dir)
+{
+    int at = v1_fd(st);
+    if (at < 0)
+        return -1;
+    char buf[4400];
+    snprintf(buf, sizeof buf, "%s", rel(st, dir));
+    for (char *p = buf;; p++) {
+        if (*p == '/' || *p == '\0') {
+            char c = *p;
+            *p = '\0';
+            if (kpc__sys_fault(KPC_SYS_MKDIR) != 0 || (mkdirat(at, buf, 0700) != 0 && errno != EEXIST))
+                return -1;
+            if (c == '\0')
+                return 0;
+            *p = c;
+        }
+    }
 }
 
 const char *kpc_store_read_fd(int fd, const kpc_key *key, const char *target, uint32_t kind,
@@ -130,15 +183,18 @@ kpc_status kpc_store_read(kpc_store *st, const kpc_key *key, const char *target,
     if (!kpc_root_target_ok(target) || record_path(st, key, target, kind, path, sizeof path, NULL, 0) != 0)
         return KPC_E_INVALID;
     /* O_NONBLOCK: a FIFO planted where a record should be must not hang the open (it
-     * is then refused as not a regular file); it changes nothing for a regular file */
-    int fd = open(path, O_RDONLY | O_CLOEXEC | O_NOFOLLOW | O_NONBLOCK);
+     * is then refused as not a regular file); it changes nothing for a regular file.
+     * Relative to the held v1/: a cache dir renamed away and replaced is never read */
+    int at = v1_fd(st);
+    int fd = at < 0 || kpc__sys_fault(KPC_SYS_OPENR) ? -1
+             : openat(at, rel(st, path), O_RDONLY | O_CLOEXEC | O_NOFOLLOW | O_NONBLOCK);
     if (fd < 0) {
         if (errno == ENOENT || errno == ENOTDIR)
             return KPC_E_NOT_FOUND;
         if (errno == ELOOP) { /* a symlink where a record should be: never followed */
             struct stat lsb;
-            bool is_link = lstat(path, &lsb) == 0 && S_ISLNK(lsb.st_mode);
-            if (is_link && unlink(path) == 0) {
+            bool is_link = fstatat(at, rel(st, path), &lsb, AT_SYMLINK_NOFOLLOW) == 0 && S_ISLNK(lsb.st_mode);
+            if (is_link && unlinkat(at, rel(st, path), 0) == 0) {
                 KPC_LOG(KPC_LOG_WARN, "%s is a symbolic link: removed, it will be rebuilt", path);
                 kpc_store_usage_add(st, -(int64_t)lsb.st_size, -1); /* the walk counted it */
             } else
@@ -155,10 +211,19 @@ kpc_status kpc_store_read(kpc_store *st, const kpc_key *key, const char *target,
     const char *why = kpc_store_read_fd(fd, key, target, kind, out, &s, &sb);
     if (why != NULL) {
         if (s == KPC_E_CORRUPT) {
-            KPC_LOG(KPC_LOG_WARN, "damaged cache file %s (%s): removed, it will be rebuilt", path, why);
+            /* logged after the removal, as it went (issue 13 point 11) */
             struct stat cur;
-            if (fstat(fd, &cur) == 0 && kpc_store_remove_if_same(path, fd) == KPC_STORE_REMOVED && S_ISREG(cur.st_mode))
-                kpc_store_usage_add(st, -(int64_t)cur.st_size, -1);
+            bool have = fstat(fd, &cur) == 0;
+            enum kpc_store_removal r = kpc_store_remove_if_same(st, path, fd);
+            if (r == KPC_STORE_REMOVED) {
+                KPC_LOG(KPC_LOG_WARN, "damaged cache file %s (%s): removed, it will be rebuilt", path, why);
+                if (have && S_ISREG(cur.st_mode))
+                    kpc_store_usage_add(st, -(int64_t)cur.st_size, -1);
+            } else if (r == KPC_STORE_NOT_REMOVED)
+                KPC_LOG(KPC_LOG_WARN, "could not remove damaged cache file %s (%s): %s; it is not "
+                        "used, and built again", path, why, strerror(errno));
+            else
+                KPC_LOG(KPC_LOG_WARN, "damaged cache file %s (%s): already replaced or removed", path, why);
         } else
             KPC_LOG(KPC_LOG_WARN, "%s: %s", path, why);
         close(fd);
@@ -194,7 +259,7 @@ kpc_status kpc_store_write(kpc_store *st, const kpc_record *rec, const void *cod
     char path[4400], dir[4400], tmp[4400];
     if (!kpc_root_target_ok(r.target) || record_path(st, &r.key, r.target, r.kind, path, sizeof path, dir, sizeof dir) != 0)
         return KPC_E_INVALID;
-    if (kpc__mkdir_p(dir, 0700) != 0) {
+    if (mkdirs_at(st, dir) != 0) {
         write_failed(st, "mkdir", dir);
         return KPC_E_IO;
     }
@@ -203,7 +268,9 @@ kpc_status kpc_store_write(kpc_store *st, const kpc_record *rec, const void *cod
     uint8_t header[KPC_RECORD_HEADER];
     kpc_record_header(header, &r, first, names_or_log);
 
-    int fd = kpc__sys_fault(KPC_SYS_OPEN) ? -1 : open(tmp, O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0600);
+    int at = v1_fd(st);
+    int fd = at < 0 || kpc__sys_fault(KPC_SYS_OPEN) ? -1
+             : openat(at, rel(st, tmp), O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC | O_NOFOLLOW, 0600);
     if (fd < 0) {
         write_failed(st, "open", tmp);
         return KPC_E_IO;
@@ -217,10 +284,10 @@ kpc_status kpc_store_write(kpc_store *st, const kpc_record *rec, const void *cod
         failed = "fsync";
     int saved = errno;
     close(fd);
-    if (failed == NULL && (kpc__sys_fault(KPC_SYS_RENAME) != 0 || rename(tmp, path) != 0))
+    if (failed == NULL && (kpc__sys_fault(KPC_SYS_RENAME) != 0 || renameat(at, rel(st, tmp), at, rel(st, path)) != 0))
         failed = "rename", saved = errno;
     if (failed != NULL) {
-        unlink(tmp);
+        unlinkat(at, rel(st, tmp), 0);
         errno = saved;
         write_failed(st, failed, failed[0] == 'r' ? path : tmp);
         return KPC_E_IO;
@@ -241,7 +308,8 @@ kpc_status kpc_store_remove_refused(kpc_store *st, const kpc_key *key, const cha
     char path[4400];
     if (!kpc_root_target_ok(target) || record_path(st, key, target, KPC_RECORD_CODE, path, sizeof path, NULL, 0) != 0)
         return KPC_E_INVALID;
-    int fd = open(path, O_RDONLY | O_CLOEXEC | O_NOFOLLOW | O_NONBLOCK);
+    int at = v1_fd(st);
+    int fd = at < 0 ? -1 : openat(at, rel(st, path), O_RDONLY | O_CLOEXEC | O_NOFOLLOW | O_NONBLOCK);
     if (fd < 0)
         return KPC_E_NOT_FOUND;
     kpc_record rec;
@@ -253,7 +321,7 @@ kpc_status kpc_store_remove_refused(kpc_store *st, const kpc_key *key, const cha
     kpc_record_free(&rec);
     /* another process may have replaced the refused file with a fresh build already:
      * only the bytes the runtime refused go, and only if that file is still in place */
-    enum kpc_store_removal r = same ? kpc_store_remove_if_same(path, fd) : KPC_STORE_REPLACED;
+    enum kpc_store_removal r = same ? kpc_store_remove_if_same(st, path, fd) : KPC_STORE_REPLACED;
     if (r == KPC_STORE_REMOVED)
         kpc_store_usage_add(st, -(int64_t)sb.st_size, -1);
     /* KPC_STORE_NOT_REMOVED: still there (a read-only directory): the caller must not read it */

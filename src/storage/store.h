@@ -62,13 +62,20 @@ kpc_status kpc_store_prune(kpc_store *st, uint64_t target_bytes, const uint8_t *
  * (kpc_store_prune skips then): for `kpc prune`, whose limit may be lower. */
 kpc_status kpc_store_prune_wait(kpc_store *st, uint64_t target_bytes, const uint8_t *keep_compiler_id,
                                 kpc_prune_result *res);
+/* Remove the staging files in v1/tmp whose writer is dead (its pid and start time are in
+ * the name); by_age also removes other names older than an hour (an older kpc's). Safe
+ * at any time: a dead writer's file is never renamed. Returns how many went. Called at
+ * open (kpc_store_open_root) and by every prune. */
+uint64_t kpc_store_sweep_tmp(kpc_store *st, bool by_age);
 /* Walk the tree and count (exact; it also resets the shared estimate). */
 kpc_status kpc_store_usage(kpc_store *st, uint64_t *bytes, uint64_t *files);
 /* The estimate every write, removal and prune keeps (host-wide where there is an index);
  * one walk when none is known yet. What kpc_stats_get reports: it must not walk 100k files
  * per call (`kpc compile` calls it twice a file). */
 kpc_status kpc_store_usage_estimate(kpc_store *st, uint64_t *bytes, uint64_t *files);
-kpc_status kpc_store_clear(kpc_store *st, uint64_t *files_removed);
+/* Remove every record; KPC_E_IO (each failure logged, *files_failed counted) when any
+ * could not be removed or the walk met an error: never a silent success. */
+kpc_status kpc_store_clear(kpc_store *st, uint64_t *files_removed, uint64_t *files_failed);
 
 /* The disk tree as a storage tier (storage/tier.h): the tier owns a store on env->root
  * (KPC_E_NOT_FOUND without a root: no disk level). */

@@ -30,12 +30,17 @@ void kpc_store_usage_add(kpc_store *st, int64_t bytes, int64_t files);
 const char *kpc_store_read_fd(int fd, const kpc_key *key, const char *target, uint32_t kind,
                               kpc_record *out, kpc_status *status, struct stat *sb);
 /* Remove path only if it is still the file we opened: a fresh file renamed over a bad
- * one in the meantime must survive. */
+ * one in the meantime must survive. NOT_REMOVED leaves errno set (the caller logs). */
 enum kpc_store_removal {
     KPC_STORE_REMOVED,
     KPC_STORE_REPLACED,    /* not ours any more, or gone */
     KPC_STORE_NOT_REMOVED, /* ours, still there */
 };
-enum kpc_store_removal kpc_store_remove_if_same(const char *path, int fd);
+enum kpc_store_removal kpc_store_remove_if_same(kpc_store *st, const char *path, int fd);
+/* The same for name in the directory at dirfd (a walk's). */
+enum kpc_store_removal kpc_store_remove_if_same_at(int dirfd, const char *name, int fd);
+/* Every file of the tree is reached from the root's held v1/ descriptor, never by
+ * walking path's ancestors again (issue 13 point 6): path is one the root built. */
+int kpc_store_unlink(kpc_store *st, const char *path); /* 0, or -1 (logged unless ENOENT) */
 
 #endif /* KPC_STORAGE_STORE_PRIVATE_H */

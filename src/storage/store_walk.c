@@ -7,6 +7,7 @@
  */
 #define _GNU_SOURCE
 #include "storage/store_private.h"
+#include "base/fault.h"
 #include "base/log.h"
 
 #include <dirent.h>
@@ -40,11 +41,41 @@ static bool record_name(const char *name, uint32_t *kind)
     return kpc__unhex(hex, k.bytes, 16);
 }
 
+/* A directory of the tree opened for reading below at (held fds only: no path is walked
+ * again from the root, issue 13 point 6), never through a symbolic link. */
+static DIR *open_dir_at(int at, const char *name)
+{
+    int fd = openat(at, name, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
+    if (fd < 0)
+        return NULL;
+    DIR *d = fdopendir(fd);
+    if (d == NULL) {
+        int err = errno;
+        close(fd);
+        errno = err;
+    }
+    return d;
+}
+
+/* An error the walk met (not a file that vanished meanwhile): logged with the call and
+ * the path, counted; the walk goes on with the rest and then fails (issue 13 point 11). */
+static void walk_error(unsigned *errors, const char *call, const char *dir, const char *name)
+{
+    KPC_LOG(KPC_LOG_ERROR, "%s(%s%s%s): %s", call, dir, name ? "/" : "", name ? name : "", strerror(errno));
+    (*errors)++;
+}
+
 static kpc_status walk(kpc_store *st, enum walk_mode mode, kpc_store_walk_fn fn, void *arg)
 {
-    DIR *top = opendir(kpc_root_v1(st->root));
-    if (top == NULL)
-        return errno == ENOENT ? KPC_OK : KPC_E_IO;
+    int v1 = kpc_root_v1_fd(st->root);
+    if (v1 < 0)
+        return KPC_OK; /* no tree yet */
+    unsigned errors = 0;
+    DIR *top = open_dir_at(v1, ".");
+    if (top == NULL) {
+        walk_error(&errors, "opendir", kpc_root_v1(st->root), NULL);
+        return KPC_E_IO;
+    }
     struct dirent *t;
     int stop = 0;
     while (!stop && (t = readdir(top)) != NULL) {
@@ -52,18 +83,24 @@ static kpc_status walk(kpc_store *st, enum walk_mode mode, kpc_store_walk_fn fn,
             continue;
         char tdir[4500];
         kpc_root_target_dir(st->root, t->d_name, tdir, sizeof tdir);
-        DIR *td = opendir(tdir);
-        if (td == NULL)
+        DIR *td = open_dir_at(dirfd(top), t->d_name);
+        if (td == NULL) {
+            if (errno != ENOENT)
+                walk_error(&errors, "opendir", tdir, NULL);
             continue;
+        }
         struct dirent *f;
         while (!stop && (f = readdir(td)) != NULL) {
             if (f->d_name[0] == '.' || strlen(f->d_name) != 2)
                 continue;
             char fdir[4800];
             snprintf(fdir, sizeof fdir, "%s/%s", tdir, f->d_name);
-            DIR *fd_dir = opendir(fdir);
-            if (fd_dir == NULL)
+            DIR *fd_dir = open_dir_at(dirfd(td), f->d_name);
+            if (fd_dir == NULL) {
+                if (errno != ENOENT)
+                    walk_error(&errors, "opendir", fdir, NULL);
                 continue;
+            }
             struct dirent *e;
             while (!stop && (e = readdir(fd_dir)) != NULL) {
                 uint32_t kind;
@@ -72,25 +109,39 @@ static kpc_status walk(kpc_store *st, enum walk_mode mode, kpc_store_walk_fn fn,
                 char path[5100];
                 snprintf(path, sizeof path, "%s/%s", fdir, e->d_name);
                 struct stat sb;
-                if (fstatat(dirfd(fd_dir), e->d_name, &sb, AT_SYMLINK_NOFOLLOW) != 0)
-                    continue; /* removed meanwhile */
+                if (fstatat(dirfd(fd_dir), e->d_name, &sb, AT_SYMLINK_NOFOLLOW) != 0) {
+                    if (errno != ENOENT) /* else removed meanwhile */
+                        walk_error(&errors, "stat", fdir, e->d_name);
+                    continue;
+                }
                 kpc_record rec;
                 memset(&rec, 0, sizeof rec);
                 kpc_store_entry ent = {path, (uint64_t)sb.st_size,
                                        (uint64_t)sb.st_mtim.tv_sec * 1000000000ull + (uint64_t)sb.st_mtim.tv_nsec,
                                        KPC_OK, false, NULL};
                 if (mode != WALK_STAT) {
-                    int fd = openat(dirfd(fd_dir), e->d_name,
-                                    O_RDONLY | O_CLOEXEC | O_NOFOLLOW | O_NONBLOCK);
+                    int fd = kpc__sys_fault(KPC_SYS_OPENR) ? -1
+                             : openat(dirfd(fd_dir), e->d_name, O_RDONLY | O_CLOEXEC | O_NOFOLLOW | O_NONBLOCK);
                     if (fd < 0) {
-                        ent.status = errno == ENOENT ? KPC_E_NOT_FOUND : KPC_E_CORRUPT;
+                        if (errno == ENOENT)
+                            continue;
+                        if (errno != ELOOP && errno != ENXIO) { /* not damage: the walk failed */
+                            walk_error(&errors, "open", fdir, e->d_name);
+                            continue;
+                        }
+                        ent.status = KPC_E_CORRUPT;
                         /* a symbolic link where a record should be is never followed */
                         if (mode == WALK_VERIFY && errno == ELOOP && S_ISLNK(sb.st_mode))
                             ent.removed = unlinkat(dirfd(fd_dir), e->d_name, 0) == 0;
                     } else if (mode == WALK_HEADER) {
                         uint8_t h[KPC_RECORD_HEADER];
-                        ssize_t n = pread(fd, h, sizeof h, 0);
-                        if (kpc_record_decode_header(h, n < 0 ? 0 : (size_t)n, &rec) != NULL || rec.kind != kind)
+                        ssize_t n = kpc__sys_fault(KPC_SYS_READ) ? -1 : pread(fd, h, sizeof h, 0);
+                        if (n < 0) {
+                            walk_error(&errors, "read", fdir, e->d_name);
+                            close(fd);
+                            continue;
+                        }
+                        if (kpc_record_decode_header(h, (size_t)n, &rec) != NULL || rec.kind != kind)
                             ent.status = KPC_E_CORRUPT;
                         close(fd);
                     } else {
@@ -101,15 +152,23 @@ static kpc_status walk(kpc_store *st, enum walk_mode mode, kpc_store_walk_fn fn,
                         kpc__unhex(hex, key.bytes, 16);
                         kpc_status s;
                         struct stat rsb;
-                        if (kpc_store_read_fd(fd, &key, t->d_name, kind, &rec, &s, &rsb) != NULL)
+                        if (kpc_store_read_fd(fd, &key, t->d_name, kind, &rec, &s, &rsb) != NULL) {
+                            if (s == KPC_E_IO) {
+                                walk_error(&errors, "read", fdir, e->d_name);
+                                close(fd);
+                                continue;
+                            }
                             ent.status = s == KPC_E_NOMEM ? KPC_E_NOMEM : KPC_E_CORRUPT;
+                        }
                         kpc_record_free(&rec);
                         if (ent.status == KPC_E_CORRUPT) {
-                            enum kpc_store_removal r = kpc_store_remove_if_same(path, fd);
+                            enum kpc_store_removal r = kpc_store_remove_if_same_at(dirfd(fd_dir), e->d_name, fd);
                             if (r == KPC_STORE_REPLACED)
                                 ent.status = KPC_E_NOT_FOUND; /* replaced or removed meanwhile */
                             else if ((ent.removed = r == KPC_STORE_REMOVED) && S_ISREG(sb.st_mode))
                                 kpc_store_usage_add(st, -(int64_t)sb.st_size, -1);
+                            else if (r == KPC_STORE_NOT_REMOVED)
+                                KPC_LOG(KPC_LOG_WARN, "could not remove damaged %s: %s", path, strerror(errno));
                         }
                         close(fd);
                     }
@@ -124,7 +183,7 @@ static kpc_status walk(kpc_store *st, enum walk_mode mode, kpc_store_walk_fn fn,
         closedir(td);
     }
     closedir(top);
-    return KPC_OK;
+    return errors ? KPC_E_IO : KPC_OK;
 }
 
 kpc_status kpc_store_walk(kpc_store *st, bool verify, kpc_store_walk_fn fn, void *arg)
@@ -180,6 +239,8 @@ struct prune_acc {
     const uint8_t *keep_id;
     kpc_prune_result *res;
     bool oom;
+    kpc_store *st;
+    uint64_t failed; /* removals that failed (logged) */
 };
 
 static int collect(const kpc_store_entry *e, void *arg)
@@ -187,10 +248,11 @@ static int collect(const kpc_store_entry *e, void *arg)
     struct prune_acc *a = arg;
     if (a->keep_id && (e->rec == NULL || memcmp(e->rec->compiler_id, a->keep_id, 16) != 0)) {
         /* another compiler built it (or it is unreadable): never served again */
-        if (unlink(e->path) == 0) {
+        if (kpc_store_unlink(a->st, e->path) == 0) {
             a->res->files_removed++;
             a->res->bytes_removed += e->size;
-        }
+        } else if (errno != ENOENT)
+            a->failed++;
         a->res->files_before++;
         a->res->bytes_before += e->size;
         return 0;
@@ -223,23 +285,47 @@ static int by_mtime(const void *x, const void *y)
     return a->mtime < b->mtime ? -1 : a->mtime > b->mtime;
 }
 
-static void remove_stale_tmp(kpc_store *st, kpc_prune_result *res)
+uint64_t kpc_store_sweep_tmp(kpc_store *st, bool by_age)
 {
-    DIR *d = opendir(kpc_root_tmp_dir(st->root));
-    if (d == NULL)
-        return;
-    uint64_t now = kpc__wall_ns();
+    int v1 = kpc_root_v1_fd(st->root);
+    int fd = v1 < 0 ? -1 : openat(v1, "tmp", O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
+    DIR *d = fd < 0 ? NULL : fdopendir(fd);
+    if (d == NULL) {
+        if (fd >= 0)
+            close(fd);
+        return 0;
+    }
+    uint64_t now = kpc__wall_ns(), removed = 0;
     struct dirent *e;
     while ((e = readdir(d)) != NULL) {
-        struct stat sb;
-        if (e->d_name[0] == '.' || fstatat(dirfd(d), e->d_name, &sb, AT_SYMLINK_NOFOLLOW) != 0)
+        if (e->d_name[0] == '.')
             continue;
-        /* a writer that died left it; a live writer renames within seconds */
-        if ((uint64_t)sb.st_mtim.tv_sec * 1000000000ull + STALE_TMP_NS < now &&
-            unlinkat(dirfd(d), e->d_name, 0) == 0)
-            res->temp_removed++;
+        int pid;
+        uint64_t start;
+        bool stale;
+        if (kpc_root_tmp_writer(e->d_name, &pid, &start))
+            /* the writer renames its file within seconds, or dies: a dead writer's (pid
+             * and start time: a reused pid is not the writer) is never renamed */
+            stale = !kpc__proc_alive(pid, start);
+        else {
+            /* another kpc's name: by its age alone, and only where asked (prune) */
+            struct stat sb;
+            stale = by_age && fstatat(dirfd(d), e->d_name, &sb, AT_SYMLINK_NOFOLLOW) == 0 &&
+                    (uint64_t)sb.st_mtim.tv_sec * 1000000000ull + STALE_TMP_NS < now;
+        }
+        if (!stale)
+            continue;
+        if (unlinkat(dirfd(d), e->d_name, 0) == 0)
+            removed++;
+        else if (errno != ENOENT)
+            KPC_LOG(KPC_LOG_WARN, "unlink(%s/%s): %s: a dead writer's temp file stays",
+                    kpc_root_tmp_dir(st->root), e->d_name, strerror(errno));
     }
     closedir(d);
+    if (removed)
+        KPC_LOG(KPC_LOG_INFO, "removed %llu temp files of dead writers from %s", (unsigned long long)removed,
+                kpc_root_tmp_dir(st->root));
+    return removed;
 }
 
 static kpc_status prune(kpc_store *st, uint64_t target_bytes, const uint8_t *keep_compiler_id,
@@ -261,20 +347,23 @@ static kpc_status prune(kpc_store *st, uint64_t target_bytes, const uint8_t *kee
         KPC_LOG(KPC_LOG_WARN, "%s(%s): %s: not pruning", call, lock_path, strerror(err));
         return KPC_E_IO;
     }
-    struct prune_acc a = {.keep_id = keep_compiler_id, .res = res};
+    struct prune_acc a = {.keep_id = keep_compiler_id, .res = res, .st = st};
     kpc_status s = walk(st, keep_compiler_id ? WALK_HEADER : WALK_STAT, collect, &a);
     if (s == KPC_OK && a.oom)
         s = KPC_E_NOMEM;
     if (s == KPC_OK && a.bytes > target_bytes) {
         qsort(a.items, a.n, sizeof *a.items, by_mtime);
         for (size_t i = 0; i < a.n && a.bytes > target_bytes; i++)
-            if (unlink(a.items[i].path) == 0 || errno == ENOENT) {
+            if (kpc_store_unlink(st, a.items[i].path) == 0 || errno == ENOENT) {
                 a.bytes -= a.items[i].size;
                 res->files_removed++;
                 res->bytes_removed += a.items[i].size;
-            }
+            } else
+                a.failed++;
     }
-    remove_stale_tmp(st, res);
+    res->temp_removed = kpc_store_sweep_tmp(st, true);
+    if (s == KPC_OK && a.failed)
+        s = KPC_E_IO; /* each one logged by kpc_store_unlink */
     if (s == KPC_OK) {
         atomic_store(st->bytes, a.bytes);
         atomic_store(st->files, res->files_before - res->files_removed);
@@ -304,18 +393,30 @@ kpc_status kpc_store_prune_wait(kpc_store *st, uint64_t target_bytes, const uint
     return prune(st, target_bytes, keep_compiler_id, true, res);
 }
 
+struct clear_acc {
+    kpc_store *st;
+    uint64_t removed, failed;
+};
+
 static int remove_entry(const kpc_store_entry *e, void *arg)
 {
-    if (unlink(e->path) == 0)
-        (*(uint64_t *)arg)++;
+    struct clear_acc *a = arg;
+    if (kpc_store_unlink(a->st, e->path) == 0)
+        a->removed++;
+    else if (errno != ENOENT) /* logged */
+        a->failed++;
     return 0;
 }
 
-kpc_status kpc_store_clear(kpc_store *st, uint64_t *files_removed)
+kpc_status kpc_store_clear(kpc_store *st, uint64_t *files_removed, uint64_t *files_failed)
 {
-    *files_removed = 0;
-    kpc_status s = walk(st, WALK_STAT, remove_entry, files_removed);
+    struct clear_acc a = {st, 0, 0};
+    kpc_status s = walk(st, WALK_STAT, remove_entry, &a);
+    *files_removed = a.removed;
+    *files_failed = a.failed;
     atomic_store(st->bytes, 0);
     atomic_store(st->files, 0);
-    return s;
+    if (a.failed || s != KPC_OK)
+        atomic_store(st->known, 0); /* what is left is counted again by the next writer */
+    return s == KPC_OK && a.failed ? KPC_E_IO : s;
 }

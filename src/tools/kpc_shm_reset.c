@@ -20,16 +20,30 @@
 #include <string.h>
 #include <unistd.h>
 
-static void usage(FILE *f)
+#ifndef KPC_TOOL_VERSION
+#define KPC_TOOL_VERSION "unknown"
+#endif
+
+static void usage(void)
 {
-    fprintf(f, "usage: kpc-shm-reset [--cache-dir DIR] [--force]\n"
-               "Remove the host-wide shared-memory index of a kpc cache directory.\n"
-               "  --cache-dir DIR  the cache directory (default: $KPC_CACHE_DIR, else\n"
-               "                   $XDG_CACHE_HOME/kpc, else ~/.cache/kpc)\n"
-               "  --force          remove it even while processes are attached, without\n"
-               "                   reading it or taking its locks\n"
-               "  -h, --help       this text\n"
-               "Exit: 0 removed (or none existed), 1 refused or failed, 2 bad usage.\n");
+    printf("usage: kpc-shm-reset [-d DIR | --cache-dir DIR] [-f | --force]\n"
+           "Remove the host-wide shared-memory index of a kpc cache directory.\n"
+           "  -d, --cache-dir DIR  the cache directory (default: $KPC_CACHE_DIR, else\n"
+           "                       $XDG_CACHE_HOME/kpc, else ~/.cache/kpc)\n"
+           "  -f, --force          remove it even while processes are attached, without\n"
+           "                       reading it or taking its locks\n"
+           "  -h, --help           this text\n"
+           "  --version            the version\n"
+           "Exit status: 0 removed (or none existed), 1 refused or failed, 2 bad usage.\n"
+           "See kpc-shm-reset(1).\n");
+}
+
+/* The one line of a usage error and the hint; returns 2. */
+static int usage_error(const char *what, const char *arg)
+{
+    fprintf(stderr, "kpc-shm-reset: %s%s%s%s\nsee 'kpc-shm-reset --help'\n", what, arg ? " '" : "",
+            arg ? arg : "", arg ? "'" : "");
+    return 2;
 }
 
 static void print_temp(const char *name, void *arg)
@@ -60,29 +74,36 @@ int main(int argc, char **argv)
     static const struct option opts[] = {{"cache-dir", required_argument, NULL, 'd'},
                                          {"force", no_argument, NULL, 'f'},
                                          {"help", no_argument, NULL, 'h'},
+                                         {"version", no_argument, NULL, 'V'},
                                          {NULL, 0, NULL, 0}};
     const char *dir = NULL;
     bool force = false;
     int c;
-    while ((c = getopt_long(argc, argv, "d:fh", opts, NULL)) != -1) {
+    opterr = 0; /* we word the errors: one line and a hint */
+    while ((c = getopt_long(argc, argv, ":d:fh", opts, NULL)) != -1) {
         switch (c) {
         case 'd': dir = optarg; break;
         case 'f': force = true; break;
-        case 'h': usage(stdout); return 0;
-        default: usage(stderr); return 2;
+        case 'h': usage(); return 0;
+        case 'V': printf("kpc-shm-reset %s\n", KPC_TOOL_VERSION); return 0;
+        case ':': return usage_error("this option needs a value:", argv[optind - 1]);
+        default:
+            if (optopt) {
+                char opt[3] = {'-', (char)optopt, '\0'};
+                return usage_error("unknown option", opt);
+            }
+            return usage_error("unknown option", argv[optind - 1]);
         }
     }
-    if (optind != argc) {
-        usage(stderr);
-        return 2;
-    }
+    if (optind != argc)
+        return usage_error("takes no operands (give the directory with -d DIR), not", argv[optind]);
     kpc_config cfg = {.struct_size = sizeof cfg, .cache_dir = dir};
     kpc_settings set;
     if (kpc_config_resolve(&cfg, &set) != KPC_OK)
         return 2;
     char root[4096];
     if (!kpc_root_realpath(set.cache_dir, root, sizeof root)) {
-        fprintf(stderr, "kpc-shm-reset: no cache directory %s: nothing to reset\n", set.cache_dir);
+        printf("no cache directory %s: nothing to reset\n", set.cache_dir);
         return 0;
     }
     char name[96];

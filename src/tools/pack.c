@@ -21,7 +21,6 @@
 
 #include <cjson/cJSON.h>
 #include <fcntl.h>
-#include <getopt.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -40,7 +39,7 @@ static int usage(const char *msg)
 /* ---- create ------------------------------------------------------------------------- */
 typedef struct create_job {
     kpc_pack_writer *w;
-    char **targets;
+    const char *const *targets;
     size_t ntargets;
     size_t added, skipped;
     uint64_t bytes;
@@ -77,7 +76,7 @@ static int add_record(const kpc_store_entry *e, void *arg)
     return 0;
 }
 
-static int cmd_create(const char *out, char **targets, size_t ntargets, const char *cache_dir, bool json)
+static int cmd_create(const char *out, const char *const *targets, size_t ntargets, const char *cache_dir, bool json)
 {
     kpc_config cfg = {.struct_size = sizeof cfg, .cache_dir = cache_dir};
     kpc_settings set;
@@ -175,44 +174,14 @@ static int cmd_read(const char *file, bool verify, bool json)
     return bad ? KPC_TOOL_FAIL : KPC_TOOL_OK;
 }
 
-int kpc_tool_pack(int argc, char **argv)
+int kpc_tool_pack(const char *verb, const char *file, const char *const *targets, size_t ntargets,
+                  const char *cache_dir, bool json)
 {
-    enum { O_CACHE = 1000, O_JSON };
-    static const struct option opts[] = {
-        {"target", required_argument, NULL, 't'}, {"cache-dir", required_argument, NULL, O_CACHE},
-        {"json", no_argument, NULL, O_JSON}, {"help", no_argument, NULL, 'h'}, {NULL, 0, NULL, 0}};
-    if (argc < 2)
-        return usage("missing create, verify or ls");
-    const char *verb = argv[1];
-    char **targets = calloc((size_t)argc, sizeof *targets);
-    size_t ntargets = 0;
-    const char *cache_dir = NULL;
-    bool json = false;
-    int c, rc = -1;
-    /* getopt_long sees the verb as argv[0] */
-    while (rc < 0 && (c = getopt_long(argc - 1, argv + 1, "t:h", opts, NULL)) != -1) {
-        switch (c) {
-        case 't': targets[ntargets++] = optarg; break;
-        case O_CACHE: cache_dir = optarg; break;
-        case O_JSON: json = true; break;
-        case 'h': fputs(USAGE, stdout); rc = KPC_TOOL_OK; break;
-        default: rc = usage("bad option");
-        }
-    }
-    if (rc < 0) {
-        int operands = argc - 1 - optind;
-        const char *file = operands == 1 ? argv[1 + optind] : NULL;
-        if (operands != 1)
-            rc = usage("takes exactly one FILE");
-        else if (strcmp(verb, "create") == 0)
-            rc = cmd_create(file, targets, ntargets, cache_dir, json);
-        else if (ntargets || cache_dir)
-            rc = usage("--target and --cache-dir go with create only");
-        else if (strcmp(verb, "verify") == 0 || strcmp(verb, "ls") == 0)
-            rc = cmd_read(file, verb[0] == 'v', json);
-        else
-            rc = usage("the verbs are create, verify and ls");
-    }
-    free(targets);
-    return rc;
+    if (strcmp(verb, "create") == 0)
+        return cmd_create(file, targets, ntargets, cache_dir, json);
+    if (ntargets || cache_dir)
+        return usage("--target and --cache-dir go with create only");
+    if (strcmp(verb, "verify") == 0 || strcmp(verb, "ls") == 0)
+        return cmd_read(file, verb[0] == 'v', json);
+    return usage("the verbs are create, verify and ls");
 }

@@ -33,7 +33,6 @@
 #include <cjson/cJSON.h>
 #include <errno.h>
 #include <fcntl.h>
-#include <getopt.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -436,38 +435,13 @@ static int report(const job *j, bool json, double secs)
     return missed ? KPC_TOOL_FAIL : KPC_TOOL_OK;
 }
 
-int kpc_tool_replay(int argc, char **argv)
+int kpc_tool_replay(const kpc_tool_replay_args *a)
 {
-    enum { O_CACHE = 1000, O_JSON, O_FROM };
-    static const struct option opts[] = {
-        {"target", required_argument, NULL, 't'}, {"from-target", required_argument, NULL, O_FROM},
-        {"jobs", required_argument, NULL, 'j'}, {"cache-dir", required_argument, NULL, O_CACHE},
-        {"json", no_argument, NULL, O_JSON}, {"help", no_argument, NULL, 'h'}, {NULL, 0, NULL, 0}};
-    job j = {0};
-    bool json = false;
-    long jobs = sysconf(_SC_NPROCESSORS_ONLN);
-    int c;
-    while ((c = getopt_long(argc, argv, "t:j:h", opts, NULL)) != -1) {
-        switch (c) {
-        case 't': j.target = optarg; break;
-        case O_FROM: j.from = optarg; break;
-        case 'j': {
-            char *end;
-            jobs = strtol(optarg, &end, 10);
-            if (*end != '\0' || jobs < 1 || jobs > MAX_JOBS)
-                return usage("-j takes a number from 1 to 1024");
-            break;
-        }
-        case O_CACHE: j.cache_dir = optarg; break;
-        case O_JSON: json = true; break;
-        case 'h':
-            printf("usage: kpc replay [--target T] [--from-target S] [-j N] [--cache-dir DIR] [--json]\n");
-            return KPC_TOOL_OK;
-        default: return usage("bad option");
-        }
-    }
-    if (optind != argc)
-        return usage("takes no operands");
+    job j = {.cache_dir = a->cache_dir, .target = a->target, .from = a->from};
+    bool json = a->json;
+    long jobs = a->jobs > 0 ? a->jobs : sysconf(_SC_NPROCESSORS_ONLN);
+    if (jobs > MAX_JOBS)
+        jobs = MAX_JOBS;
     if (j.from && j.target == NULL)
         return usage("--from-target S needs --target T (the target to build for)");
     kpc_config cfg = {.struct_size = sizeof cfg, .cache_dir = j.cache_dir};

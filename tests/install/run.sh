@@ -1,11 +1,20 @@
 #!/usr/bin/env bash
 # Install kpc from a build tree into a temporary prefix, then build and run a consumer
-# against it twice: with CMake's find_package(kpc) and with pkg-config.
-# usage: run.sh BUILD_DIR SOURCE_DIR TARGET
+# against it twice: with CMake's find_package(kpc) and with pkg-config; check that
+# `man kpc`, `man kpc-shm-reset` and `man 3 kpc` show the installed pages. Leaves nothing
+# behind: the temporary prefix and cache, and the cache's shared-memory segment, go.
+# usage: run.sh BUILD_DIR SOURCE_DIR TARGET [MAN]   (MAN: ON when the man pages were built)
 set -euo pipefail
-build=$1 src=$2 target=$3
+build=$1 src=$2 target=$3 man=${4:-ON}
 tmp=$(mktemp -d)
-trap 'rm -rf "$tmp"' EXIT
+cleanup() {
+  # the consumers attached the cache's host index: remove it with the cache
+  if [ -x "$tmp/prefix/bin/kpc-shm-reset" ] && [ -d "$tmp/cache" ]; then
+    "$tmp/prefix/bin/kpc-shm-reset" --force --cache-dir "$tmp/cache" >/dev/null
+  fi
+  rm -rf "$tmp"
+}
+trap cleanup EXIT
 cmake --install "$build" --prefix "$tmp/prefix" >/dev/null
 test -x "$tmp/prefix/bin/kpc" && test -x "$tmp/prefix/bin/kpc-shm-reset"
 ls "$tmp"/prefix/lib*/libkpc.so.1 "$tmp"/prefix/lib*/libkpc.a "$tmp"/prefix/include/kpc/kpc.h >/dev/null
@@ -36,4 +45,19 @@ for d in $dropins; do
   readelf -d "$tmp/dropin-$d/dropin_consumer" | grep -q "libkpc-$d.so.1"
   LD_LIBRARY_PATH=$libdir "$tmp/dropin-$d/dropin_consumer"
 done
-echo "install: CMake and pkg-config consumers passed"
+
+# the man pages, installed where man looks under a prefix
+if [ "$man" = ON ]; then
+  man_text() { MANPATH=$tmp/prefix/share/man MANPAGER=cat MANWIDTH=80 man "$@" 2>/dev/null; }
+  for page in "1 kpc" "1 kpc-shm-reset" "3 kpc"; do
+    set -- $page
+    test -f "$tmp/prefix/share/man/man$1/$2.$1"
+    text=$(man_text "$1" "$2")
+    grep -q "^NAME" <<<"$text"
+  done
+  text=$(man_text kpc)
+  grep -q "kpc - the kpc code-object cache tool" <<<"$text"
+fi
+what="CMake and pkg-config consumers"
+[ "$man" = ON ] && what="$what and the man pages"
+echo "install: $what passed"

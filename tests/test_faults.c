@@ -1,0 +1,633 @@
+/*
+ * test_faults.c - issue 13's file-system faults, each through the public API:
+ *
+ *   6  cross-user poisoning through a writable parent directory: a cache dir whose
+ *      ancestors others may write (no sticky bit) is refused at open, logged; and a
+ *      long-running process whose cache dir is renamed away and replaced by a look-alike
+ *      tree (holding another key's code under the victim's key) keeps reading its own
+ *      tree, held open, never the look-alike (as a second uid where the test runs as root)
+ *  11 a damaged record that cannot be removed is never logged as "removed"
+ *  12 temp files of dead writers (pid and start time in the name) are swept at open
+ *      and by prune; a live writer's are kept
+ *
+ * and the system-call fault sweep (see the comment above fail_every_call_of_a_request).
+ * The fake platform compiles: what matters here is the disk tree.
+ */
+#define _GNU_SOURCE
+#include "support.h"
+
+#include <cjson/cJSON.h>
+#include <dirent.h>
+#include <errno.h>
+#include <fcntl.h>
+#include <grp.h>
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <sys/wait.h>
+#include <time.h>
+#include <unistd.h>
+#include <xxhash.h>
+
+#define NOBODY 65534
+
+static char *dir;   /* <parent>/cache */
+static char *parent; /* the mkdtemp directory holding it */
+
+static void setup(void)
+{
+    dir = ts_tmpdir();
+    parent = strdup(dir);
+    *strrchr(parent, '/') = '\0';
+    ts_fake_install();
+}
+
+static void teardown(void)
+{
+    ts_fake_remove();
+    chmod(parent, 0700);
+    free(parent);
+    ts_cleanup(dir);
+}
+
+static char *path_in(const char *base, const char *rel)
+{
+    size_t n = strlen(base) + strlen(rel) + 2;
+    char *p = malloc(n);
+    snprintf(p, n, "%s/%s", base, rel);
+    return p;
+}
+
+static bool exists(const char *path)
+{
+    struct stat sb;
+    return lstat(path, &sb) == 0;
+}
+
+/* Open a cache on d (disk and index on, default sizes), capturing the log. */
+static kpc_cache *open_logged(const char *d, char **log)
+{
+    ts_log_begin(KPC_LOG_WARN);
+    kpc_cache *c = ts_open(d, 0, 0);
+    *log = ts_log_end();
+    return c;
+}
+
+/* ---- 6: ancestors ------------------------------------------------------------------- */
+
+/* One request on a cache at d; true if its record reached the disk under d. */
+static bool request_stored(kpc_cache *c, const char *d)
+{
+    kpc_context *ctx = ts_context(c);
+    kpc_source src = ts_src("// ancestors\n", "a.hip");
+    size_t size;
+    free(ts_get_code(ctx, &src, &size)); /* the request itself always succeeds */
+    kpc_key key;
+    ts_key(ctx, &src, &key);
+    kpc_context_destroy(ctx);
+    char hex[KPC_KEY_HEX], rel[128];
+    kpc_key_hex(&key, hex);
+    snprintf(rel, sizeof rel, "v1/%s/%.2s/%s.co", ts_target(), hex, hex);
+    char *p = path_in(d, rel);
+    bool stored = exists(p);
+    free(p);
+    return stored;
+}
+
+START_TEST(a_cache_dir_under_a_directory_others_may_write_is_refused)
+{
+    /* others may write the parent: they could rename the cache away */
+    ck_assert_int_eq(chmod(parent, 0777), 0);
+    char *log;
+    kpc_cache *c = open_logged(dir, &log);
+    ck_assert_msg(!request_stored(c, dir), "a cache under a world-writable parent was used");
+    ck_assert_msg(strstr(log, parent) && strstr(log, "writable"), "no clear log line:\n%s", log);
+    kpc_cache_close(c);
+    free(log);
+
+    /* the group may write it: the same */
+    ck_assert_int_eq(chmod(parent, 0775), 0);
+    c = open_logged(dir, &log);
+    ck_assert(!request_stored(c, dir));
+    ck_assert_msg(strstr(log, "writable"), "no clear log line:\n%s", log);
+    kpc_cache_close(c);
+    free(log);
+
+    /* a deeper ancestor counts as much as the parent */
+    ck_assert_int_eq(chmod(parent, 0777), 0);
+    char *deep = path_in(parent, "sub/cache");
+    char *sub = path_in(parent, "sub");
+    ck_assert_int_eq(mkdir(sub, 0755), 0);
+    c = open_logged(deep, &log);
+    ck_assert(!request_stored(c, deep));
+    ck_assert_msg(strstr(log, parent), "the log does not name the ancestor:\n%s", log);
+    kpc_cache_close(c);
+    free(log);
+    char root[4096];
+    if (realpath(deep, root))
+        kpc_index_unlink(root);
+    free(deep);
+    free(sub);
+}
+END_TEST
+
+START_TEST(a_sticky_or_private_ancestor_is_accepted)
+{
+    /* sticky, as /tmp: others may create, not rename or remove what is ours */
+    ck_assert_int_eq(chmod(parent, 01777), 0);
+    char *log;
+    kpc_cache *c = open_logged(dir, &log);
+    ck_assert_msg(request_stored(c, dir), "a cache under a sticky parent was refused:\n%s", log);
+    kpc_cache_close(c);
+    free(log);
+    ck_assert_int_eq(chmod(parent, 0755), 0);
+    c = open_logged(dir, &log);
+    ck_assert_msg(request_stored(c, dir), "a cache under a 0755 parent was refused:\n%s", log);
+    kpc_cache_close(c);
+    free(log);
+}
+END_TEST
+
+/* ---- 6: the rename-away attack --------------------------------------------------------- */
+
+/* The record file at path with its key replaced by key and the header checksum made
+ * right again (layout: docs/file-format.md): what an attacker computes, XXH3 being no
+ * secret. Written to out (a look-alike tree), readable by everyone. */
+static void plant(const char *from, const kpc_key *key, const char *out)
+{
+    size_t size;
+    uint8_t *b = ts_read_file(from, &size);
+    ck_assert_ptr_nonnull(b);
+    ck_assert_uint_ge(size, 256);
+    memcpy(b + 16, key->bytes, 16);
+    uint64_t sum = XXH3_64bits(b, 248);
+    for (int i = 0; i < 8; i++)
+        b[248 + i] = (uint8_t)(sum >> (8 * i));
+    int fd = open(out, O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0644);
+    ck_assert_msg(fd >= 0, "open(%s): %s", out, strerror(errno));
+    ck_assert_int_eq(kpc__write_all(fd, b, size), 0);
+    close(fd);
+    free(b);
+}
+
+/* mkdir -p of rel under base, each 0755 */
+static void mkdirs(const char *base, const char *rel)
+{
+    char buf[4096];
+    snprintf(buf, sizeof buf, "%s/%s", base, rel);
+    for (char *p = buf + strlen(base) + 1;; p++) {
+        if (*p == '/' || *p == '\0') {
+            char c = *p;
+            *p = '\0';
+            if (mkdir(buf, 0755) != 0 && errno != EEXIST)
+                _exit(10);
+            if (c == '\0')
+                break;
+            *p = c;
+        }
+    }
+}
+
+START_TEST(a_renamed_away_cache_dir_never_serves_a_look_alike)
+{
+    /* the victim opens its cache while the parent is private: accepted */
+    ck_assert_int_eq(chmod(parent, 0755), 0);
+    kpc_cache *c = ts_open(dir, 0, 0);
+    kpc_context *ctx = ts_context(c);
+    kpc_source s0 = ts_src("// the victim's kernel\n", "k0.hip");
+    kpc_source s1 = ts_src("// another kernel\n", "k1.hip");
+    size_t n0, n1;
+    void *code0 = ts_get_code(ctx, &s0, &n0), *code1 = ts_get_code(ctx, &s1, &n1);
+    ck_assert(n0 != n1 || memcmp(code0, code1, n0) != 0);
+    kpc_key k0, k1;
+    ts_key(ctx, &s0, &k0);
+    ts_key(ctx, &s1, &k1);
+    kpc_context_destroy(ctx);
+    char rec1[4400], hex0[KPC_KEY_HEX], rel0[160], reldir[96];
+    ts_record_path(dir, ts_target(), &k1, "co", rec1, sizeof rec1);
+    kpc_key_hex(&k0, hex0);
+    snprintf(reldir, sizeof reldir, "cache/v1/%s/%.2s", ts_target(), hex0);
+    snprintf(rel0, sizeof rel0, "%s/%s.co", reldir, hex0);
+    /* what the attacker will plant: k1's record, relabelled k0 (made here, before the
+     * attacker lost the rights to read the victim's tree) */
+    char *staged = path_in(parent, "staged.co");
+    plant(rec1, &k0, staged);
+    ck_assert_int_eq(chmod(staged, 0644), 0);
+
+    /* later, the parent becomes writable by another user, who renames the cache away
+     * and builds a look-alike; as root, the attacker is uid 65534 */
+    ck_assert_int_eq(chmod(parent, 0777), 0);
+    fflush(NULL);
+    pid_t pid = fork();
+    ck_assert_int_ge(pid, 0);
+    if (pid == 0) {
+        if (geteuid() == 0 && (setgroups(0, NULL) != 0 || setgid(NOBODY) != 0 || setuid(NOBODY) != 0))
+            _exit(11);
+        char *old = path_in(parent, "cache.old"), *now = path_in(parent, "cache");
+        if (rename(now, old) != 0)
+            _exit(12);
+        mkdirs(parent, reldir);
+        char *planted = path_in(parent, rel0);
+        size_t size;
+        void *bytes = ts_read_file(staged, &size);
+        int fd = bytes ? open(planted, O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0644) : -1;
+        if (fd < 0 || kpc__write_all(fd, bytes, size) != 0)
+            _exit(13);
+        close(fd);
+        _exit(0);
+    }
+    int st;
+    ck_assert_int_eq(waitpid(pid, &st, 0), pid);
+    ck_assert_msg(WIFEXITED(st) && WEXITSTATUS(st) == 0, "the attacker failed: 0x%x", st);
+
+    /* the victim's long-running process asks for k0 again (a new context: no memory hit) */
+    ctx = ts_context(c);
+    size_t n;
+    void *code = ts_get_code(ctx, &s0, &n);
+    ck_assert_msg(!(n == n1 && memcmp(code, code1, n) == 0),
+                  "the victim got another key's code from the look-alike tree");
+    ck_assert_msg(n == n0 && memcmp(code, code0, n) == 0, "the victim got a wrong object");
+    free(code);
+    kpc_context_destroy(ctx);
+    kpc_cache_close(c);
+    free(code0);
+    free(code1);
+    free(staged);
+    /* teardown removes the parent with both trees; the renamed tree's segment is the
+     * original path's, which is dir's */
+}
+END_TEST
+
+/* ---- 11: a removal that failed is not "removed" ------------------------------------------- */
+
+/* Run fn as another user where the test runs as root (root ignores modes): the tree is
+ * handed to uid 65534 first. Without root, fn runs here. Returns fn's result. */
+static int as_other_user(const char *tree, int (*fn)(void *), void *arg)
+{
+    if (geteuid() != 0)
+        return fn(arg);
+    char cmd[4400];
+    snprintf(cmd, sizeof cmd, "chown -R %d:%d '%s'", NOBODY, NOBODY, tree);
+    ck_assert_int_eq(system(cmd), 0);
+    fflush(NULL);
+    pid_t pid = fork();
+    ck_assert_int_ge(pid, 0);
+    if (pid == 0) {
+        if (setgroups(0, NULL) != 0 || setgid(NOBODY) != 0 || setuid(NOBODY) != 0)
+            _exit(99);
+        _exit(fn(arg));
+    }
+    int st;
+    ck_assert_int_eq(waitpid(pid, &st, 0), pid);
+    snprintf(cmd, sizeof cmd, "chown -R 0:0 '%s'", tree);
+    ck_assert_int_eq(system(cmd), 0);
+    return WIFEXITED(st) ? WEXITSTATUS(st) : 128 + WTERMSIG(st);
+}
+
+struct damaged_arg {
+    const char *record_dir; /* made read-only by the child */
+    kpc_source src;
+};
+
+static int read_damaged_readonly(void *p)
+{
+    struct damaged_arg *a = p;
+    if (chmod(a->record_dir, 0500) != 0)
+        return 20;
+    ts_log_begin(KPC_LOG_WARN);
+    kpc_cache *c = ts_open(dir, 0, 0);
+    kpc_context *ctx = ts_context(c);
+    kpc_program *prog = NULL;
+    kpc_status s = kpc_program_get(ctx, &a->src, &prog); /* rebuilt: the request succeeds */
+    kpc_program_release(prog);
+    kpc_context_destroy(ctx);
+    kpc_cache_close(c);
+    char *log = ts_log_end();
+    chmod(a->record_dir, 0700);
+    char root[4096];
+    if (realpath(dir, root))
+        kpc_index_unlink(root); /* this user's segment: teardown removes only its own */
+    int rc = 0;
+    if (s != KPC_OK)
+        rc = 21;
+    else if (strstr(log, "damaged") == NULL)
+        rc = 22; /* the damage was not reported at all */
+    else if (strstr(log, ": removed") != NULL)
+        rc = 23; /* claimed removed, though the directory is read-only */
+    else if (strstr(log, "could not") == NULL)
+        rc = 24;
+    if (rc)
+        fprintf(stderr, "log (rc %d):\n%s", rc, log);
+    free(log);
+    return rc;
+}
+
+START_TEST(a_damaged_record_that_cannot_be_removed_is_not_logged_removed)
+{
+    ck_assert_int_eq(chmod(parent, 0755), 0);
+    kpc_cache *c = ts_open(dir, 0, 0);
+    kpc_context *ctx = ts_context(c);
+    struct damaged_arg a = {.src = ts_src("// damaged, read-only\n", "d.hip")};
+    size_t n;
+    free(ts_get_code(ctx, &a.src, &n));
+    kpc_key key;
+    ts_key(ctx, &a.src, &key);
+    kpc_context_destroy(ctx);
+    kpc_cache_close(c);
+    char path[4400];
+    ts_record_path(dir, ts_target(), &key, "co", path, sizeof path);
+    size_t size;
+    uint8_t *b = ts_read_file(path, &size);
+    b[size - 1] ^= 0xff; /* payload checksum mismatch */
+    ts_write_file(path, b, size);
+    free(b);
+    char rdir[4400];
+    snprintf(rdir, sizeof rdir, "%s", path);
+    *strrchr(rdir, '/') = '\0';
+    a.record_dir = rdir;
+    char root[4096];
+    ck_assert_ptr_nonnull(realpath(dir, root));
+    kpc_index_unlink(root); /* no READY memory of it: the reader goes to the file */
+    ck_assert_int_eq(as_other_user(dir, read_damaged_readonly, &a), 0);
+}
+END_TEST
+
+/* ---- 12: dead writers' temp files -------------------------------------------------------- */
+
+/* A temp name as the store makes them: <32 hex>.<pid>.<start time>.<seq>.tmp */
+static void temp_name(char *out, size_t cap, pid_t pid, uint64_t start, unsigned seq)
+{
+    snprintf(out, cap, "0123456789abcdef0123456789abcdef.%d.%llu.%u.tmp", (int)pid,
+             (unsigned long long)start, seq);
+}
+
+/* A process that has ended: its pid and start time. */
+static pid_t dead_writer(uint64_t *start)
+{
+    int p[2];
+    ck_assert_int_eq(pipe(p), 0);
+    pid_t pid = fork();
+    ck_assert_int_ge(pid, 0);
+    if (pid == 0) {
+        char c;
+        close(p[1]);
+        if (read(p[0], &c, 1) < 0)
+            _exit(1);
+        _exit(0);
+    }
+    close(p[0]);
+    *start = kpc__proc_start_time(pid);
+    ck_assert_uint_ne(*start, 0);
+    close(p[1]); /* it ends */
+    int st;
+    ck_assert_int_eq(waitpid(pid, &st, 0), pid);
+    return pid;
+}
+
+static void make_file(const char *d, const char *name, time_t age_s)
+{
+    char *p = path_in(d, name);
+    ts_write_file(p, "partial", 7);
+    if (age_s) {
+        struct timespec t[2] = {{time(NULL) - age_s, 0}, {time(NULL) - age_s, 0}};
+        ck_assert_int_eq(utimensat(AT_FDCWD, p, t, 0), 0);
+    }
+    free(p);
+}
+
+START_TEST(dead_writers_temp_files_are_swept_at_open_and_by_prune)
+{
+    kpc_cache *c = ts_open(dir, 0, 0); /* makes the tree */
+    kpc_cache_close(c);
+    char root[4096];
+    ck_assert_ptr_nonnull(realpath(dir, root));
+    char *tmp = path_in(root, "v1/tmp");
+    uint64_t dstart, mystart = kpc__proc_start_time(getpid());
+    pid_t dead = dead_writer(&dstart);
+    char dead1[128], dead2[128], live[128], reused[128];
+    temp_name(dead1, sizeof dead1, dead, dstart, 0);
+    temp_name(dead2, sizeof dead2, dead, dstart, 7);
+    temp_name(live, sizeof live, getpid(), mystart, 0);
+    /* our pid with another start time: a process that had our pid before us */
+    temp_name(reused, sizeof reused, getpid(), mystart - 1, 0);
+    make_file(tmp, dead1, 0);
+    make_file(tmp, dead2, 0);
+    make_file(tmp, live, 0);
+    make_file(tmp, reused, 0);
+    make_file(tmp, "0123456789abcdef0123456789abcdef.1.2.tmp", 0);        /* another kpc's name, fresh */
+    make_file(tmp, "0123456789abcdef0123456789abcdef.1.3.tmp", 2 * 3600); /* the same, 2 h old */
+    ck_assert_int_eq(ts_tmp_entries(dir), 6);
+
+    /* open sweeps the dead writers' files */
+    c = ts_open(dir, 0, 0);
+    char *p;
+    ck_assert_msg(!exists(p = path_in(tmp, dead1)), "a dead writer's temp file survived open"), free(p);
+    ck_assert(!exists(p = path_in(tmp, dead2))), free(p);
+    ck_assert_msg(!exists(p = path_in(tmp, reused)), "a reused pid's temp file survived"), free(p);
+    ck_assert_msg(exists(p = path_in(tmp, live)), "a live writer's temp file was removed"), free(p);
+    kpc_cache_close(c);
+
+    /* and so does prune (the tool), with the old rule for names without a start time */
+    temp_name(dead1, sizeof dead1, dead, dstart, 1);
+    make_file(tmp, dead1, 0);
+    const char *argv[] = {getenv("KPC_TOOL"), "prune", "--cache-dir", dir, "--json", NULL};
+    ck_assert_ptr_nonnull(argv[0]);
+    char *out = NULL;
+    ck_assert_int_eq(ts_exec(argv, NULL, &out, NULL), 0);
+    ck_assert_msg(!exists(p = path_in(tmp, dead1)), "prune kept a dead writer's temp file"), free(p);
+    ck_assert(!exists(p = path_in(tmp, "0123456789abcdef0123456789abcdef.1.3.tmp"))), free(p);
+    ck_assert(exists(p = path_in(tmp, "0123456789abcdef0123456789abcdef.1.2.tmp"))), free(p);
+    ck_assert(exists(p = path_in(tmp, live))), free(p);
+    cJSON *j = cJSON_Parse(out);
+    ck_assert_msg(j != NULL, "not JSON: %s", out);
+    const cJSON *tr = cJSON_GetObjectItemCaseSensitive(j, "temp_removed");
+    /* the tool's own open swept the dead writer's; prune the old one at least */
+    ck_assert_msg(cJSON_IsNumber(tr) && tr->valuedouble >= 1, "prune's figures: %s", out);
+    cJSON_Delete(j);
+    free(out);
+    free(tmp);
+}
+END_TEST
+
+/* ---- the system-call fault sweep --------------------------------------------------------
+ *
+ * Fail the Nth system call of a whole request, for every N the request makes, as SQLite's
+ * test_syscall.c does: open the cache, create a context, get a program, close. Cold (an
+ * empty cache: index created, compile, record written) and warm (the record on disk and
+ * in the index: a hit), each with one failed call and with every call failing from the
+ * Nth on (a disk that stays broken). The request must return the right object, byte for
+ * byte the fake platform's compile, or a clear status (the statuses kpc.h lists, never a
+ * crash or a hang); and nothing may be left behind: no temp file in v1/tmp, and a request
+ * after it, with no fault, in a new cache handle, gets the right object without waiting
+ * for anyone (no slot left BUILDING, no lock left held).
+ */
+static const kpc_source sweep_src = {.code = "// the swept request\n", .name = "sweep.hip"};
+
+static void *clean_compile(size_t *size)
+{
+    kpc_build b;
+    memset(&b, 0, sizeof b);
+    ck_assert_int_eq(kpc_platform_get()->compile(ts_target(), &sweep_src, &b), KPC_OK);
+    void *code = b.code;
+    *size = b.code_size;
+    b.code = NULL;
+    kpc_platform_build_free(&b);
+    return code;
+}
+
+/* One request under whatever fault plan is set. KPC_OK with the object's bytes, or the
+ * status it failed with. */
+static kpc_status one_request(const char *d, void **code, size_t *size)
+{
+    *code = NULL;
+    kpc_config cfg = {.struct_size = sizeof cfg, .cache_dir = d};
+    kpc_cache *c = NULL;
+    kpc_status s = kpc_cache_open(&cfg, &c);
+    if (s != KPC_OK)
+        return s;
+    kpc_context *ctx = NULL;
+    s = kpc_context_create_for_target(c, ts_target(), &ctx);
+    if (s == KPC_OK) {
+        kpc_program *p = NULL;
+        s = kpc_program_get(ctx, &sweep_src, &p);
+        if (s == KPC_OK) {
+            const void *bytes = kpc_program_code(p, size);
+            *code = malloc(*size);
+            memcpy(*code, bytes, *size);
+        }
+        kpc_program_release(p);
+        kpc_context_destroy(ctx);
+    }
+    kpc_cache_close(c);
+    return s;
+}
+
+/* Does the request leave the tree and the index fit for the next one? */
+static void assert_nothing_left(const char *d, const void *ref, size_t ref_size, const char *what)
+{
+    ck_assert_msg(ts_tmp_entries(d) == 0, "%s: a temp file was left in v1/tmp", what);
+    kpc_config cfg = {.struct_size = sizeof cfg, .cache_dir = d};
+    kpc_cache *c = NULL;
+    ck_assert_int_eq(kpc_cache_open(&cfg, &c), KPC_OK);
+    kpc_context *ctx = ts_context(c);
+    size_t n;
+    void *code = ts_get_code(ctx, &sweep_src, &n);
+    ck_assert_msg(n == ref_size && memcmp(code, ref, n) == 0, "%s: the next request got a wrong object", what);
+    kpc_stats st;
+    memset(&st, 0, sizeof st);
+    ck_assert_int_eq(kpc_stats_get(c, &st), KPC_OK);
+    ck_assert_msg(st.waits == 0 && st.wait_timeouts == 0, "%s: the next request waited (a slot left BUILDING)",
+                  what);
+    free(code);
+    kpc_context_destroy(ctx);
+    kpc_cache_close(c);
+}
+
+static bool clear_status(kpc_status s)
+{
+    /* what kpc.h lets these calls return when the system says no */
+    return s == KPC_E_IO || s == KPC_E_NOMEM || s == KPC_E_SHM || s == KPC_E_UNAVAILABLE;
+}
+
+typedef struct sweep_figures {
+    unsigned long calls, runs, ok, failed_clearly;
+    unsigned long per_kind[KPC_SYS_COUNT];
+} sweep_figures;
+
+static void sweep(bool warm, bool sticky, const void *ref, size_t ref_size, sweep_figures *fig)
+{
+    /* how many calls a clean request makes */
+    char *d = ts_tmpdir();
+    void *code;
+    size_t n;
+    if (warm) {
+        ck_assert_int_eq(one_request(d, &code, &n), KPC_OK);
+        free(code);
+    }
+    kpc__sys_fault_nth(0, 0, false);
+    ck_assert_int_eq(one_request(d, &code, &n), KPC_OK);
+    free(code);
+    unsigned long total = kpc__sys_calls();
+    ck_assert_uint_gt(total, 0);
+    ts_cleanup(d);
+    fig->calls += total;
+    for (unsigned long nth = 1; nth <= total + 1; nth++) {
+        d = ts_tmpdir();
+        if (warm) {
+            ck_assert_int_eq(one_request(d, &code, &n), KPC_OK);
+            free(code);
+        }
+        if (getenv("KPC_SWEEP_TRACE"))
+            fprintf(stderr, "sweep: %s %s %lu/%lu\n", warm ? "warm" : "cold", sticky ? "sticky" : "once", nth,
+                    total);
+        ts_log_begin(KPC_LOG_ERROR); /* each fault is logged: keep the output readable */
+        kpc__sys_fault_nth(nth, 0, sticky);
+        kpc_status s = one_request(d, &code, &n);
+        unsigned long at;
+        enum kpc_sys_call kind = kpc__sys_failed_last(&at);
+        kpc__sys_fault_nth(0, 0, false);
+        char *flog = ts_log_end();
+        if (getenv("KPC_SWEEP_TRACE"))
+            fprintf(stderr, "sweep:   failed %s (call %lu): %s\n%s", kpc__sys_name(kind), at, kpc_status_str(s), flog);
+        free(flog);
+        char what[160];
+        snprintf(what, sizeof what, "%s request, %s %s call %lu of %lu", warm ? "warm" : "cold",
+                 sticky ? "every call from the" : "the", kpc__sys_name(kind), nth, total);
+        if (s == KPC_OK) {
+            ck_assert_msg(n == ref_size && memcmp(code, ref, n) == 0, "%s failed: a wrong object", what);
+            fig->ok++;
+        } else {
+            ck_assert_msg(clear_status(s), "%s failed: %s is not a clear status for it", what,
+                          kpc_status_str(s));
+            fig->failed_clearly++;
+        }
+        if (kind < KPC_SYS_COUNT)
+            fig->per_kind[kind]++;
+        free(code);
+        assert_nothing_left(d, ref, ref_size, what);
+        fig->runs++;
+        ts_cleanup(d);
+    }
+}
+
+START_TEST(fail_every_call_of_a_request)
+{
+    size_t ref_size;
+    void *ref = clean_compile(&ref_size);
+    sweep_figures fig;
+    memset(&fig, 0, sizeof fig);
+    for (int warm = 0; warm < 2; warm++)
+        for (int sticky = 0; sticky < 2; sticky++)
+            sweep(warm, sticky, ref, ref_size, &fig);
+    printf("fault sweep: %lu requests, each with one of its %lu system calls failing (cold and warm, "
+           "once and from then on): %lu right objects, %lu clear statuses; failed calls by kind:",
+           fig.runs, fig.calls, fig.ok, fig.failed_clearly);
+    for (int k = 0; k < KPC_SYS_COUNT; k++)
+        if (fig.per_kind[k])
+            printf(" %s %lu", kpc__sys_name((enum kpc_sys_call)k), fig.per_kind[k]);
+    printf("\n");
+    fflush(stdout);
+    free(ref);
+}
+END_TEST
+
+int main(void)
+{
+    Suite *s = suite_create("faults");
+    TCase *tc = tcase_create("disk");
+    tcase_add_checked_fixture(tc, setup, teardown);
+    tcase_add_test(tc, a_cache_dir_under_a_directory_others_may_write_is_refused);
+    tcase_add_test(tc, a_sticky_or_private_ancestor_is_accepted);
+    tcase_add_test(tc, a_renamed_away_cache_dir_never_serves_a_look_alike);
+    tcase_add_test(tc, a_damaged_record_that_cannot_be_removed_is_not_logged_removed);
+    tcase_add_test(tc, dead_writers_temp_files_are_swept_at_open_and_by_prune);
+    suite_add_tcase(s, tc);
+    TCase *sw = tcase_create("sweep");
+    tcase_add_checked_fixture(sw, setup, teardown);
+    tcase_set_timeout(sw, 240);
+    tcase_add_test(sw, fail_every_call_of_a_request);
+    suite_add_tcase(s, sw);
+    return ts_run_suite(s);
+}
