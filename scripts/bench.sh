@@ -24,6 +24,8 @@
 #   bench_xproc                    2  cross-process warm hit vs the real compile
 #   bench_storm --procs 2,8,32,64  3  cold storm, K = 16: kpc (3 runs each), no-shm and
 #                                     KPC_DISABLE (1 run each)
+#     --batch-procs 2,8,32         9  the same-order storm, one kpc_program_get at a time
+#                                     against kpc_program_get_many (3 runs each)
 #   bench_index                    4  index lookup / claim / eviction at 1k, 64k, 1M
 #   bench_disk --files 100000      5  kpc ls / verify / prune over 100k files, on /tmp
 #                                     (the disk) and on /dev/shm (tmpfs: no device cost)
@@ -205,7 +207,7 @@ step() { # name command...
 if ((quick)); then
   want hit && step hit "$bin/bench_hit" --rounds 5 --seconds 0.1
   want xproc && step xproc "$bin/bench_xproc" --runs 5
-  want storm && step storm "$bin/bench_storm" --procs 2,8 --repeats 1 --noindex-max 8
+  want storm && step storm "$bin/bench_storm" --procs 2,8 --repeats 1 --noindex-max 8 --batch-procs 2,8
   want index && step index "$bin/bench_index" --sizes 1000,64000 --rounds 5
   want disk && step disk "$bin/bench_disk" --files 10000 --runs 1
   want ccache && step ccache "$bin/bench_ccache" --files 1 --runs 2
@@ -214,7 +216,8 @@ if ((quick)); then
 else
   want hit && step hit "$bin/bench_hit"
   want xproc && step xproc "$bin/bench_xproc"
-  want storm && step storm "$bin/bench_storm" --procs 2,8,32,64 --k 16 --repeats 3 --noindex-max 64
+  want storm && step storm "$bin/bench_storm" --procs 2,8,32,64 --k 16 --repeats 3 --noindex-max 64 \
+    --batch-procs 2,8,32
   want index && step index "$bin/bench_index"
   if want disk; then
     step disk "$bin/bench_disk" --files 100000

@@ -19,7 +19,7 @@ cd "$(dirname "$0")/.."
 # libsodium are the cluster tier's (without them it builds as a stub).
 packages=(
   build-essential cmake pkg-config
-  libbsd-dev libxxhash-dev libcjson-dev check
+  libbsd-dev libxxhash-dev libcjson-dev libzstd-dev check
   libamdhip64-dev
   libhiredis-dev libsodium-dev
   scdoc

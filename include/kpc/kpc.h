@@ -91,6 +91,8 @@ typedef struct kpc_program kpc_program; /* a built code object, and its module o
 /* kpc_config.flags */
 #define KPC_NO_DISK 0x1u /* no disk tree (and so no host index: it shares objects through disk) */
 #define KPC_NO_SHM 0x2u  /* no host index: processes share the disk tree but may build twice */
+#define KPC_NO_SOURCES 0x4u /* records keep no request (source, options, headers), so `kpc
+                             * replay` cannot rebuild them; also KPC_KEEP_SOURCES=0 */
 
 typedef struct kpc_config {
     size_t struct_size;        /* sizeof(kpc_config): fields past it are treated as unset */
@@ -98,11 +100,15 @@ typedef struct kpc_config {
     uint64_t disk_max_bytes;   /* 0: KPC_CACHE_MAX_SIZE, else 2G */
     size_t mem_max_programs;   /* 0: KPC_MEM_MAX_PROGRAMS, else 256 (per context) */
     size_t shm_entries;        /* 0: KPC_SHM_ENTRIES, else 65536 (for a newly created index) */
-    unsigned flags;            /* KPC_NO_DISK, KPC_NO_SHM; KPC_DISABLE=1 sets both */
+    unsigned flags;            /* KPC_NO_DISK, KPC_NO_SHM, KPC_NO_SOURCES; KPC_DISABLE=1 sets
+                                * the first two */
     /* NULL: KPC_REMOTE, else no cluster tier. A Redis shared by the hosts of a cluster,
      * redis://[[USER]:PASSWORD@]HOST[:PORT][/DB] or redis+unix:///path: a key is then
      * compiled once per cluster (docs/cluster.md). "" turns it off. */
     const char *remote;
+    size_t build_threads;      /* 0: KPC_BUILD_THREADS, else 1: threads kpc_program_get_many
+                                * compiles with, where the compiler builds in parallel inside a
+                                * process (NVRTC; hipRTC 5.2 does not: 1 is used there) */
 } kpc_config;
 
 typedef struct kpc_stats {
@@ -131,6 +137,9 @@ typedef struct kpc_stats {
      * off for a back-off period), and fetched records refused by the checks */
     uint64_t remote_hits, remote_misses, remote_builds, remote_waits, remote_takeovers,
         remote_errors, remote_refused;
+    /* this process: requests answered by a pack of KPC_PACK_PATH, and pack entries refused
+     * as damaged (each then built) */
+    uint64_t pack_hits, pack_refused;
 } kpc_stats;
 
 typedef struct kpc_source {
@@ -213,6 +222,31 @@ KPC_API void kpc_context_destroy(kpc_context *ctx);
  *         KPC_E_NOMEM.
  */
 KPC_API kpc_status kpc_program_get(kpc_context *ctx, const kpc_source *src, kpc_program **out);
+
+/**
+ * Get the programs of n sources on this context at once, building side by side with the
+ * other processes of the host that ask for the same sources. It first claims and builds
+ * (or reads) every key that no process on the host is building, in list order, then
+ * waits for the keys other processes were building. So P processes (MPI ranks) that call
+ * it with the same K sources in the same order build the K sources in parallel, each
+ * taking the next unclaimed key, where K calls of kpc_program_get would build them one
+ * after another while the others wait. A source repeated in the list is resolved once.
+ * With KPC_BUILD_THREADS (kpc_config.build_threads) = T > 1 and a compiler that builds in
+ * parallel inside a process (NVRTC; not hipRTC 5.2, where T is taken as 1), T threads
+ * of this process build at once.
+ * @param srcs         n requests (as for kpc_program_get).
+ * @param out_programs n slots: a reference for each request that succeeded (release each
+ *                     with kpc_program_release()), NULL for one that failed.
+ * @param out_statuses n slots for each request's own status (as kpc_program_get would
+ *                     return it); may be NULL.
+ * @return KPC_OK when every request succeeded (n = 0 included, whatever the other
+ *         arguments); else the status of the first request that failed (the others are
+ *         resolved all the same: one failing source does not fail the rest), and
+ *         kpc_last_log() holds that request's log; KPC_E_INVALID for a NULL ctx, srcs or
+ *         out_programs with n > 0 (every status KPC_E_INVALID); KPC_E_NOMEM.
+ */
+KPC_API kpc_status kpc_program_get_many(kpc_context *ctx, const kpc_source *srcs, size_t n,
+                                        kpc_program **out_programs, kpc_status *out_statuses);
 
 /** Take another reference to prog (for handing it to another owner). */
 KPC_API kpc_status kpc_program_retain(kpc_program *prog);

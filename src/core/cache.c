@@ -126,6 +126,11 @@ kpc_status kpc_stats_get(kpc_cache *cache, kpc_stats *out)
         out->capacity = c.capacity;
         out->wait_timeouts = c.wait_timeouts;
     }
+    for (size_t i = 0; i < cache->tiers.n; i++)
+        if (strcmp(cache->tiers.t[i]->name, "pack") == 0) {
+            out->pack_hits = atomic_load(&cache->tiers.t[i]->n.hits);
+            out->pack_refused = atomic_load(&cache->tiers.t[i]->n.refused);
+        }
     if (cache->store)
         kpc_store_usage_estimate(cache->store, &out->disk_bytes, &out->disk_files);
     kpc_remote *r = kpc_remote_tier_client(kpc_tier_coordinator(&cache->tiers));

@@ -18,6 +18,7 @@
 
 #define DEFAULT_DISK_MAX (2ull << 30)
 #define DEFAULT_MEM_MAX 256
+#define MAX_BUILD_THREADS 256
 #define DEFAULT_SHM_ENTRIES 65536
 #define MAX_SHM_ENTRIES (1u << 24)
 
@@ -136,6 +137,23 @@ kpc_status kpc_config_resolve(const kpc_config *cfg, kpc_settings *s)
             return KPC_E_INVALID;
     } else
         s->shm_entries = DEFAULT_SHM_ENTRIES;
+
+    if ((v = getenv("KPC_KEEP_SOURCES")) != NULL && *v != '\0') {
+        if (strcmp(v, "0") == 0)
+            s->flags |= KPC_NO_SOURCES;
+        else if (strcmp(v, "1") != 0) {
+            KPC_LOG(KPC_LOG_ERROR, "KPC_KEEP_SOURCES=\"%s\" must be 1 or 0", v);
+            return KPC_E_INVALID;
+        }
+    }
+
+    if (CFG_HAS(cfg, build_threads) && cfg->build_threads != 0)
+        s->build_threads = cfg->build_threads;
+    else if ((v = getenv("KPC_BUILD_THREADS")) != NULL) {
+        if (parse_count("KPC_BUILD_THREADS", v, MAX_BUILD_THREADS, &s->build_threads) != KPC_OK)
+            return KPC_E_INVALID;
+    } else
+        s->build_threads = 1;
 
     if (s->cache_dir[0] == '\0')
         s->flags |= KPC_NO_DISK;

@@ -15,7 +15,8 @@ typedef struct kpc_settings {
     uint64_t disk_max_bytes;
     size_t mem_max_programs;
     size_t shm_entries;
-    unsigned flags;
+    unsigned flags;        /* KPC_NO_DISK, KPC_NO_SHM, KPC_NO_SOURCES (KPC_KEEP_SOURCES=0) */
+    size_t build_threads;  /* kpc_program_get_many's threads, where compiles run in parallel */
 } kpc_settings;
 /* Fill s from cfg (may be NULL), then the environment, then the defaults; KPC_E_INVALID
  * (logged) for a malformed value. */

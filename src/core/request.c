@@ -13,6 +13,7 @@
 #include "core/manifest.h"
 #include "core/map.h"
 #include "core/program.h"
+#include "core/request.h"
 #include "core/resolve.h"
 #include "base/log.h"
 #include "platform/platform.h"
@@ -20,7 +21,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-static kpc_status check_source(const kpc_source *src)
+kpc_status kpc_request_check_source(const kpc_source *src)
 {
     if (src->code == NULL || (src->code_len == 0 && src->code[0] == '\0')) {
         KPC_LOG(KPC_LOG_ERROR, "kpc_program_get: the source is NULL or empty");
@@ -66,6 +67,14 @@ static unsigned hit_slot(void)
     return slot - 1;
 }
 
+void kpc_request_key(const kpc_context *ctx, const kpc_source *src, kpc_key *key)
+{
+    if (ctx->key_prefix.len != SIZE_MAX)
+        kpc_key_compute_prefixed(&ctx->key_prefix, src, key);
+    else
+        kpc_key_compute(ctx->key_id, ctx->cache->platform->name, ctx->target, src, key);
+}
+
 kpc_status kpc_program_get(kpc_context *ctx, const kpc_source *src, kpc_program **out)
 {
     if (out)
@@ -77,15 +86,12 @@ kpc_status kpc_program_get(kpc_context *ctx, const kpc_source *src, kpc_program 
     kpc_status s = kpc_cache_check_process(ctx->cache, "kpc_program_get");
     if (s != KPC_OK)
         return s;
-    s = check_source(src);
+    s = kpc_request_check_source(src);
     if (s != KPC_OK)
         return s;
     kpc_cache *cache = ctx->cache;
     kpc_key key;
-    if (ctx->key_prefix.len != SIZE_MAX)
-        kpc_key_compute_prefixed(&ctx->key_prefix, src, &key);
-    else
-        kpc_key_compute(ctx->key_id, cache->platform->name, ctx->target, src, &key);
+    kpc_request_key(ctx, src, &key);
 
     kpc_map_entry *entry;
     bool waited;

@@ -42,6 +42,7 @@
 #include "base/log.h"
 #include "platform/depfile.h"
 #include "storage/claim.h"
+#include "storage/request_codec.h"
 
 #include <limits.h>
 #include <stdio.h>
@@ -248,6 +249,13 @@ static kpc_status build(kpc_context *ctx, const kpc_key *key, const kpc_source *
     fill_record(&rec, ctx, &object, src, KPC_RECORD_CODE);
     rec.code_size = b.code_size;
     rec.names_size = b.names_size;
+    /* the request beside the object, for `kpc replay`; failing to encode it costs only
+     * the replay of this one */
+    void *req = NULL;
+    size_t req_size = 0;
+    if (keep && !(cache->settings.flags & KPC_NO_SOURCES) &&
+        kpc_request_encode(src, cache->platform->key_env, &req, &req_size) == KPC_OK)
+        rec.request = req, rec.request_size = req_size;
     if (!keep) { /* no one can read it: the waiters build for themselves */
         kpc_claim_finish(claim, KPC_CLAIM_UNSTORED, NULL, NULL, NULL);
     } else if (deps == NULL) {
@@ -258,6 +266,7 @@ static kpc_status build(kpc_context *ctx, const kpc_key *key, const kpc_source *
                       manifest_add(ctx, key, src, &object, KPC_MANIFEST_CODE, deps) == KPC_OK;
         kpc_claim_finish(claim, stored ? KPC_CLAIM_READY : KPC_CLAIM_UNSTORED, NULL, NULL, NULL);
     }
+    free(req);
     free(b.log);
     b.log = NULL;
     kpc_depfile_paths_free(b.deps, b.num_deps);
@@ -292,6 +301,8 @@ static kpc_status take_record(kpc_context *ctx, const kpc_key *key, kpc_claim *c
     (*out)->object = head.key;
     (*out)->deps = deps;
     head.payload = NULL;
+    head.request = NULL; /* it pointed into the payload */
+    head.request_size = 0;
     kpc_claim_finish(claim, KPC_CLAIM_READY, deps ? NULL : &head, NULL, NULL);
     atomic_fetch_add_explicit(&ctx->cache->disk_hits, 1, memory_order_relaxed);
     *from_disk = true;
@@ -330,11 +341,11 @@ static kpc_status coordinate(kpc_context *ctx, const kpc_key *key, kpc_claim *cl
 
 /* Get the program without loading it: from a tier, or built. from_disk tells which. */
 static kpc_status obtain(kpc_context *ctx, const kpc_key *key, const kpc_source *src, bool skip_disk,
-                         kpc_program **out, char **log, bool *from_disk)
+                         unsigned nowait, kpc_program **out, char **log, bool *from_disk, bool *busy)
 {
     kpc_cache *cache = ctx->cache;
     kpc_tiers *tiers = &cache->tiers;
-    unsigned flags = skip_disk ? KPC_INDEX_STALE : 0;
+    unsigned flags = (skip_disk ? KPC_INDEX_STALE : 0) | nowait;
     *from_disk = false;
     for (int round = 0; round < MAX_ROUNDS; round++) {
         enum kpc_index_verdict verdict;
@@ -343,10 +354,14 @@ static kpc_status obtain(kpc_context *ctx, const kpc_key *key, const kpc_source 
         kpc_claim_begin(&claim, cache->index, key, flags, &verdict, &waited);
         if (waited)
             atomic_fetch_add_explicit(&cache->waits, 1, memory_order_relaxed);
+        if (verdict == KPC_INDEX_BUSY) { /* NOWAIT: another process builds it; nothing held */
+            *busy = true;
+            return KPC_E_NOT_FOUND;
+        }
         if (verdict == KPC_INDEX_FAILED) {
             if ((*log = failed_log(ctx, key)) != NULL)
                 return KPC_E_COMPILE;
-            flags = KPC_INDEX_STALE; /* its log is gone (pruned): compile it again */
+            flags = KPC_INDEX_STALE | nowait; /* its log is gone (pruned): compile it again */
             continue;
         }
         /* skip_disk: the record on disk was refused; but READY here means this call
@@ -369,7 +384,7 @@ static kpc_status obtain(kpc_context *ctx, const kpc_key *key, const kpc_source 
             }
             if (verdict == KPC_INDEX_READY) {
                 /* the index says READY but the record is gone or bad: claim the slot */
-                flags = KPC_INDEX_STALE;
+                flags = KPC_INDEX_STALE | nowait;
                 continue;
             }
         }
@@ -389,11 +404,11 @@ static kpc_status obtain(kpc_context *ctx, const kpc_key *key, const kpc_source 
     return build(ctx, key, src, &none, out, log);
 }
 
-kpc_status kpc_resolve_miss(kpc_context *ctx, const kpc_key *key, const kpc_source *src,
-                            kpc_program **out, char **log)
+static kpc_status resolve(kpc_context *ctx, const kpc_key *key, const kpc_source *src, unsigned nowait,
+                          kpc_program **out, char **log, bool *busy)
 {
     bool from_disk;
-    kpc_status s = obtain(ctx, key, src, false, out, log, &from_disk);
+    kpc_status s = obtain(ctx, key, src, false, nowait, out, log, &from_disk, busy);
     if (s != KPC_OK || ctx->device < 0)
         return s;
     const kpc_platform *pf = ctx->cache->platform;
@@ -414,7 +429,7 @@ kpc_status kpc_resolve_miss(kpc_context *ctx, const kpc_key *key, const kpc_sour
         *out = NULL;
         if (removed && ctx->cache->index)
             kpc_index_forget(ctx->cache->index, key);
-        s = obtain(ctx, key, src, removed, out, log, &from_disk);
+        s = obtain(ctx, key, src, removed, 0, out, log, &from_disk, busy);
         if (s != KPC_OK)
             return s;
         p = *out;
@@ -430,4 +445,18 @@ kpc_status kpc_resolve_miss(kpc_context *ctx, const kpc_key *key, const kpc_sour
     p->ctx = ctx;
     p->device = ctx->device;
     return KPC_OK;
+}
+
+kpc_status kpc_resolve_miss(kpc_context *ctx, const kpc_key *key, const kpc_source *src,
+                            kpc_program **out, char **log)
+{
+    bool busy = false;
+    return resolve(ctx, key, src, 0, out, log, &busy);
+}
+
+kpc_status kpc_resolve_miss_nowait(kpc_context *ctx, const kpc_key *key, const kpc_source *src,
+                                   kpc_program **out, char **log, bool *busy)
+{
+    *busy = false;
+    return resolve(ctx, key, src, KPC_INDEX_NOWAIT, out, log, busy);
 }

@@ -11,5 +11,10 @@
  * failure with *log (malloc'd, may be NULL) for a compile error. */
 kpc_status kpc_resolve_miss(kpc_context *ctx, const kpc_key *key, const kpc_source *src,
                             kpc_program **out, char **log);
+/* The same, except that where another live process is building the key it returns
+ * KPC_E_NOT_FOUND at once with *busy set (holding nothing) instead of sleeping:
+ * kpc_program_get_many's first pass (core/batch.c). */
+kpc_status kpc_resolve_miss_nowait(kpc_context *ctx, const kpc_key *key, const kpc_source *src,
+                                   kpc_program **out, char **log, bool *busy);
 
 #endif /* KPC_CORE_RESOLVE_H */

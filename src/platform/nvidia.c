@@ -585,4 +585,5 @@ const kpc_platform kpc_platform_builtin = {
     .module_load = nvidia_module_load,
     .module_unload = nvidia_module_unload,
     .module_function = nvidia_module_function,
+    .parallel_compiles = true, /* NVRTC programs compile concurrently */
 };

@@ -65,6 +65,9 @@ typedef struct kpc_platform {
     kpc_status (*module_load)(int device, const void *code, size_t size, void **module);
     void (*module_unload)(int device, void *module);
     kpc_status (*module_function)(int device, void *module, const char *name, void **fn);
+    /* true when compiles run in parallel in one process (NVRTC); hipRTC 5.2 serialises
+     * them, so kpc_program_get_many uses one thread there whatever KPC_BUILD_THREADS says */
+    bool parallel_compiles;
 } kpc_platform;
 
 /* The platform this library was built for, or the one a test installed. */

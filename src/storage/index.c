@@ -555,6 +555,11 @@ kpc_status kpc_index_begin(kpc_index *ix, const kpc_key *key, unsigned flags,
                 *verdict = KPC_INDEX_SELF;
                 return KPC_OK;
             }
+            if (flags & KPC_INDEX_NOWAIT) { /* a batch claims the others first */
+                ix_unlock(&h->ixh_lock);
+                *verdict = KPC_INDEX_BUSY;
+                return KPC_OK;
+            }
             uint64_t slice = ix->wait_slice_ns;
             if (slice > ix->wait_max_ns - busy)
                 slice = ix->wait_max_ns - busy;

@@ -27,10 +27,12 @@ enum kpc_index_verdict {
     KPC_INDEX_FAILED,    /* the build you waited for failed: its log is on disk */
     KPC_INDEX_SELF,      /* the object was built but could not be stored: build it yourself,
                           * without publishing */
+    KPC_INDEX_BUSY,      /* KPC_INDEX_NOWAIT only: a live process is building it; ask again later */
 };
 
 enum kpc_index_flags {
     KPC_INDEX_STALE = 1,  /* READY is not enough (its file was missing or bad): claim it */
+    KPC_INDEX_NOWAIT = 2, /* do not sleep on another's build: answer KPC_INDEX_BUSY */
 };
 
 typedef struct kpc_index_counters {

@@ -14,7 +14,8 @@
 #include <stdint.h>
 
 #define KPC_STORE_MAGIC "KPCOBJ\x00\x01"
-#define KPC_STORE_VERSION 1u
+#define KPC_STORE_VERSION 2u /* 2 adds the request section; 1 (none) is still read, and still
+                              * written for a record that keeps no request */
 #define KPC_RECORD_HEADER 256u        /* bytes of header before the payload */
 #define KPC_RECORD_MAX (1ull << 30)   /* the largest code, names or log part accepted */
 /* MANIFEST (core/manifest.h): under a request key, the entry lists of the files its
@@ -28,14 +29,22 @@ typedef struct kpc_record {
     char target[64];
     char source_name[80];
     uint8_t compiler_id[16];
-    void *payload; /* malloc'd: code then names (CODE), the log text (LOG), the manifest (MANIFEST) */
+    void *payload; /* malloc'd: code, names, then the request section (CODE), the log text (LOG),
+                    * the manifest (MANIFEST) */
     uint64_t code_size;
     uint64_t names_size;
+    /* The request section (storage/request_codec.h: what `kpc replay` rebuilds from), the
+     * last part of the payload: request_size bytes at request (0: none). Writing: the
+     * caller's bytes, not owned, written after first and second. Reading: points into
+     * payload (after the names), valid while payload is. */
+    uint64_t request_size;
+    const void *request;
 } kpc_record;
 void kpc_record_free(kpc_record *r);
 
 /* The header of r whose payload is first (r->code_size bytes) then second
- * (r->names_size bytes; may be NULL when 0): both checksums computed here. */
+ * (r->names_size bytes; may be NULL when 0) then r->request (r->request_size bytes): both
+ * checksums computed here. A writer writes those three parts after the header. */
 void kpc_record_header(uint8_t h[KPC_RECORD_HEADER], const kpc_record *r, const void *first,
                        const void *second);
 /* Decode and check a header alone (avail bytes at h); NULL when good, else why not. */

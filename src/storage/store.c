@@ -255,7 +255,10 @@ kpc_status kpc_store_write(kpc_store *st, const kpc_record *rec, const void *cod
     if (rec->kind == KPC_RECORD_LOG) {
         r.code_size = strlen(code); /* the log text is the "code" part */
         second_size = 0;
+        r.request_size = 0; /* a failed compile is never replayed */
     }
+    if (r.request_size && r.request == NULL)
+        return KPC_E_INVALID;
     r.names_size = second_size; /* the header says what follows it */
     char path[4400], dir[4400], tmp[4400];
     if (!kpc_root_target_ok(r.target) || record_path(st, &r.key, r.target, r.kind, path, sizeof path, dir, sizeof dir) != 0)
@@ -278,7 +281,8 @@ kpc_status kpc_store_write(kpc_store *st, const kpc_record *rec, const void *cod
     }
     const char *failed = NULL;
     if (kpc__write_all(fd, header, KPC_RECORD_HEADER) != 0 || kpc__write_all(fd, first, r.code_size) != 0 ||
-        (second_size && kpc__write_all(fd, names_or_log, second_size) != 0))
+        (second_size && kpc__write_all(fd, names_or_log, second_size) != 0) ||
+        (r.request_size && kpc__write_all(fd, r.request, r.request_size) != 0))
         failed = "write";
     else if (kpc__sys_fault(KPC_SYS_FSYNC) != 0 || fsync(fd) != 0)
         failed = "fsync";
@@ -292,7 +296,7 @@ kpc_status kpc_store_write(kpc_store *st, const kpc_record *rec, const void *cod
         write_failed(st, failed, failed[0] == 'r' ? path : tmp);
         return KPC_E_IO;
     }
-    kpc_store_usage_add(st, KPC_RECORD_HEADER + (int64_t)(r.code_size + second_size), 1);
+    kpc_store_usage_add(st, KPC_RECORD_HEADER + (int64_t)(r.code_size + second_size + r.request_size), 1);
     if (atomic_load(st->known) == 0) {
         uint64_t bytes, files;
         kpc_store_usage(st, &bytes, &files); /* sets the estimate */

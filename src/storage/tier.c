@@ -8,6 +8,7 @@
  */
 #include "storage/tier.h"
 #include "base/log.h"
+#include "storage/pack_tier.h"
 #include "storage/remote.h"
 #include "storage/store.h"
 
@@ -20,6 +21,7 @@ static const struct {
     kpc_tier_open_fn open;
 } tier_table[] = {
     {"disk", kpc_store_tier_open},
+    {"pack", kpc_pack_tier_open}, /* read-only: after the disk, before a compile */
     {"redis", kpc_remote_tier_open}, /* the cluster tier: last, coordinating */
 };
 

@@ -23,6 +23,7 @@
 #include "storage/index.h"
 #include "storage/remote.h"
 #include "storage/store.h"
+#include "tools/tool.h"
 #include "tools/pool.h"
 
 #include <bsd/libutil.h>
@@ -61,6 +62,10 @@ typedef struct tool {
     /* prune */
     const char *max_size;
     bool stale;
+    /* replay (target and jobs above), pack create */
+    const char *from_target;
+    const char *targets[64];
+    size_t num_targets;
     /* operands */
     char **operands;
     int num_operands;
@@ -82,7 +87,7 @@ typedef struct command {
     const char *help;                                /* the options, for `kpc NAME --help` */
 } command;
 
-enum { OPT_CACHE_DIR = 1000, OPT_JSON, OPT_MAX_SIZE, OPT_STALE, OPT_OPTION, OPT_NAME_EXPR, OPT_VERSION };
+enum { OPT_CACHE_DIR = 1000, OPT_JSON, OPT_MAX_SIZE, OPT_STALE, OPT_OPTION, OPT_NAME_EXPR, OPT_VERSION, OPT_FROM_TARGET };
 
 static const struct option common_options[] = {
     {"cache-dir", required_argument, NULL, OPT_CACHE_DIR},
@@ -886,11 +891,48 @@ static int cmd_clear(tool *t)
     return EXIT_OK;
 }
 
+/* ---- replay, pack (src/tools/replay.c, src/tools/pack.c) ------------------------------ */
+static int replay_option(tool *t, int c, const char *arg)
+{
+    if (c == OPT_FROM_TARGET) {
+        t->from_target = arg;
+        return EXIT_OK;
+    }
+    return compile_option(t, c, arg); /* --target, -j */
+}
+
+static int cmd_replay(tool *t)
+{
+    kpc_tool_replay_args a = {.cache_dir = t->cache_dir, .target = t->target, .from = t->from_target,
+                              .jobs = t->jobs, .json = t->json};
+    return kpc_tool_replay(&a);
+}
+
+static int pack_option(tool *t, int c, const char *arg)
+{
+    (void)c;
+    if (t->num_targets == sizeof t->targets / sizeof t->targets[0])
+        return usage_error(t, "at most 64 --target options, not \"%s\"", arg);
+    t->targets[t->num_targets++] = arg;
+    return EXIT_OK;
+}
+
+static int cmd_pack(tool *t)
+{
+    if (t->num_operands != 2)
+        return usage_error(t, "pack takes a verb (create, verify, ls) and one FILE");
+    return kpc_tool_pack(t->operands[0], t->operands[1], t->targets, t->num_targets, t->cache_dir, t->json);
+}
+
 /* ---- the table ---------------------------------------------------------------------- */
 static const struct option compile_options[] = {
     {"target", required_argument, NULL, 't'},    {"option", required_argument, NULL, OPT_OPTION},
     {"name-expr", required_argument, NULL, OPT_NAME_EXPR}, {"output", required_argument, NULL, 'o'},
     {"jobs", required_argument, NULL, 'j'},      {NULL, 0, NULL, 0}};
+static const struct option replay_options[] = {
+    {"target", required_argument, NULL, 't'}, {"from-target", required_argument, NULL, OPT_FROM_TARGET},
+    {"jobs", required_argument, NULL, 'j'},   {NULL, 0, NULL, 0}};
+static const struct option pack_options[] = {{"target", required_argument, NULL, 't'}, {NULL, 0, NULL, 0}};
 static const struct option prune_options[] = {
     {"max-size", required_argument, NULL, OPT_MAX_SIZE}, {"stale", no_argument, NULL, OPT_STALE},
     {NULL, 0, NULL, 0}};
@@ -922,6 +964,20 @@ static const command commands[] = {
      "Evict the least recently used files until the cache fits in SIZE.\n"
      "  --max-size SIZE    the size to prune to, e.g. 512M or 2G (default: KPC_CACHE_MAX_SIZE, 2G)\n"
      "  --stale            also remove every object built by another compiler\n"},
+    {"replay", cmd_replay, replay_options, "t:j:", replay_option, false, "[--target T] [--from-target S] [-j N]",
+     "rebuild the recorded requests for a new compiler (or target S's for target T)",
+     "Rebuild, in N worker processes, every recorded request whose compiler is not the\n"
+     "installed one (after an upgrade), or with --from-target S every request recorded for\n"
+     "target S, for target T. Requests that no longer compile are listed, not fatal; a\n"
+     "progress line shows done/total, rate and ETA on a terminal. Then `kpc prune --stale`.\n"
+     "  -t, --target T       the target to build for (alone: only T's stale requests)\n"
+     "  --from-target S      replay the requests recorded for S (needs --target)\n"
+     "  -j, --jobs N         worker processes (default: one per core)\n"},
+    {"pack", cmd_pack, pack_options, "t:", pack_option, true, "create OUT.kpack [--target T]... | verify FILE | ls FILE",
+     "pre-built records in one file, read through KPC_PACK_PATH",
+     "create: write the cache's code records (of the targets given) into one pack file;\n"
+     "verify: check a pack and every entry (exit 1 if any is damaged); ls: list its entries.\n"
+     "  -t, --target T       create: only records of target T (repeatable)\n"},
     {"clear", cmd_clear, NULL, "", NULL, false, "", "remove every cached code object",
      "Remove every cached code object and build log (the host index stays: see kpc-shm-reset).\n"},
 };
@@ -993,6 +1049,10 @@ static int parse(tool *t, int argc, char **argv)
         return usage_error(t, "%s takes no operands, not \"%s\"", c->name, t->operands[0]);
     return -1;
 }
+
+/* The output helpers, for the subcommands in their own files (tools/tool.h). */
+void kpc_tool_human(char *buf, size_t len, uint64_t bytes) { human(buf, len, bytes); }
+int kpc_tool_print_json(cJSON *j) { return print_json(j); }
 
 int main(int argc, char **argv)
 {

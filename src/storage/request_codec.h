@@ -1,0 +1,29 @@
+/*
+ * request_codec.h - the request a record keeps beside its code object, serialized and
+ * zstd-compressed (storage/request_codec.c; prefix kpc_request_): what `kpc replay`
+ * rebuilds from. Format: docs/file-format.md ("The request section").
+ */
+#ifndef KPC_STORAGE_REQUEST_CODEC_H
+#define KPC_STORAGE_REQUEST_CODEC_H
+
+#include "kpc/kpc.h"
+
+#include <stddef.h>
+
+typedef struct kpc_request {
+    kpc_source src;      /* every string malloc'd and NUL-terminated; a NULL name stays NULL */
+    size_t num_env;      /* the hidden-option variables as the requester had them */
+    char **env_names;
+    char **env_values;   /* NULL: the variable was unset (distinct from "") */
+    char *cwd;           /* the requester's working directory; NULL when unknown */
+} kpc_request;
+
+/* Serialize src and the values, now, of env_names (NULL-terminated; may be NULL) into a
+ * malloc'd section. KPC_E_INVALID (no source), KPC_E_NOMEM. */
+kpc_status kpc_request_encode(const kpc_source *src, const char *const *env_names, void **out,
+                              size_t *size);
+/* Decode a section; KPC_E_CORRUPT when it fails any check, KPC_E_NOMEM. */
+kpc_status kpc_request_decode(const void *section, size_t size, kpc_request *out);
+void kpc_request_free(kpc_request *rq);
+
+#endif /* KPC_STORAGE_REQUEST_CODEC_H */
