@@ -141,7 +141,7 @@ pass_asan() {
 pass_tsan() {
   echo "== build-tsan/: ThreadSanitizer on the threaded tests"
   build_tree build-tsan -DCMAKE_BUILD_TYPE=Debug -DKPC_SANITIZE=thread -DKPC_BUILD_BENCH=OFF || return 0
-  TSAN_OPTIONS=halt_on_error=1:second_deadlock_stack=1 run_ctest build-tsan -L threads
+  TSAN_OPTIONS=halt_on_error=1:second_deadlock_stack=1:suppressions=$root/tests/tsan.supp run_ctest build-tsan -L threads
 }
 
 pass_nvidia() {
