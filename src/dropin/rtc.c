@@ -14,6 +14,9 @@
  * FAILED (kpc's compile failed: status COMPILATION and the compiler's log), or REAL
  * (every call goes to prog->real). Each program has its own lock (hipRTC and NVRTC let
  * threads use different programs at once); the cache and the context list have one.
+ *
+ * Over 500 lines for one responsibility: the drop-in engine shared by hipRTC and NVRTC
+ * (hiprtc.c and nvrtc.c are only their exported API over it).
  */
 #define _GNU_SOURCE
 #include "dropin/rtc.h"

@@ -29,6 +29,9 @@
  * dead builder is taken over within about 200 ms while publication wakes waiters at once.
  * A live builder is waited for at most KPC_BUILD_WAIT_MAX_MS from its claim (10 minutes by
  * default): a stopped or hung builder then sends its waiters to build for themselves.
+ *
+ * Over 500 lines for one responsibility: the shared-memory table with its locking and
+ * repair (attach checks, deadlines, EOWNERDEAD wipes, futex waits) is read together.
  */
 #define _GNU_SOURCE
 #include "storage/index.h"
