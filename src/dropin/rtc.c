@@ -179,14 +179,23 @@ __attribute__((destructor)) static void write_stats(void)
 }
 
 /* ---- options -------------------------------------------------------------------------- */
+/* Options that name a file or a directory to read, keyed since include manifests
+ * (docs/design.md "manifests"): the core records every file the compile read and checks
+ * them on each hit (hipRTC: -MD -MF, platform/amd_deps.c; NVRTC: platform/include_scan.c,
+ * which follows exactly these four), and keys the working directory when the path is
+ * relative (kpc_manifest_needs_cwd). The path follows attached ("-Idir",
+ * "--include-path=dir") or as the next option ("-I" "dir": rtc_option_path_next). */
+static const char *const path_options[] = {"--include-path", "--pre-include", "-include", "-I", NULL};
+
 bool kpc_rtc_option_keyable(const char *opt)
 {
-    /* reads or writes files, or changes what the program API hands back */
+    /* reads or writes files, or changes what the program API hands back. -isystem,
+     * -iquote, -idirafter and -imacros stay here: hipRTC's -MD file would list what they
+     * read, but NVRTC's include scan does not follow them, and this list serves both. */
     static const char *const refused[] = {
-        "-I", "-include", "-isystem", "-iquote", "-idirafter", "-imacros", "--include-path",
-        "--pre-include", "-fgpu-rdc", "-fsave", "-fsanitize", "-fprofile", "-fcoverage",
-        "-fplugin", "-fmodule", "-fdebug-prefix", "-fembed", "-Wp,", "-Wl,", "-Wa,", "-gsplit",
-        "-march", "-mcpu", "-mtune", "-save-temps", NULL};
+        "-isystem", "-iquote", "-idirafter", "-imacros", "-fgpu-rdc", "-fsave", "-fsanitize",
+        "-fprofile", "-fcoverage", "-fplugin", "-fmodule", "-fdebug-prefix", "-fembed", "-Wp,",
+        "-Wl,", "-Wa,", "-gsplit", "-march", "-mcpu", "-mtune", "-save-temps", NULL};
     /* known to change only the compile itself, and said wholly in the option's text */
     static const char *const allowed[] = {
         "-D", "-U", "-O", "-std=", "--std=", "-W", "-w", "-f", "-m", "-g", "--define-macro=",
@@ -202,8 +211,22 @@ bool kpc_rtc_option_keyable(const char *opt)
     for (const char *const *r = refused; *r; r++)
         if (strncmp(opt, *r, strlen(*r)) == 0)
             return false;
+    for (const char *const *p = path_options; *p; p++) {
+        size_t len = strlen(*p);
+        /* "--include-pathX" is another option; "-Idir" and "-includef.h" are the path */
+        if (strncmp(opt, *p, len) == 0 && ((*p)[1] != '-' || opt[len] == '\0' || opt[len] == '='))
+            return true;
+    }
     for (const char *const *a = allowed; *a; a++)
         if (strncmp(opt, *a, strlen(*a)) == 0)
+            return true;
+    return false;
+}
+
+bool kpc_rtc_option_path_next(const char *opt)
+{
+    for (const char *const *p = path_options; opt != NULL && *p; p++)
+        if (strcmp(opt, *p) == 0)
             return true;
     return false;
 }
@@ -374,6 +397,11 @@ static bool split_options(const rtc_vendor *v, int n, const char *const *opts, c
             *target = t;
         } else if (kpc_rtc_option_keyable(opts[i])) {
             rest[(*num_rest)++] = opts[i];
+            if (kpc_rtc_option_path_next(opts[i])) { /* "-I" "dir": the path is keyed with it */
+                if (i + 1 >= n || opts[i + 1] == NULL)
+                    return false; /* no path: let the real compiler judge */
+                rest[(*num_rest)++] = opts[++i];
+            }
         } else {
             KPC_LOG(KPC_LOG_INFO, "%s: option \"%s\" is not keyed: forwarding the compile", v->name,
                     opts[i]);

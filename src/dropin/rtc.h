@@ -72,9 +72,13 @@ int kpc_rtc_destroy(const rtc_vendor *v, void **prog);
 void *kpc_rtc_real_program(const rtc_vendor *v, void *prog);
 
 /* The one place that decides whether kpc may key an option (a non-target option).
- * Anything that reads files by path (-I, -include), writes files, changes what the API
- * returns (-fgpu-rdc, -dlto, -rdc=true) or is unknown is forwarded: false. */
+ * Include options the core's manifests cover (-I, --include-path, -include,
+ * --pre-include) are keyed; anything else that reads files by path (-isystem, -imacros),
+ * writes files, changes what the API returns (-fgpu-rdc, -dlto, -rdc=true) or is
+ * unknown is forwarded: false. */
 bool kpc_rtc_option_keyable(const char *opt);
+/* True when opt is a keyable path option whose path is the next option ("-I" "dir"). */
+bool kpc_rtc_option_path_next(const char *opt);
 
 /* Forwarders for the API's calls kpc does not touch. */
 #define RTC_FORWARD(v, fn, params, args)                                                        \

@@ -5,7 +5,8 @@
  *
  * A "compile" is deterministic: the cubin and PTX are bytes derived from everything the
  * program was given (FNV-1a), the target from -arch=/--gpu-architecture= (default
- * compute_75). "#error" in the source is a compile error with a log; "--bogus" is an
+ * compute_75), the files its `#include "X"` find in -I/--include-path directories.
+ * "#error" in the source is a compile error with a log; "--bogus" is an
  * invalid option. Each compile appends a line to $FAKE_RTC_COUNT, so a test counts the
  * compiles the real library ran.
  */
@@ -89,6 +90,26 @@ API int F(AddNameExpression)(fprog *p, const char *e)
     return 0;
 }
 
+/* h mixed with the contents of each dir/X that the source includes as "X"; dir NULL: h. */
+static uint64_t include_dir(uint64_t h, const char *src, const char *dir)
+{
+    for (const char *q = src; dir && (q = strstr(q, "#include \"")) != NULL;) {
+        q += 10;
+        const char *e = strchr(q, '"');
+        if (e == NULL)
+            break;
+        char path[4096], buf[4096];
+        snprintf(path, sizeof path, "%s/%.*s", dir, (int)(e - q), q);
+        FILE *f = fopen(path, "rb");
+        if (f != NULL) {
+            size_t got = fread(buf, 1, sizeof buf, f);
+            fclose(f);
+            h = fnv(h, buf, got);
+        }
+    }
+    return h;
+}
+
 API int F(CompileProgram)(fprog *p, int n, const char *const *opts)
 {
     if (!p)
@@ -120,6 +141,11 @@ API int F(CompileProgram)(fprog *p, int n, const char *const *opts)
         else /* order-free, as a compiler's options mostly are */
             h ^= fnv(14695981039346656037ull, opts[i], strlen(opts[i]));
     }
+    for (int i = 0; i < n; i++) /* what the include directories give the source */
+        h = include_dir(h, p->src, strcmp(opts[i], "-I") == 0 && i + 1 < n ? opts[++i]
+                                   : strncmp(opts[i], "--include-path=", 15) == 0 ? opts[i] + 15
+                                   : strncmp(opts[i], "-I", 2) == 0               ? opts[i] + 2
+                                                                                  : NULL);
     for (int i = 0; i < p->num_exprs; i++)
         h = fnv(h, p->exprs[i], strlen(p->exprs[i]));
     p->hash = fnv(h, p->target, strlen(p->target));

@@ -7,7 +7,8 @@
  * It writes OUTDIR/report (every status, size, lowered name, and the log sizes) and
  * OUTDIR/N.co (code) and OUTDIR/N.log (log) per program, so that runs compare with cmp.
  * MODE: good (3 sources: extern "C", templates with name expressions, an in-memory
- * header), error (a compile error), forward (-I and an option kpc does not know),
+ * header), error (a compile error), include (-I ./headers, two-token and attached,
+ * relative to the working directory), forward (an option kpc does not know, -imacros),
  * nogpu (no target option: the current device's), edge (odd calls, statuses only),
  * storm (4 sources, for many processes at once), link (the link API, by dlsym).
  */
@@ -165,19 +166,24 @@ int main(int argc, char **argv)
         compile(2, with_header, "header.hip", 1, hs, hn, NULL, 0, arch, 3);
     } else if (strcmp(mode, "error") == 0) {
         compile(0, broken, "broken.hip", 0, NULL, NULL, NULL, 0, arch, 3);
+    } else if (strcmp(mode, "include") == 0) {
+        /* ./headers/params.h, relative to the working directory (the test writes and
+         * edits it): the path as the next option, then attached */
+        const char *opts[] = {"--offload-arch=gfx90a", "-I", "./headers"};
+        const char *opts2[] = {"--offload-arch=gfx90a", "-I./headers", "-DTWO=1"};
+        compile(0, with_header, "header.hip", 0, NULL, NULL, NULL, 0, opts, 3);
+        compile(1, with_header, "header.hip", 0, NULL, NULL, NULL, 0, opts2, 3);
     } else if (strcmp(mode, "forward") == 0) {
-        /* -I reads a directory kpc cannot key; -Rpass is an option kpc does not know */
-        char inc[4200];
-        snprintf(inc, sizeof inc, "-I%s/inc", outdir);
-        snprintf(path, sizeof path, "%s/inc", outdir);
-        char cmd[8500];
-        snprintf(cmd, sizeof cmd, "mkdir -p %s && echo '#define K 9' > %s/params.h", path, path);
-        if (system(cmd) != 0)
+        /* -Rpass is an option kpc does not know; -imacros reads a file kpc does not key */
+        snprintf(path, sizeof path, "%s/macros.h", outdir);
+        FILE *m = fopen(path, "w");
+        if (m == NULL || fputs("#define K 3\n", m) < 0 || fclose(m) != 0)
             return 2;
-        const char *opts[] = {"--offload-arch=gfx90a", inc};
-        const char *opts2[] = {"--offload-arch=gfx90a", "-Rpass=unroll"};
-        compile(0, with_header, "header.hip", 0, NULL, NULL, NULL, 0, opts, 2);
-        compile(1, saxpy, "saxpy.hip", 0, NULL, NULL, NULL, 0, opts2, 2);
+        const char *opts[] = {"--offload-arch=gfx90a", "-Rpass=unroll"};
+        const char *opts2[] = {"--offload-arch=gfx90a", "-imacros", path};
+        const char *no_include = "extern \"C\" __global__ void add_k(int *x) { x[threadIdx.x] += K; }\n";
+        compile(0, saxpy, "saxpy.hip", 0, NULL, NULL, NULL, 0, opts, 2);
+        compile(1, no_include, "macros.hip", 0, NULL, NULL, NULL, 0, opts2, 3);
     } else if (strcmp(mode, "nogpu") == 0) {
         const char *opts[] = {"-O3"};
         compile(0, saxpy, "saxpy.hip", 0, NULL, NULL, NULL, 0, opts, 1);

@@ -8,7 +8,10 @@
 #      the shim directory first on LD_LIBRARY_PATH, the real library found through
 #      KPC_REAL_NVRTC, or by absolute path under $CUDA_HOME (never the shim itself);
 #   4. a compile error: NVRTC's status and log, cold and warm;
-#   5. -I, an invalid option and no -arch are forwarded: NVRTC's own answers;
+#   5. -I ./headers and --include-path=./headers (relative to the working directory):
+#      built once, then a hit in a new process; the header edited: rebuilt, equal to
+#      NVRTC's on the edited header; -isystem, an invalid option and no -arch are
+#      forwarded: NVRTC's own answers;
 #   6. 8 threads x 4 programs in one process: 4 compiles;
 #   7. KPC_DISABLE=1: pure pass-through;
 #   8. where CUDA is installed, the real NVRTC 13 through the shim, also loaded the way
@@ -89,7 +92,38 @@ same_logs real_err e2
 # the real program (one compile: what a failed program answers is NVRTC's to say)
 expect e1 build_failures 1; expect e2 build_failures 0; expect e2 materialized 1; expect_compiles e2 1
 
-echo "== 5. forwarded: -I, an invalid option, no -arch"
+echo "== 5. -I ./headers: keyed, checked on every hit"
+newcache include
+mkdir -p "$tmp/w/headers"
+echo '#define D 9' >"$tmp/w/headers/dep.h"
+# kpc caches no outcome whose header changed within a second of the compile (the race
+# rule, src/core/manifest.h): let the edits age past it
+sleep 1.1
+inc() { (cd "$tmp/w" && run "$1" include "${@:2}"); } # the app in $tmp/w, where ./headers is
+inc real_inc env LD_LIBRARY_PATH="$L" "$app"
+grep -q "1 compile 0" "$tmp/real_inc/report" || fail "the -I compile failed: $(cat "$tmp/real_inc/report")"
+inc i1 env LD_LIBRARY_PATH="$L" LD_PRELOAD="$preload" "$app"
+inc i2 env LD_LIBRARY_PATH="$L" LD_PRELOAD="$preload" "$app"
+same_logs real_inc i1
+same_logs real_inc i2
+expect i1 builds 2; expect i1 forwarded 0; expect_compiles i1 2
+expect i2 builds 0; expect i2 disk_hits 2; expect i2 forwarded 0; expect_compiles i2 0
+# the header edited (same size, so only its contents tell): rebuilt, never the stale cubin
+echo '#define D 7' >"$tmp/w/headers/dep.h"
+sleep 1.1
+inc real_inc2 env LD_LIBRARY_PATH="$L" "$app"
+! cmp -s "$tmp/real_inc/0.cubin" "$tmp/real_inc2/0.cubin" || fail "the edited header made the same cubin"
+inc i3 env LD_LIBRARY_PATH="$L" LD_PRELOAD="$preload" "$app"
+inc i4 env LD_LIBRARY_PATH="$L" LD_PRELOAD="$preload" "$app"
+same_logs real_inc2 i3
+same_logs real_inc2 i4
+expect i3 builds 2; expect i3 forwarded 0; expect_compiles i3 2
+expect i4 builds 0; expect i4 disk_hits 2; expect_compiles i4 0
+echo "include: cold $(cat "$tmp/i1.stats")"
+echo "include: warm $(cat "$tmp/i2.stats")"
+echo "include: edited $(cat "$tmp/i3.stats")"
+
+echo "== 5b. forwarded: -isystem, an invalid option, no -arch"
 newcache forward
 run real_fw forward env LD_LIBRARY_PATH="$L" "$app"
 grep -q "1 compile 5" "$tmp/real_fw/report" || fail "the fake took --bogus"

@@ -8,7 +8,8 @@
  * dlsym on that handle, where LD_PRELOAD does not reach; else it calls the linked symbols.
  * It writes OUTDIR/report and OUTDIR/N.cubin, N.ptx, N.log per program.
  * MODE: good (sm_90 cubin with name expressions and a header; compute_90 PTX; the PTX of
- * an sm_90 build), error, forward (-I, an invalid option, no target), threads (8 threads
+ * an sm_90 build), error, include (-I ./headers as two options, --include-path= attached),
+ * forward (-isystem, an invalid option, no target), threads (8 threads
  * x 4 programs at once).
  */
 #define _GNU_SOURCE
@@ -167,11 +168,18 @@ int main(int argc, char **argv)
     } else if (strcmp(mode, "error") == 0) {
         const char *sm[] = {"-arch=sm_90"};
         compile(report, 0, "#error broken\n", "prog.cu", NULL, 0, sm, 1, 0);
+    } else if (strcmp(mode, "include") == 0) {
+        /* ./headers/dep.h, relative to the working directory: as the next option, then attached */
+        const char *dep = "#include \"dep.h\"\nextern \"C\" __global__ void f(float *x) { x[0] *= D; }\n";
+        const char *two[] = {"-arch=sm_90", "-I", "./headers"};
+        const char *joined[] = {"-arch=sm_90", "--include-path=./headers"};
+        compile(report, 0, dep, "dep.cu", NULL, 0, two, 3, 0);
+        compile(report, 1, dep, "dep.cu", NULL, 0, joined, 2, 0);
     } else if (strcmp(mode, "forward") == 0) {
-        const char *inc[] = {"-arch=sm_90", "-I/nonexistent/include"};
+        const char *inc[] = {"-arch=sm_90", "-isystem", "/nonexistent/include"};
         const char *bogus[] = {"-arch=sm_90", "--bogus"};
         const char *none[] = {"-DX=1"};
-        compile(report, 0, saxpy, "prog.cu", NULL, 0, inc, 2, 0);
+        compile(report, 0, saxpy, "prog.cu", NULL, 0, inc, 3, 0);
         compile(report, 1, saxpy, "prog.cu", NULL, 0, bogus, 2, 0);
         compile(report, 2, saxpy, "prog.cu", NULL, 0, none, 1, 1);
     } else if (strcmp(mode, "threads") == 0) {
