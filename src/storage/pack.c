@@ -297,7 +297,7 @@ kpc_status kpc_pack_create(const char *path, kpc_pack_writer **out)
     return KPC_OK;
 }
 
-void kpc_pack_abort(kpc_pack_writer *w)
+void kpc_pack_discard(kpc_pack_writer *w)
 {
     if (w == NULL)
         return;
@@ -378,7 +378,7 @@ kpc_status kpc_pack_finish(kpc_pack_writer *w, size_t *count)
         failed = "rename";
     if (failed) {
         KPC_LOG(KPC_LOG_ERROR, "%s(%s): %s", failed, failed[0] == 'r' ? w->path : w->tmp, strerror(errno));
-        kpc_pack_abort(w);
+        kpc_pack_discard(w);
         return KPC_E_IO;
     }
     if (count)

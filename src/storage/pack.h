@@ -32,11 +32,11 @@ kpc_status kpc_pack_read_at(kpc_pack *p, size_t i, kpc_record *out);
 
 /* Writing: create (a temp file beside path), add whole record images (each checked),
  * finish (index, header, fsync, rename; *count gets the entries kept, one per key,
- * target and kind) or abort (the temp file removed). */
+ * target and kind) or discard (the temp file removed). */
 typedef struct kpc_pack_writer kpc_pack_writer;
 kpc_status kpc_pack_create(const char *path, kpc_pack_writer **out);
 kpc_status kpc_pack_add(kpc_pack_writer *w, const void *record, size_t size);
 kpc_status kpc_pack_finish(kpc_pack_writer *w, size_t *count);
-void kpc_pack_abort(kpc_pack_writer *w);
+void kpc_pack_discard(kpc_pack_writer *w);
 
 #endif /* KPC_STORAGE_PACK_H */

@@ -97,7 +97,7 @@ static int cmd_create(const char *out, const char *const *targets, size_t ntarge
     if (s == KPC_OK)
         s = kpc_pack_finish(c.w, &kept);
     else
-        kpc_pack_abort(c.w);
+        kpc_pack_discard(c.w);
     kpc_store_close(st);
     if (s != KPC_OK) {
         fprintf(stderr, "kpc pack: cannot create %s: %s\n", out, kpc_status_str(s));
