@@ -477,3 +477,15 @@ int ts_run_suite(Suite *s)
     srunner_free(sr);
     return failed == 0 ? 0 : 1;
 }
+
+int ts_main_processes_threads(int argc, char **argv, Suite *(*processes)(void),
+                              Suite *(*threads)(void))
+{
+    const char *which = argc > 1 ? argv[1] : "processes";
+    int rc = 0;
+    if (strcmp(which, "processes") == 0 || strcmp(which, "all") == 0)
+        rc |= ts_run_suite(processes());
+    if (strcmp(which, "threads") == 0 || strcmp(which, "all") == 0)
+        rc |= ts_run_suite(threads());
+    return rc;
+}

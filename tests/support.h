@@ -95,4 +95,9 @@ int ts_exec(const char *const *argv, const char *const *env, char **out, char **
 /* Run a Check suite in fork mode; returns the process exit status. */
 int ts_run_suite(Suite *s);
 
+/* main() of a test executable with a process suite and a thread suite: argv[1] names
+ * which to run ("processes", the default; "threads", which CTest labels for TSan; "all"). */
+int ts_main_processes_threads(int argc, char **argv, Suite *(*processes)(void),
+                              Suite *(*threads)(void));
+
 #endif

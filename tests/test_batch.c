@@ -275,11 +275,5 @@ static Suite *thread_suite(void)
 
 int main(int argc, char **argv)
 {
-    const char *which = argc > 1 ? argv[1] : "processes";
-    int rc = 0;
-    if (strcmp(which, "processes") == 0 || strcmp(which, "all") == 0)
-        rc |= ts_run_suite(process_suite());
-    if (strcmp(which, "threads") == 0 || strcmp(which, "all") == 0)
-        rc |= ts_run_suite(thread_suite());
-    return rc;
+    return ts_main_processes_threads(argc, argv, process_suite, thread_suite);
 }
