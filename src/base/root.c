@@ -316,6 +316,15 @@ int kpc_root_open_memo(const kpc_root *r, const char *name, int flags, mode_t mo
     return openat(r->v1_fd, name, flags | O_CLOEXEC | O_NOFOLLOW, mode);
 }
 
+FILE *kpc_root_read_memo(const kpc_root *r, const char *name)
+{
+    int fd = kpc_root_open_memo(r, name, O_RDONLY, 0);
+    FILE *f = fd < 0 ? NULL : fdopen(fd, "r");
+    if (f == NULL && fd >= 0)
+        close(fd);
+    return f;
+}
+
 int kpc_root_rename_memo(const kpc_root *r, const char *from, const char *to)
 {
     if (r->v1_fd < 0) {

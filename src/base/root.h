@@ -23,6 +23,7 @@
 
 #include <stdbool.h>
 #include <stddef.h>
+#include <stdio.h>
 #include <sys/types.h>
 
 typedef struct kpc_root kpc_root;
@@ -72,6 +73,8 @@ int kpc_root_lock(const kpc_root *r, const char *name, bool nowait, const char *
  * O_NOFOLLOW added), renamed and removed there: the memos are reached like the records,
  * never through the ancestors again. -1 with errno. */
 int kpc_root_open_memo(const kpc_root *r, const char *name, int flags, mode_t mode);
+/* The same opened for reading as a stdio stream; NULL (with errno) when it cannot be. */
+FILE *kpc_root_read_memo(const kpc_root *r, const char *name);
 int kpc_root_rename_memo(const kpc_root *r, const char *from, const char *to);
 int kpc_root_unlink_memo(const kpc_root *r, const char *name);
 

@@ -38,13 +38,9 @@ bool kpc_identity_recall(const kpc_root *root, const char *platform, uint8_t id[
     char path[128];
     if (root == NULL || id_name(platform, path, sizeof path) != 0)
         return false;
-    int fd = kpc_root_open_memo(root, path, O_RDONLY, 0);
-    FILE *f = fd < 0 ? NULL : fdopen(fd, "r");
-    if (f == NULL) {
-        if (fd >= 0)
-            close(fd);
+    FILE *f = kpc_root_read_memo(root, path);
+    if (f == NULL)
         return false;
-    }
     char line[1024];
     bool ok = fgets(line, sizeof line, f) && strncmp(line, ID_MAGIC, strlen(ID_MAGIC)) == 0;
     char hex[64];

@@ -73,13 +73,9 @@ bool kpc_platform_targets_known(const kpc_root *root, const char *platform, cons
     char path[4300];
     if (root == NULL || targets_path(root, platform, id, path, sizeof path) != 0)
         return false;
-    int fd = kpc_root_open_memo(root, path, O_RDONLY, 0);
-    FILE *f = fd < 0 ? NULL : fdopen(fd, "r");
-    if (f == NULL) {
-        if (fd >= 0)
-            close(fd);
+    FILE *f = kpc_root_read_memo(root, path);
+    if (f == NULL)
         return false;
-    }
     char line[256];
     bool found = false;
     while (!found && fgets(line, sizeof line, f)) {
