@@ -432,6 +432,7 @@ START_TEST(dead_writers_temp_files_are_swept_at_open_and_by_prune)
     /* and so does prune (the tool), with the old rule for names without a start time */
     temp_name(dead1, sizeof dead1, dead, dstart, 1);
     make_file(tmp, dead1, 0);
+    make_file(tmp, "0123456789abcdef0123456789abcdef.1.4.tmp", 600); /* 10 minutes old */
     const char *argv[] = {getenv("KPC_TOOL"), "prune", "--cache-dir", dir, "--json", NULL};
     ck_assert_ptr_nonnull(argv[0]);
     char *out = NULL;
@@ -440,6 +441,14 @@ START_TEST(dead_writers_temp_files_are_swept_at_open_and_by_prune)
     ck_assert(!exists(p = path_in(tmp, "0123456789abcdef0123456789abcdef.1.3.tmp"))), free(p);
     ck_assert(exists(p = path_in(tmp, "0123456789abcdef0123456789abcdef.1.2.tmp"))), free(p);
     ck_assert(exists(p = path_in(tmp, live))), free(p);
+    ck_assert_msg(exists(p = path_in(tmp, "0123456789abcdef0123456789abcdef.1.4.tmp")),
+                  "a temp file younger than an hour was pruned"), free(p);
+    /* KPC_STALE_TMP_MS shortens the age */
+    const char *const five_minutes[] = {"KPC_STALE_TMP_MS=300000", NULL};
+    ck_assert_int_eq(ts_exec(argv, five_minutes, NULL, NULL), 0);
+    ck_assert_msg(!exists(p = path_in(tmp, "0123456789abcdef0123456789abcdef.1.4.tmp")),
+                  "KPC_STALE_TMP_MS=300000 kept a temp file 10 minutes old"), free(p);
+    ck_assert(exists(p = path_in(tmp, "0123456789abcdef0123456789abcdef.1.2.tmp"))), free(p);
     cJSON *j = cJSON_Parse(out);
     ck_assert_msg(j != NULL, "not JSON: %s", out);
     const cJSON *tr = cJSON_GetObjectItemCaseSensitive(j, "temp_removed");

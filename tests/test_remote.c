@@ -239,18 +239,21 @@ START_TEST(url_parse)
     char *log = ts_log_end();
     ck_assert_ptr_null(strstr(log, "hunter2")); /* never the password in the log */
     free(log);
-    /* a malformed KPC_REMOTE: logged (without the password), the cache opens without
-     * the tier, as with any tier that cannot be opened */
+    /* a malformed KPC_REMOTE: kpc_cache_open refuses it (kpc.h: a malformed environment
+     * value is KPC_E_INVALID), logged without the password */
     setenv("KPC_REMOTE", "redis://u:hunter2@h:bad", 1);
     char *dir = ts_tmpdir();
+    setenv("KPC_CACHE_DIR", dir, 1);
     ts_log_begin(KPC_LOG_WARN);
-    kpc_cache *c = ts_open(dir, 0, 0);
+    kpc_cache *c = (kpc_cache *)1;
+    ck_assert_int_eq(kpc_cache_open(NULL, &c), KPC_E_INVALID);
+    ck_assert_ptr_null(c);
     log = ts_log_end();
     ck_assert_ptr_nonnull(strstr(log, "KPC_REMOTE"));
+    ck_assert_ptr_nonnull(strstr(log, "redis://[[USER]:PASSWORD@]HOST[:PORT][/DB]"));
     ck_assert_ptr_null(strstr(log, "hunter2"));
     free(log);
-    ck_assert_ptr_null(kpc_tier_coordinator(&c->tiers));
-    kpc_cache_close(c);
+    unsetenv("KPC_CACHE_DIR");
     ts_cleanup(dir);
     unsetenv("KPC_REMOTE");
 }

@@ -7,6 +7,7 @@
  */
 #define _GNU_SOURCE
 #include "base/log.h"
+#include "base/settings.h"
 
 #include <pthread.h>
 #include <stdarg.h>
@@ -32,7 +33,8 @@ int kpc__log_parse(const char *value)
 
 __attribute__((constructor)) static void log_level_from_env(void)
 {
-    int level = kpc__log_parse(getenv("KPC_LOG"));
+    /* raw: a malformed value is refused by kpc_cache_open and the tools, not here */
+    int level = kpc__log_parse(kpc__setting_raw(KPC_SET_LOG));
     kpc__log_level = level < 0 ? KPC_LOG_ERROR : level;
 }
 

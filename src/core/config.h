@@ -19,9 +19,11 @@ typedef struct kpc_settings {
     size_t build_threads;  /* kpc_program_get_many's threads, where compiles run in parallel */
 } kpc_settings;
 /* Fill s from cfg (may be NULL), then the environment, then the defaults; KPC_E_INVALID
- * (logged) for a malformed value. */
+ * (logged) for a malformed value, of any KPC_* variable. */
 kpc_status kpc_config_resolve(const kpc_config *cfg, kpc_settings *s);
-/* Parse a size with K/M/G/T suffixes (libbsd expand_number); KPC_E_INVALID if malformed or 0. */
-kpc_status kpc_config_parse_size(const char *text, uint64_t *out);
+/* Check every KPC_* variable (base/settings_table.h) and the cluster tier's URL
+ * (cfg->remote, else KPC_REMOTE): KPC_E_INVALID, each malformed one logged with its name
+ * and accepted form. kpc_config_resolve calls it first. */
+kpc_status kpc_config_check_environment(const kpc_config *cfg);
 
 #endif /* KPC_CORE_CONFIG_H */

@@ -84,12 +84,12 @@ static bool expand(const char *d, char *out, size_t cap)
  * the vendor's usual directories; then by soname (ld.so.cache, the system's directories). */
 static void *open_real(void)
 {
-    const char *env = getenv(vendor->real_env);
-    if (env && *env) {
+    const char *env = kpc__setting_text(vendor->real_env);
+    if (env) {
         void *h = accept(dlopen(env, RTLD_NOW | RTLD_LOCAL), env);
         if (h == NULL)
             KPC_LOG(KPC_LOG_ERROR, "%s: %s=%s is not a usable %s library: %s", vendor->name,
-                    vendor->real_env, env, vendor->prefix, dlerror());
+                    kpc__setting(vendor->real_env)->name, env, vendor->prefix, dlerror());
         return h;
     }
     void *h = NULL;
@@ -109,7 +109,7 @@ static void *open_real(void)
         h = accept(dlopen(*s, RTLD_NOW | RTLD_LOCAL), *s);
     if (h == NULL)
         KPC_LOG(KPC_LOG_ERROR, "%s: no real %s library found (set %s to its path)", vendor->name,
-                vendor->prefix, vendor->real_env);
+                vendor->prefix, kpc__setting(vendor->real_env)->name);
     return h;
 }
 

@@ -88,8 +88,7 @@ static bool is_disabled(void)
 {
     int d = atomic_load(&disabled);
     if (d < 0) { /* threads racing here all read the same environment */
-        const char *v = getenv("KPC_DISABLE");
-        d = v != NULL && strcmp(v, "1") == 0;
+        d = kpc__setting_number(KPC_SET_DISABLE) != 0;
         atomic_store(&disabled, d);
     }
     return d;
@@ -153,9 +152,9 @@ static kpc_context *context_for(const rtc_vendor *v, const char *target)
 /* KPC_DROPIN_STATS=FILE: each process appends a line of its figures at exit. */
 __attribute__((destructor)) static void write_stats(void)
 {
-    const char *path = getenv("KPC_DROPIN_STATS");
+    const char *path = kpc__setting_text(KPC_SET_DROPIN_STATS);
     const rtc_vendor *v = atomic_load(&stats_vendor);
-    if (path == NULL || *path == '\0' || v == NULL)
+    if (path == NULL || v == NULL)
         return;
     kpc_stats st = {0};
     pthread_mutex_lock(&g.lock);

@@ -13,6 +13,7 @@
 
 #include "kpc/kpc.h"
 #include "dropin/rtc_abi.h"
+#include "base/settings.h"
 
 #include <stdbool.h>
 #include <stddef.h>
@@ -37,7 +38,7 @@ enum { RTC_CODE_BINARY = 0, RTC_CODE_TEXT = 1 }; /* code object / cubin; PTX */
 typedef struct rtc_vendor {
     const char *name;           /* "hiprtc", "nvrtc": logs and the stats line */
     const char *prefix;         /* of the API's symbols: "hiprtc", "nvrtc" */
-    const char *real_env;       /* the variable naming the real library's path */
+    kpc_setting_id real_env;    /* the variable naming the real library's path */
     const char *const *sonames; /* the real library's sonames, tried in order */
     const char *const *dirs;    /* then these directories, by absolute path ("$VAR/sub" expands) */
     const char *code_fns[2][2]; /* {size, get} symbol names per code kind, NULL for none */

@@ -37,6 +37,7 @@
 #include "storage/index.h"
 #include "base/fault.h"
 #include "base/root.h"
+#include "base/settings.h"
 
 #include <dirent.h>
 #include <errno.h>
@@ -61,8 +62,6 @@
 #define IX_PROCS 256
 #define WAIT_SLICE_NS (200 * 1000000L)
 #define EVICT_SAMPLE 64
-#define LOCK_TIMEOUT_MS 5000u         /* KPC_SHM_LOCK_TIMEOUT_MS: holders hold for microseconds */
-#define BUILD_WAIT_MAX_MS 600000ull   /* KPC_BUILD_WAIT_MAX_MS: 10 minutes */
 /* A compile failure is the answer for every request that arrives within this long of it
  * (the key fixes the source, options and compiler, so the compile would fail the same
  * way); a request after that tries again, which bounds how long a transient failure of
@@ -234,23 +233,6 @@ static bool segment_intact(kpc_index *ix)
 static bool ix_usable(kpc_index *ix)
 {
     return !atomic_load(&ix->broken) && segment_intact(ix);
-}
-
-/* A positive count of milliseconds from the environment, else def (a bad value is logged). */
-static uint64_t env_ms(const char *var, uint64_t def)
-{
-    const char *v = getenv(var);
-    if (v == NULL || *v == '\0')
-        return def;
-    char *end;
-    errno = 0;
-    unsigned long long n = strtoull(v, &end, 10);
-    if (errno != 0 || *end != '\0' || n == 0 || v[0] == '-' || n > UINT32_MAX) {
-        KPC_LOG(KPC_LOG_WARN, "%s=\"%s\" is not a count of milliseconds (1 to %u): using %llu",
-                var, v, UINT32_MAX, (unsigned long long)def);
-        return def;
-    }
-    return n;
 }
 
 /* ---- locking ----------------------------------------------------------------------------- */
@@ -926,8 +908,8 @@ static kpc_status open_index(const char *cache_root, size_t entries, bool create
     ix->wait_slice_ns = WAIT_SLICE_NS;
     atomic_store(&ix->row, -1);
     ix->fd = -1;
-    ix->lock_timeout_ms = (unsigned)env_ms("KPC_SHM_LOCK_TIMEOUT_MS", LOCK_TIMEOUT_MS);
-    ix->wait_max_ns = env_ms("KPC_BUILD_WAIT_MAX_MS", BUILD_WAIT_MAX_MS) * 1000000u;
+    ix->lock_timeout_ms = (unsigned)kpc__setting_number(KPC_SET_SHM_LOCK_TIMEOUT_MS);
+    ix->wait_max_ns = kpc__setting_number(KPC_SET_BUILD_WAIT_MAX_MS) * 1000000u;
     kpc_status s = attach(name, ix);
     for (int tries = 0; s == KPC_E_NOT_FOUND && create && tries < 3; tries++) {
         bool lost;

@@ -17,6 +17,7 @@
 #define _GNU_SOURCE
 #include "storage/pack_tier.h"
 #include "base/log.h"
+#include "base/settings.h"
 #include "storage/pack.h"
 
 #include <dirent.h>
@@ -111,8 +112,8 @@ kpc_status kpc_pack_tier_open(const kpc_tier_env *env, kpc_tier **out)
 {
     (void)env;
     *out = NULL;
-    const char *pack_path = getenv("KPC_PACK_PATH");
-    if (pack_path == NULL || pack_path[0] == '\0')
+    const char *pack_path = kpc__setting_text(KPC_SET_PACK_PATH);
+    if (pack_path == NULL)
         return KPC_E_NOT_FOUND;
     pack_tier *t = calloc(1, sizeof *t);
     char *list = kpc__strdup(pack_path);

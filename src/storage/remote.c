@@ -26,6 +26,7 @@
 #define _GNU_SOURCE
 #include "storage/remote.h"
 #include "base/log.h"
+#include "base/settings.h"
 
 #include <errno.h>
 #include <fcntl.h>
@@ -703,43 +704,14 @@ static void flush_counters(kpc_remote *r)
 }
 
 /* ---- open / close ------------------------------------------------------------------------------- */
-static kpc_status env_ms(const char *var, unsigned def, unsigned min, unsigned *out)
+static kpc_status load_secret(kpc_remote *r)
 {
-    const char *v = getenv(var);
-    *out = def;
-    if (v == NULL || *v == '\0')
-        return KPC_OK;
-    char *end;
-    errno = 0;
-    unsigned long n = strtoul(v, &end, 10);
-    if (errno || *end || v[0] == '-' || n < min || n > 24ul * 3600 * 1000) {
-        KPC_LOG(KPC_LOG_ERROR, "%s=\"%s\" is not a number of milliseconds from %u to 86400000", var, v, min);
-        return KPC_E_INVALID;
-    }
-    *out = (unsigned)n;
-    return KPC_OK;
-}
-
-static kpc_status load_secret(kpc_remote *r, const char *path)
-{
-    int fd = open(path, O_RDONLY | O_CLOEXEC);
-    if (fd < 0) {
-        KPC_LOG(KPC_LOG_ERROR, "KPC_REMOTE_SECRET_FILE: open(%s): %s", path, strerror(errno));
-        return KPC_E_INVALID;
-    }
     void *buf = NULL;
     size_t size = 0;
-    struct stat st;
-    kpc_status s = kpc__read_fd_stat(fd, 1 << 20, &buf, &size, &st);
-    close(fd);
-    if (s != KPC_OK || size == 0) {
-        KPC_LOG(KPC_LOG_ERROR, "KPC_REMOTE_SECRET_FILE %s: %s", path, s == KPC_OK ? "empty" : "cannot be read");
-        free(buf);
+    if (kpc__setting_read_secret(KPC_SET_REMOTE_SECRET_FILE, &buf, &size) != KPC_OK) {
+        KPC_LOG(KPC_LOG_WARN, "the cluster tier is off for this process: its secret cannot be read");
         return KPC_E_INVALID;
     }
-    if (st.st_mode & 0077)
-        KPC_LOG(KPC_LOG_WARN, "KPC_REMOTE_SECRET_FILE %s is readable by others (mode %03o)", path,
-                (unsigned)(st.st_mode & 0777));
     /* any length of secret: the MAC key is its hash */
     crypto_generichash(r->secret, sizeof r->secret, buf, size, NULL, 0);
     sodium_memzero(buf, size);
@@ -750,8 +722,8 @@ static kpc_status load_secret(kpc_remote *r, const char *path)
 
 static void host_identity(char *out, size_t cap)
 {
-    const char *v = getenv("KPC_HOST_ID");
-    if (v && *v) {
+    const char *v = kpc__setting_text(KPC_SET_HOST_ID);
+    if (v) {
         snprintf(out, cap, "%s", v);
         return;
     }
@@ -783,15 +755,11 @@ kpc_status kpc_remote_open(const char *url, kpc_remote **out)
     if (r == NULL)
         return KPC_E_NOMEM;
     kpc_status s = kpc_remote_url_parse(url, &r->url);
-    if (s == KPC_OK)
-        s = env_ms("KPC_REMOTE_TIMEOUT_MS", 300, 1, &r->timeout_ms);
-    if (s == KPC_OK)
-        s = env_ms("KPC_REMOTE_LEASE_MS", 30000, 10, &r->lease_ms);
-    if (s == KPC_OK)
-        s = env_ms("KPC_REMOTE_BACKOFF_MS", 10000, 1, &r->backoff_ms);
-    const char *secret = getenv("KPC_REMOTE_SECRET_FILE");
-    if (s == KPC_OK && secret && *secret)
-        s = load_secret(r, secret);
+    r->timeout_ms = (unsigned)kpc__setting_number(KPC_SET_REMOTE_TIMEOUT_MS);
+    r->lease_ms = (unsigned)kpc__setting_number(KPC_SET_REMOTE_LEASE_MS);
+    r->backoff_ms = (unsigned)kpc__setting_number(KPC_SET_REMOTE_BACKOFF_MS);
+    if (s == KPC_OK && kpc__setting_raw(KPC_SET_REMOTE_SECRET_FILE) != NULL)
+        s = load_secret(r);
     if (s != KPC_OK) {
         sodium_memzero(r, sizeof *r);
         free(r);

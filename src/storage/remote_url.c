@@ -7,6 +7,7 @@
 #define _GNU_SOURCE
 #include "storage/remote.h"
 #include "base/log.h"
+#include "base/settings.h"
 
 #include <errno.h>
 #include <stddef.h>
@@ -131,7 +132,7 @@ const char *kpc_remote_url_configured(const kpc_config *cfg)
     const char *url = cfg != NULL && cfg->struct_size >= offsetof(kpc_config, remote) + sizeof cfg->remote &&
                               cfg->remote != NULL
                           ? cfg->remote
-                          : getenv("KPC_REMOTE");
+                          : kpc__setting_text(KPC_SET_REMOTE);
     return url != NULL && url[0] != '\0' ? url : NULL;
 }
 

@@ -9,6 +9,7 @@
 #include "storage/store_private.h"
 #include "base/fault.h"
 #include "base/log.h"
+#include "base/settings.h"
 
 #include <dirent.h>
 #include <errno.h>
@@ -20,7 +21,6 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
-#define STALE_TMP_NS (3600ull * 1000000000ull)
 
 /* ---- walking the tree ---------------------------------------------------------------- */
 enum walk_mode { WALK_STAT, WALK_HEADER, WALK_VERIFY };
@@ -298,6 +298,7 @@ uint64_t kpc_store_sweep_tmp(kpc_store *st, bool by_age)
         return 0;
     }
     uint64_t now = kpc__wall_ns(), removed = 0;
+    uint64_t stale_ns = kpc__setting_number(KPC_SET_STALE_TMP_MS) * 1000000ull;
     struct dirent *e;
     while ((e = readdir(d)) != NULL) {
         if (e->d_name[0] == '.')
@@ -313,7 +314,7 @@ uint64_t kpc_store_sweep_tmp(kpc_store *st, bool by_age)
             /* another kpc's name: by its age alone, and only where asked (prune) */
             struct stat sb;
             stale = by_age && fstatat(dirfd(d), e->d_name, &sb, AT_SYMLINK_NOFOLLOW) == 0 &&
-                    (uint64_t)sb.st_mtim.tv_sec * 1000000000ull + STALE_TMP_NS < now;
+                    (uint64_t)sb.st_mtim.tv_sec * 1000000000ull + stale_ns < now;
         }
         if (!stale)
             continue;

@@ -20,6 +20,7 @@
 #define _GNU_SOURCE
 #include "base/log.h"
 #include "base/root.h"
+#include "base/settings.h"
 #include "core/config.h"
 #include "storage/index.h"
 #include "storage/remote.h"
@@ -143,12 +144,12 @@ int kpc_tool_say_absent(const kpc_tool *t)
  * redacted URL and the cluster-wide counters from Redis. */
 static const char *remote_state(char *url, size_t cap, kpc_remote_counters *rc)
 {
-    const char *remote = getenv("KPC_REMOTE");
+    const char *remote = kpc__setting_text(KPC_SET_REMOTE);
     memset(rc, 0, sizeof *rc);
     url[0] = '\0';
     if (!kpc_remote_built())
         return "not built (no hiredis)";
-    if (remote == NULL || remote[0] == '\0')
+    if (remote == NULL)
         return "off";
     kpc_remote *r = NULL;
     if (kpc_remote_open(remote, &r) != KPC_OK)
@@ -431,6 +432,10 @@ int main(int argc, char **argv)
         return KPC_TOOL_FAIL;
     /* getopt_long sees the subcommand as argv[0] */
     int rc = parse(&t, argc - 1, argv + 1);
+    /* every KPC_ variable, whether this command reads it or not: a typo is heard at once
+     * (the library logs each one with its accepted form) */
+    if (rc < 0 && kpc_config_check_environment(NULL) != KPC_OK)
+        rc = KPC_TOOL_USAGE;
     if (rc < 0)
         rc = t.cmd->run(&t);
     free(t.options);

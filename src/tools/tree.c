@@ -9,6 +9,7 @@
  */
 #define _GNU_SOURCE
 #include "base/log.h"
+#include "base/settings.h"
 #include "core/config.h"
 #include "platform/platform.h"
 #include "storage/store.h"
@@ -202,11 +203,9 @@ int kpc_tool_prune(kpc_tool *t)
     if (rc != KPC_TOOL_OK)
         return rc;
     uint64_t max = t->set.disk_max_bytes;
-    if (t->max_size && kpc_config_parse_size(t->max_size, &max) != KPC_OK) {
-        if (strcmp(t->max_size, "0") != 0)
-            return kpc_tool_usage_error(t, "--max-size takes a size such as 512M or 2G, not \"%s\"", t->max_size);
-        max = 0;
-    }
+    if (t->max_size && kpc__parse_size(t->max_size, &max) != KPC_OK)
+        return kpc_tool_usage_error(t, "--max-size takes a size in bytes below 16E, such as 0, 512M or 2G, not \"%s\"",
+                                    t->max_size);
     kpc_prune_result res = {0};
     kpc_status s = KPC_OK;
     if (!t->root[0] && !t->json)

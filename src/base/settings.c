@@ -1,0 +1,237 @@
+/*
+ * settings.c - the table of KPC_* variables (rows in base/settings_table.h): reading,
+ * checking, and the accepted form that messages and the docs show.
+ *
+ * One parser per type, so a variable is accepted or refused by what it is, never by the
+ * habits of the file that reads it: a number is digits only (no sign, no space, no
+ * suffix) inside the row's range; a size is libbsd's expand_number with its overflow
+ * check, no sign and not 0; a flag is exactly 1 or 0. An empty number, size or path is
+ * malformed (`export KPC_CACHE_DIR=$UNSET` must not turn into a default silently); an
+ * empty flag, level, list, URL or text means unset.
+ */
+#define _GNU_SOURCE
+#include "base/settings.h"
+#include "base/log.h"
+#include "base/fault.h"
+#include "base/util.h"
+
+#include <bsd/libutil.h>
+#include <errno.h>
+#include <fcntl.h>
+#include <limits.h>
+#include <stdatomic.h>
+#include <stdbool.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#define TEXT_MAX 4096 /* a path, a list or a text: PATH_MAX, and the room of kpc_settings */
+
+static const kpc_setting table[KPC_SET_COUNT] = {
+#define KPC_SETTING(id, type, def, min, max, shown, doc)                                       \
+    [KPC_SET_##id] = {"KPC_" #id, KPC_SETTING_##type, (uint64_t)(def), (uint64_t)(min),        \
+                      (uint64_t)(max), shown, doc},
+#include "base/settings_table.h"
+#undef KPC_SETTING
+};
+
+/* a malformed value already logged by a reader (once per variable and process) */
+static atomic_bool warned[KPC_SET_COUNT];
+
+const kpc_setting *kpc__setting(kpc_setting_id id)
+{
+    return (unsigned)id < KPC_SET_COUNT ? &table[id] : NULL;
+}
+
+const char *kpc__setting_raw(kpc_setting_id id)
+{
+    return (unsigned)id < KPC_SET_COUNT ? getenv(table[id].name) : NULL;
+}
+
+void kpc__setting_form(kpc_setting_id id, char *out, size_t cap)
+{
+    const kpc_setting *s = &table[id];
+    switch (s->type) {
+    case KPC_SETTING_FLAG: snprintf(out, cap, "1 or 0"); break;
+    case KPC_SETTING_COUNT:
+        snprintf(out, cap, "a whole number from %llu to %llu", (unsigned long long)s->min,
+                 (unsigned long long)s->max);
+        break;
+    case KPC_SETTING_MS:
+        snprintf(out, cap, "a whole number of milliseconds from %llu to %llu", (unsigned long long)s->min,
+                 (unsigned long long)s->max);
+        break;
+    case KPC_SETTING_SIZE:
+        snprintf(out, cap, "a size in bytes from %llu, with an optional K, M, G, T, P or E suffix (binary), such as 512M or 2G",
+                 (unsigned long long)s->min);
+        break;
+    case KPC_SETTING_LEVEL: snprintf(out, cap, "error, warn, info, debug or trace"); break;
+    case KPC_SETTING_PATH: snprintf(out, cap, "a path, not empty, under %d bytes", TEXT_MAX); break;
+    case KPC_SETTING_PATHS: snprintf(out, cap, "paths separated by colons, under %d bytes", TEXT_MAX); break;
+    case KPC_SETTING_URL:
+        snprintf(out, cap, "redis://[[USER]:PASSWORD@]HOST[:PORT][/DB] or redis+unix:///PATH[?db=N]");
+        break;
+    case KPC_SETTING_TEXT: snprintf(out, cap, "a text under %d bytes", TEXT_MAX); break;
+    }
+}
+
+static bool parse_whole(const char *v, uint64_t min, uint64_t max, uint64_t *out)
+{
+    if (v[0] < '0' || v[0] > '9')
+        return false; /* strtoull would take a sign or a space */
+    char *end;
+    errno = 0;
+    unsigned long long n = strtoull(v, &end, 10);
+    if (errno != 0 || *end != '\0' || n < min || n > max)
+        return false;
+    *out = n;
+    return true;
+}
+
+kpc_status kpc__parse_size(const char *text, uint64_t *out)
+{
+    /* expand_number alone takes "-1" (wrapped around), "5K5", "0x10" and, without a
+     * suffix, a number past 2^64 (as 2^64 - 1, errno ERANGE): digits and one suffix only */
+    size_t digits = text ? strspn(text, "0123456789") : 0;
+    if (digits == 0 || (text[digits] != '\0' && (text[digits + 1] != '\0' || !strchr("kKmMgGtTpPeE", text[digits]))))
+        return KPC_E_INVALID;
+    uint64_t n;
+    errno = 0;
+    if (expand_number(text, &n) != 0 || errno != 0)
+        return KPC_E_INVALID;
+    *out = n;
+    return KPC_OK;
+}
+
+/* The value of v for row s into *num (numbers); false when malformed. */
+static bool parse(const kpc_setting *s, const char *v, uint64_t *num)
+{
+    *num = s->def;
+    switch (s->type) {
+    case KPC_SETTING_FLAG:
+        if (v[0] == '\0')
+            return true;
+        if (strcmp(v, "1") != 0 && strcmp(v, "0") != 0)
+            return false;
+        *num = v[0] == '1';
+        return true;
+    case KPC_SETTING_COUNT:
+    case KPC_SETTING_MS: return parse_whole(v, s->min, s->max, num);
+    case KPC_SETTING_SIZE: {
+        uint64_t n;
+        if (kpc__parse_size(v, &n) != KPC_OK || n < s->min || n > s->max)
+            return false;
+        *num = n;
+        return true;
+    }
+    case KPC_SETTING_LEVEL: {
+        int level = kpc__log_parse(v);
+        if (level < 0)
+            return false;
+        *num = (uint64_t)level;
+        return true;
+    }
+    case KPC_SETTING_PATH: return v[0] != '\0' && strlen(v) < TEXT_MAX;
+    case KPC_SETTING_PATHS:
+    case KPC_SETTING_URL:
+    case KPC_SETTING_TEXT: return strlen(v) < TEXT_MAX;
+    }
+    return false;
+}
+
+kpc_status kpc__setting_check(kpc_setting_id id, char *why, size_t cap)
+{
+    const kpc_setting *s = kpc__setting(id);
+    const char *v = kpc__setting_raw(id);
+    uint64_t num;
+    if (s == NULL || v == NULL || parse(s, v, &num))
+        return KPC_OK;
+    char form[160];
+    kpc__setting_form(id, form, sizeof form);
+    if (s->type == KPC_SETTING_URL)
+        snprintf(why, cap, "%s is not %s", s->name, form);
+    else
+        snprintf(why, cap, "%s=\"%.200s%s\" is not %s", s->name, v, strlen(v) > 200 ? "..." : "", form);
+    return KPC_E_INVALID;
+}
+
+static void warn_once(kpc_setting_id id)
+{
+    if (atomic_exchange(&warned[id], true))
+        return;
+    char why[512];
+    if (kpc__setting_check(id, why, sizeof why) != KPC_OK)
+        KPC_LOG(KPC_LOG_WARN, "%s: using the default%s%s", why, table[id].shown_default[0] ? ", " : "",
+                table[id].shown_default);
+}
+
+uint64_t kpc__setting_number(kpc_setting_id id)
+{
+    const kpc_setting *s = kpc__setting(id);
+    if (s == NULL)
+        return 0;
+    const char *v = getenv(s->name);
+    uint64_t num;
+    if (v == NULL)
+        return s->def;
+    if (!parse(s, v, &num)) {
+        warn_once(id);
+        return s->def;
+    }
+    return num;
+}
+
+const char *kpc__setting_text(kpc_setting_id id)
+{
+    const kpc_setting *s = kpc__setting(id);
+    if (s == NULL)
+        return NULL;
+    const char *v = getenv(s->name);
+    uint64_t num;
+    if (v == NULL || v[0] == '\0')
+        return NULL;
+    if (!parse(s, v, &num)) {
+        warn_once(id);
+        return NULL;
+    }
+    return v;
+}
+
+kpc_status kpc__setting_read_secret(kpc_setting_id id, void **buf, size_t *size)
+{
+    const char *name = table[id].name, *path = kpc__setting_raw(id);
+    *buf = NULL;
+    *size = 0;
+    if (path == NULL || path[0] == '\0') {
+        KPC_LOG(KPC_LOG_WARN, "%s is set but empty", name);
+        return KPC_E_INVALID;
+    }
+    int fd = kpc__sys_fault(KPC_SYS_OPENR) ? -1 : open(path, O_RDONLY | O_NONBLOCK | O_CLOEXEC);
+    if (fd < 0) {
+        KPC_LOG(KPC_LOG_WARN, "%s=%s: %s", name, path, strerror(errno));
+        return KPC_E_INVALID;
+    }
+    struct stat st;
+    kpc_status s = kpc__read_fd_stat(fd, 1 << 20, buf, size, &st);
+    close(fd);
+    if (s == KPC_OK && *size == 0)
+        s = KPC_E_INVALID;
+    if (s != KPC_OK) {
+        const char *why = s == KPC_E_NOMEM         ? "out of memory"
+                          : s == KPC_E_IO          ? "cannot be read"
+                          : !S_ISREG(st.st_mode)   ? "is not a regular file"
+                          : st.st_size > (1 << 20) ? "is over 1 MiB"
+                                                   : "is empty";
+        KPC_LOG(KPC_LOG_WARN, "%s=%s %s", name, path, why);
+        free(*buf);
+        *buf = NULL;
+        *size = 0;
+        return s == KPC_E_NOMEM ? s : KPC_E_INVALID;
+    }
+    if (st.st_mode & 0077)
+        KPC_LOG(KPC_LOG_WARN, "%s=%s may be read by others (mode %03o): chmod 600 %s", name, path,
+                (unsigned)(st.st_mode & 0777), path);
+    return KPC_OK;
+}

@@ -1,0 +1,62 @@
+/*
+ * settings_table.h - every KPC_* environment variable kpc reads: one row each, and
+ * nothing else. base/settings.h turns the rows into the kpc_setting_id enum and
+ * base/settings.c into the table that reads, checks and documents them; the ENVIRONMENT
+ * section of kpc(1) and the environment table of docs/manual.md are generated from here
+ * (`tests/test_settings --write-docs`; the test fails when they differ). Adding a setting
+ * is one row here; its reader asks kpc__setting_number or kpc__setting_text for it.
+ *
+ * KPC_SETTING(ID, TYPE, DEFAULT, MIN, MAX, SHOWN_DEFAULT, DOC):
+ *   ID        the variable without its KPC_ prefix; the enum constant is KPC_SET_<ID>
+ *   TYPE      FLAG (1 or 0), COUNT (a whole number), MS (milliseconds), SIZE (bytes with a
+ *             K/M/G/T suffix), LEVEL (a log level), PATH, PATHS (colon-separated), URL
+ *             (checked by the cluster tier's URL parser), TEXT
+ *   DEFAULT   the value when unset, for FLAG, COUNT, MS, SIZE and LEVEL (else 0)
+ *   MIN, MAX  the accepted range of COUNT, MS and SIZE (else 0)
+ *   SHOWN_DEFAULT  the default as the docs say it ("" for none)
+ *   DOC       one line: what it does
+ */
+/* clang-format off */
+KPC_SETTING(CACHE_DIR, PATH, 0, 0, 0, "$XDG_CACHE_HOME/kpc, else $HOME/.cache/kpc",
+    "the cache directory (a field of kpc_config or --cache-dir wins)")
+KPC_SETTING(CACHE_MAX_SIZE, SIZE, 2ull << 30, 1, UINT64_MAX, "2G",
+    "the disk limit the library keeps and `kpc prune` prunes to")
+KPC_SETTING(MEM_MAX_PROGRAMS, COUNT, 256, 1, SIZE_MAX / 2, "256",
+    "programs a context keeps in memory")
+KPC_SETTING(SHM_ENTRIES, COUNT, 65536, 1, 1u << 24, "65536",
+    "capacity of the host index, when this process creates it")
+KPC_SETTING(SHM_LOCK_TIMEOUT_MS, MS, 5000, 1, UINT32_MAX, "5000",
+    "how long a lock of the host index is waited for; past it the index is off for the process (disk only, logged)")
+KPC_SETTING(BUILD_WAIT_MAX_MS, MS, 600000, 1, UINT32_MAX, "600000 (10 minutes)",
+    "how long a live builder is waited for from its claim; then the waiters compile for themselves (counted in wait_timeouts)")
+KPC_SETTING(BUILD_THREADS, COUNT, 1, 1, 256, "1",
+    "threads kpc_program_get_many compiles with where the compiler builds in parallel inside a process (NVRTC; hipRTC 5.2: 1)")
+KPC_SETTING(DISABLE, FLAG, 0, 0, 0, "0",
+    "1: no disk cache and no host index (the drop-ins forward every call to the real library)")
+KPC_SETTING(KEEP_SOURCES, FLAG, 1, 0, 0, "1",
+    "0: records keep no request (source, options, headers), so `kpc replay` cannot rebuild them")
+KPC_SETTING(STALE_TMP_MS, MS, 3600000, 60000, 604800000, "3600000 (an hour)",
+    "how old a file in v1/tmp whose writer is not known (not named as kpc names its temp files) must be before a prune removes it")
+KPC_SETTING(PACK_PATH, PATHS, 0, 0, 0, "",
+    "pack files and directories (their *.kpack files) read after the disk tree and before a compile; a hit is copied into the disk tree")
+KPC_SETTING(LOG, LEVEL, 1, 0, 0, "error",
+    "what the library logs on standard error, one line each (any case)")
+KPC_SETTING(REMOTE, URL, 0, 0, 0, "",
+    "the cluster tier's Redis (docs/cluster.md); unset or empty: no cluster tier")
+KPC_SETTING(REMOTE_TIMEOUT_MS, MS, 300, 1, 86400000, "300",
+    "the cluster tier's connect and per-command timeout")
+KPC_SETTING(REMOTE_LEASE_MS, MS, 30000, 10, 86400000, "30000",
+    "the cluster tier's build lease: how long a dead builder blocks a key")
+KPC_SETTING(REMOTE_BACKOFF_MS, MS, 10000, 1, 86400000, "10000",
+    "after a Redis error, how long this process stays host-local")
+KPC_SETTING(REMOTE_SECRET_FILE, PATH, 0, 0, 0, "",
+    "a file holding the cluster's secret (mode 0600): records in Redis are authenticated with a keyed MAC")
+KPC_SETTING(HOST_ID, TEXT, 0, 0, 0, "hostname:boot id",
+    "this host's name in the cluster tier's leases")
+KPC_SETTING(REAL_HIPRTC, PATH, 0, 0, 0, "",
+    "the real hipRTC library the drop-in libkpc-hiprtc forwards to (else found by soname)")
+KPC_SETTING(REAL_NVRTC, PATH, 0, 0, 0, "",
+    "the real NVRTC library the drop-in libkpc-nvrtc forwards to (else found under CUDA_HOME, then by soname)")
+KPC_SETTING(DROPIN_STATS, PATH, 0, 0, 0, "",
+    "a file each process using a drop-in appends one line of its figures to, at exit")
+/* clang-format on */

@@ -1,0 +1,4 @@
+# The one table of KPC_* variables (src/base/settings_table.h): the docs generated from it
+# and checked against it, no getenv of a KPC_ variable elsewhere in src/, and every
+# malformed value refused by kpc_cache_open and the tools (test_settings.c). Label "house".
+kpc_check_test(test_settings LABELS "house" TIMEOUT 120)
