@@ -2,10 +2,12 @@
  * root.c - the cache directory: opened once, held open, and the only place that knows
  * how paths inside it are spelled (layout: base/root.h).
  *
- * Invariant: a kpc_root names a directory that this user owns, with mode 0700 (made so
- * at open), and never changes after open. The ownership check refuses a cache another
- * user could plant code objects in; it runs here, once, for every user of the cache (the
- * library, kpc, kpc-shm-reset).
+ * Invariant: a kpc_root names a directory that this user owns and no one else may write
+ * (nor any directory above it, but sticky ones), and never changes after open. The trust
+ * check refuses a cache another user could plant code objects in; it runs here, once,
+ * for every user of the cache (the library, kpc, kpc-shm-reset), and the pack tier
+ * applies the same rule to its packs (kpc_root_check_trust). kpc never changes the mode
+ * of a directory it did not create: an unsafe one is refused with the fix to apply.
  */
 #define _GNU_SOURCE
 #include "base/root.h"
@@ -37,6 +39,75 @@ struct kpc_root {
     _Atomic uint64_t tmp_start;
 };
 
+/* The directories above real (a realpath): each owned by us or root, and writable by no
+ * one else unless sticky. Else another user could rename the object away and put a
+ * look-alike in its place (or make it so); as ssh checks the directories above its keys.
+ * /tmp (sticky) is fine. A held directory or file protects a process that already opened
+ * it; this check protects the processes that open it next. */
+static kpc_status check_ancestors(const char *what, const char *real)
+{
+    char buf[PATH_MAX];
+    snprintf(buf, sizeof buf, "%s", real);
+    uid_t me = geteuid();
+    for (char *slash = strrchr(buf, '/'); slash != NULL; slash = strrchr(buf, '/')) {
+        if (slash == buf)
+            slash[1] = '\0'; /* "/" itself */
+        else
+            *slash = '\0';
+        struct stat st;
+        if (stat(buf, &st) != 0) {
+            KPC_LOG(KPC_LOG_ERROR, "stat(%s): %s: cannot check the directories above %s %s", buf,
+                    strerror(errno), what, real);
+            return KPC_E_IO;
+        }
+        const char *why = NULL;
+        char owner[64];
+        if ((st.st_mode & (S_IWGRP | S_IWOTH)) != 0 && (st.st_mode & S_ISVTX) == 0)
+            why = (st.st_mode & S_IWOTH) ? "writable by every user" : "writable by its group";
+        else if (st.st_uid != me && st.st_uid != 0) {
+            snprintf(owner, sizeof owner, "owned by uid %u", (unsigned)st.st_uid);
+            why = owner;
+        }
+        if (why) {
+            KPC_LOG(KPC_LOG_ERROR, "%s %s: the directory above it %s is %s (mode %04o, no sticky bit): "
+                    "refused, since another user could rename it away and put a look-alike in its "
+                    "place; kpc takes code only from where no one but you or root may write", what, real,
+                    buf, why, (unsigned)(st.st_mode & 07777));
+            return KPC_E_IO;
+        }
+        if (slash == buf)
+            break;
+    }
+    return KPC_OK;
+}
+
+kpc_status kpc_root_check_trust(const char *what, const char *path, const struct stat *st, bool root_may_own)
+{
+    uid_t me = geteuid();
+    if (st->st_uid != me && !(root_may_own && st->st_uid == 0)) {
+        KPC_LOG(KPC_LOG_ERROR, "%s %s is owned by uid %u, not by this user (uid %u)%s: refused, since "
+                "that user could plant code objects in it", what, path, (unsigned)st->st_uid, (unsigned)me,
+                root_may_own ? " or root" : "");
+        return KPC_E_IO;
+    }
+    if ((st->st_mode & (S_IWGRP | S_IWOTH)) != 0) {
+        /* never chmod'ed: kpc changes the mode only of what it created (a cache dir of
+         * /dev/shm made 0700 breaks the host) */
+        KPC_LOG(KPC_LOG_ERROR, "%s %s is writable by %s (mode %04o): refused, since another user could "
+                "plant code objects in it; if it is yours to change: chmod go-w %s", what, path,
+                (st->st_mode & S_IWOTH) ? "every user" : "its group", (unsigned)(st->st_mode & 07777), path);
+        return KPC_E_IO;
+    }
+    char real[PATH_MAX];
+    if (realpath(path, real) == NULL) {
+        KPC_LOG(KPC_LOG_ERROR, "realpath(%s): %s", path, strerror(errno));
+        return KPC_E_IO;
+    }
+    return check_ancestors(what, real);
+}
+
+/* The cache dir: a directory, trusted (kpc_root_check_trust), reached through no link
+ * another user owns. */
 static kpc_status check_owner(const char *dir)
 {
     struct stat lst, st;
@@ -49,12 +120,6 @@ static kpc_status check_owner(const char *dir)
         return KPC_E_IO;
     }
     uid_t me = geteuid();
-    if (st.st_uid != me) {
-        KPC_LOG(KPC_LOG_ERROR, "cache directory %s%s is owned by uid %u, not by this user (uid %u): "
-                "refused, since that user could plant code objects", dir,
-                S_ISLNK(lst.st_mode) ? " (a symbolic link to it)" : "", (unsigned)st.st_uid, (unsigned)me);
-        return KPC_E_IO;
-    }
     if (S_ISLNK(lst.st_mode) && lst.st_uid != me && lst.st_uid != 0) {
         /* name the link's owner: the directory it points to is ours, the link is not */
         KPC_LOG(KPC_LOG_ERROR, "cache directory %s is a symbolic link owned by uid %u, not by this "
@@ -62,56 +127,13 @@ static kpc_status check_owner(const char *dir)
                 (unsigned)lst.st_uid, (unsigned)me);
         return KPC_E_IO;
     }
-    if ((st.st_mode & 0077) != 0) {
-        KPC_LOG(KPC_LOG_WARN, "cache directory %s has mode %03o: setting 0700", dir,
-                (unsigned)(st.st_mode & 0777));
-        if (chmod(dir, 0700) != 0)
-            KPC_LOG(KPC_LOG_WARN, "chmod(%s): %s", dir, strerror(errno));
-    }
-    return KPC_OK;
-}
-
-/* Refuse a cache dir that another user could swap: an ancestor of its real path that
- * others may write without the sticky bit (they could rename the cache away and put a
- * look-alike tree in its place, issue 13 point 6), or that a user other than us and root
- * owns (they could make it so). As ssh checks the directories above its keys. /tmp
- * (sticky) is fine. A held directory protects a process that already opened the cache;
- * this check protects the processes that open it next. */
-static kpc_status check_ancestors(const char *real)
-{
-    char buf[PATH_MAX];
-    snprintf(buf, sizeof buf, "%s", real);
-    uid_t me = geteuid();
-    for (char *slash = strrchr(buf, '/'); slash != NULL; slash = strrchr(buf, '/')) {
-        if (slash == buf)
-            slash[1] = '\0'; /* "/" itself */
-        else
-            *slash = '\0';
-        struct stat st;
-        if (stat(buf, &st) != 0) {
-            KPC_LOG(KPC_LOG_ERROR, "stat(%s): %s: cannot check the cache directory's ancestors", buf,
-                    strerror(errno));
-            return KPC_E_IO;
-        }
-        const char *why = NULL;
-        char owner[64];
-        if ((st.st_mode & (S_IWGRP | S_IWOTH)) != 0 && (st.st_mode & S_ISVTX) == 0)
-            why = (st.st_mode & S_IWOTH) ? "writable by every user" : "writable by its group";
-        else if (st.st_uid != me && st.st_uid != 0) {
-            snprintf(owner, sizeof owner, "owned by uid %u", (unsigned)st.st_uid);
-            why = owner;
-        }
-        if (why) {
-            KPC_LOG(KPC_LOG_ERROR, "cache directory %s: its ancestor %s is %s (mode %04o, no sticky bit): "
-                    "refused, since another user could rename the cache away and put a look-alike in "
-                    "its place; choose a cache directory whose ancestors only you or root may write",
-                    real, buf, why, (unsigned)(st.st_mode & 07777));
-            return KPC_E_IO;
-        }
-        if (slash == buf)
-            break;
-    }
-    return KPC_OK;
+    kpc_status s = kpc_root_check_trust(S_ISLNK(lst.st_mode) ? "cache directory (through a symbolic link)"
+                                                            : "cache directory",
+                                        dir, &st, false);
+    if (s == KPC_OK && (st.st_mode & 0077) != 0)
+        KPC_LOG(KPC_LOG_WARN, "cache directory %s may be read by others (mode %04o): the records keep "
+                "sources; chmod 700 %s to keep them private", dir, (unsigned)(st.st_mode & 07777), dir);
+    return s;
 }
 
 kpc_status kpc_root_open(const char *dir, kpc_root **out)
@@ -135,10 +157,6 @@ kpc_status kpc_root_open(const char *dir, kpc_root **out)
         KPC_LOG(KPC_LOG_ERROR, "realpath(%s): %s", dir, strerror(errno));
         free(r);
         return KPC_E_IO;
-    }
-    if ((s = check_ancestors(r->path)) != KPC_OK) {
-        free(r);
-        return s;
     }
     snprintf(r->v1, sizeof r->v1, "%s/v1", r->path);
     snprintf(r->tmp, sizeof r->tmp, "%s/tmp", r->v1);

@@ -3,7 +3,8 @@
  * and the name of its host-index segment, come from here; the library, kpc and
  * kpc-shm-reset all use these functions.
  *
- *   <root>/                      realpath of KPC_CACHE_DIR (mode 0700, owned by us)
+ *   <root>/                      realpath of KPC_CACHE_DIR (owned by us, writable by no one
+ *                                else; 0700 when kpc makes it)
  *   <root>/v1/<target>/<2 hex>/<32 hex>.<ext>   records (storage/store.c): .co, .log
  *   <root>/v1/tmp/               staging of records, same file system as the records
  *   <root>/v1/<name>.lock        flock files: prune.lock, identity.lock
@@ -24,16 +25,24 @@
 #include <stdbool.h>
 #include <stddef.h>
 #include <stdio.h>
+#include <sys/stat.h>
 #include <sys/types.h>
 
 typedef struct kpc_root kpc_root;
 
-/* Create dir (mkdir -p, 0700) if absent, refuse one another user owns (or a symbolic
- * link another user owns), make it 0700, take its realpath, hold it and v1/ open and
+/* Create dir (mkdir -p, 0700) if absent, refuse one that fails kpc_root_check_trust (or
+ * a symbolic link another user owns; its mode is never changed), take its realpath, hold it and v1/ open and
  * create v1/tmp (a read-only tree is still opened: it serves reads). KPC_E_INVALID (NULL
  * or empty), KPC_E_IO (logged), KPC_E_NOMEM. */
 kpc_status kpc_root_open(const char *dir, kpc_root **out);
 void kpc_root_close(kpc_root *r);
+
+/* kpc's trust rule for what it takes code from (the cache directory, a pack): st (of the
+ * object as opened) owned by this user (or root, where root_may_own) and writable by no
+ * one else, and every directory above path's realpath owned by us or root and writable
+ * by no one else unless sticky. KPC_OK, or KPC_E_IO logged at error level naming what,
+ * the path, the rule broken and the fix. */
+kpc_status kpc_root_check_trust(const char *what, const char *path, const struct stat *st, bool root_may_own);
 
 /* The realpath of an existing cache dir, without creating or checking anything (the
  * tools, which must not create a cache to report on it); false if it does not exist. */

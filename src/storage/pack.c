@@ -15,13 +15,20 @@
  *     (kpc_record_take): a damaged entry is refused (KPC_E_CORRUPT, logged) and the
  *     caller builds the object instead. A pack is never written to after creation.
  *   - A pack is created under a temp name beside its final name (O_EXCL), fsync'ed and
- *     renamed, so a reader never sees half a pack; the header is written last.
+ *     renamed, so a reader never sees half a pack; the header is written last. It is
+ *     renamed only over nothing or a regular file: a FIFO, device, link or directory of
+ *     that name is refused and left as it is.
+ *   - The pack tier takes code only from a pack that passes the cache directory's trust
+ *     rule (kpc_pack_check_trust: base/root.c's kpc_root_check_trust).
+ *   - Every system call goes through the fault seam (base/fault.h).
  *   - kpc_pack handles are read-only after open: any thread may read at once (pread
  *     has no shared file offset).
  */
 #define _GNU_SOURCE
 #include "storage/pack.h"
+#include "base/fault.h"
 #include "base/log.h"
+#include "base/root.h"
 
 #include <errno.h>
 #include <fcntl.h>
@@ -63,7 +70,7 @@ static ssize_t pread_full(int fd, void *buf, size_t n, uint64_t off)
 {
     size_t got = 0;
     while (got < n) {
-        ssize_t r = pread(fd, (char *)buf + got, n - got, (off_t)(off + got));
+        ssize_t r = kpc__sys_fault(KPC_SYS_READ) ? -1 : pread(fd, (char *)buf + got, n - got, (off_t)(off + got));
         if (r < 0 && errno == EINTR)
             continue;
         if (r < 0)
@@ -118,7 +125,7 @@ kpc_status kpc_pack_open(const char *path, kpc_pack **out)
     if (p == NULL)
         return KPC_E_NOMEM;
     snprintf(p->path, sizeof p->path, "%s", path);
-    p->fd = open(path, O_RDONLY | O_CLOEXEC | O_NONBLOCK);
+    p->fd = kpc__sys_fault(KPC_SYS_OPENR) ? -1 : open(path, O_RDONLY | O_CLOEXEC | O_NONBLOCK);
     if (p->fd < 0) {
         KPC_LOG(KPC_LOG_ERROR, "open(%s): %s: pack not used", path, strerror(errno));
         free(p);
@@ -128,7 +135,7 @@ kpc_status kpc_pack_open(const char *path, kpc_pack **out)
     uint8_t h[PACK_HEADER];
     kpc_status s = KPC_OK;
     ssize_t got;
-    if (fstat(p->fd, &sb) != 0) {
+    if (kpc__sys_fault(KPC_SYS_READ) != 0 || fstat(p->fd, &sb) != 0) {
         KPC_LOG(KPC_LOG_ERROR, "fstat(%s): %s: pack not used", path, strerror(errno));
         s = KPC_E_IO;
     } else if (!S_ISREG(sb.st_mode))
@@ -180,6 +187,16 @@ kpc_status kpc_pack_open(const char *path, kpc_pack **out)
     KPC_LOG(KPC_LOG_DEBUG, "pack %s: %llu records", path, (unsigned long long)p->count);
     *out = p;
     return KPC_OK;
+}
+
+kpc_status kpc_pack_check_trust(const kpc_pack *p)
+{
+    struct stat sb; /* of the file held open: the one read is the one checked */
+    if (kpc__sys_fault(KPC_SYS_READ) != 0 || fstat(p->fd, &sb) != 0) {
+        KPC_LOG(KPC_LOG_ERROR, "fstat(%s): %s: pack not used", p->path, strerror(errno));
+        return KPC_E_IO;
+    }
+    return kpc_root_check_trust("pack", p->path, &sb, true);
 }
 
 void kpc_pack_close(kpc_pack *p)
@@ -278,15 +295,44 @@ struct kpc_pack_writer {
     size_t count, cap;
 };
 
+/* What a pack may be written over: nothing, or a regular file. A FIFO, a device, a
+ * symbolic link or a directory is refused before anything is written (as root, a rename
+ * over /dev/full replaced the device; a temp file beside it would land in /dev). */
+static kpc_status check_out(const char *path)
+{
+    struct stat st;
+    if (lstat(path, &st) != 0) {
+        if (errno == ENOENT)
+            return KPC_OK;
+        KPC_LOG(KPC_LOG_ERROR, "lstat(%s): %s", path, strerror(errno));
+        return KPC_E_IO;
+    }
+    if (S_ISREG(st.st_mode))
+        return KPC_OK;
+    const char *kind = S_ISLNK(st.st_mode)    ? "a symbolic link"
+                       : S_ISFIFO(st.st_mode) ? "a FIFO"
+                       : S_ISCHR(st.st_mode)  ? "a character device"
+                       : S_ISBLK(st.st_mode)  ? "a block device"
+                       : S_ISDIR(st.st_mode)  ? "a directory"
+                       : S_ISSOCK(st.st_mode) ? "a socket"
+                                              : "not a regular file";
+    KPC_LOG(KPC_LOG_ERROR, "%s is %s: refused, left as it is; a pack is written as a new file or over "
+            "a regular file only", path, kind);
+    return KPC_E_INVALID;
+}
+
 kpc_status kpc_pack_create(const char *path, kpc_pack_writer **out)
 {
     *out = NULL;
+    kpc_status s = check_out(path);
+    if (s != KPC_OK)
+        return s;
     kpc_pack_writer *w = calloc(1, sizeof *w);
     if (w == NULL)
         return KPC_E_NOMEM;
     snprintf(w->path, sizeof w->path, "%s", path);
     snprintf(w->tmp, sizeof w->tmp, "%s.%d.tmp", path, (int)getpid());
-    w->fd = open(w->tmp, O_RDWR | O_CREAT | O_EXCL | O_CLOEXEC, 0644);
+    w->fd = kpc__sys_fault(KPC_SYS_OPEN) ? -1 : open(w->tmp, O_RDWR | O_CREAT | O_EXCL | O_CLOEXEC, 0644);
     if (w->fd < 0) {
         KPC_LOG(KPC_LOG_ERROR, "open(%s): %s", w->tmp, strerror(errno));
         free(w);
@@ -302,7 +348,8 @@ void kpc_pack_discard(kpc_pack_writer *w)
     if (w == NULL)
         return;
     close(w->fd);
-    unlink(w->tmp);
+    if (kpc__sys_fault(KPC_SYS_UNLINK) == 0)
+        unlink(w->tmp);
     free(w->index);
     free(w);
 }
@@ -329,7 +376,8 @@ kpc_status kpc_pack_add(kpc_pack_writer *w, const void *record, size_t size)
         }
         w->index = ix, w->cap = cap;
     }
-    if (lseek(w->fd, (off_t)w->offset, SEEK_SET) < 0 || kpc__write_all(w->fd, record, size) != 0) {
+    if (kpc__sys_fault(KPC_SYS_WRITE) != 0 || lseek(w->fd, (off_t)w->offset, SEEK_SET) < 0 ||
+        kpc__write_all(w->fd, record, size) != 0) {
         KPC_LOG(KPC_LOG_ERROR, "write(%s): %s", w->tmp, strerror(errno));
         kpc_record_free(&rec);
         return KPC_E_IO;
@@ -368,13 +416,18 @@ kpc_status kpc_pack_finish(kpc_pack_writer *w, size_t *count)
     le32(h + P_ESIZE, PACK_ENTRY);
     le64(h + P_HSUM, XXH3_64bits(h, P_HSUM));
     const char *failed = NULL;
-    if (lseek(w->fd, (off_t)w->offset, SEEK_SET) < 0 || (isize && kpc__write_all(w->fd, w->index, isize) != 0))
+    if (kpc__sys_fault(KPC_SYS_WRITE) != 0 || lseek(w->fd, (off_t)w->offset, SEEK_SET) < 0 ||
+        (isize && kpc__write_all(w->fd, w->index, isize) != 0))
         failed = "write";
-    else if (lseek(w->fd, 0, SEEK_SET) < 0 || kpc__write_all(w->fd, h, PACK_HEADER) != 0)
+    else if (kpc__sys_fault(KPC_SYS_WRITE) != 0 || lseek(w->fd, 0, SEEK_SET) < 0 ||
+             kpc__write_all(w->fd, h, PACK_HEADER) != 0)
         failed = "write";
-    else if (fsync(w->fd) != 0)
+    else if (kpc__sys_fault(KPC_SYS_FSYNC) != 0 || fsync(w->fd) != 0)
         failed = "fsync";
-    else if (rename(w->tmp, w->path) != 0)
+    else if (check_out(w->path) != KPC_OK) { /* made a FIFO or a link while we wrote */
+        kpc_pack_discard(w);
+        return KPC_E_INVALID;
+    } else if (kpc__sys_fault(KPC_SYS_RENAME) != 0 || rename(w->tmp, w->path) != 0)
         failed = "rename";
     if (failed) {
         KPC_LOG(KPC_LOG_ERROR, "%s(%s): %s", failed, failed[0] == 'r' ? w->path : w->tmp, strerror(errno));

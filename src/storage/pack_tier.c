@@ -4,7 +4,8 @@
  * KPC_PACK_PATH is a colon-separated list, like PATH, of pack files and of directories
  * whose `*.kpack` files are taken in name order. Every pack is opened (and its index
  * checked and read) once, when the cache opens; a pack that is refused (not a pack,
- * truncated, a bad index) is logged and left out, and the others are used. A request
+ * truncated, a bad index, or one another user could have written: the cache directory's
+ * trust rule, kpc_pack_check_trust) is logged and left out, and the others are used. A request
  * reaches this tier after a miss in the disk tree and before a compile; the packs are
  * asked in order and the first good entry answers. A damaged entry (it fails the checks
  * of any record read) is refused, logged and counted, and the next pack is asked; with
@@ -42,8 +43,13 @@ static void add_pack(pack_tier *t, const char *path)
         return;
     }
     kpc_pack *p;
-    if (kpc_pack_open(path, &p) == KPC_OK) /* a refusal is logged by the open */
-        t->packs[t->n++] = p;
+    if (kpc_pack_open(path, &p) != KPC_OK) /* a refusal is logged by the open */
+        return;
+    if (kpc_pack_check_trust(p) != KPC_OK) { /* logged with the file and the rule */
+        kpc_pack_close(p);
+        return;
+    }
+    t->packs[t->n++] = p;
 }
 
 static int by_name(const void *a, const void *b)

@@ -170,6 +170,13 @@ static int cmd_stats(kpc_tool *t)
     const char *index_state = "absent";
     uint64_t bytes = 0, files = 0;
     if (t->root[0]) {
+        /* a cache dir the library refuses (another owner, writable by others) is an
+         * unusable cache: exit 1 with the reason, before the index is looked at */
+        kpc_store *st = NULL;
+        if ((rc = kpc_tool_store(t, &st)) != KPC_TOOL_OK)
+            return rc;
+        kpc_store_usage(st, &bytes, &files);
+        kpc_store_close(st);
         kpc_index *ix = NULL;
         kpc_root_segment_name(t->root, name, sizeof name);
         kpc_status s = kpc_index_open_existing(t->root, &ix);
@@ -180,11 +187,6 @@ static int cmd_stats(kpc_tool *t)
             kpc_index_close(ix);
         } else if (s != KPC_E_NOT_FOUND)
             index_state = "damaged";
-        kpc_store *st = NULL;
-        if ((rc = kpc_tool_store(t, &st)) != KPC_TOOL_OK)
-            return rc;
-        kpc_store_usage(st, &bytes, &files);
-        kpc_store_close(st);
     }
     const char *dir = t->root[0] ? t->root : t->set.cache_dir;
     char rurl[1600];
