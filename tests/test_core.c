@@ -7,6 +7,7 @@
 #include "support.h"
 
 #include <pthread.h>
+#include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -463,6 +464,28 @@ START_TEST(status_names)
 }
 END_TEST
 
+/* A batch count whose allocations would overflow: refused, nothing written (before: the
+ * memset of n pointers wrapped around and the calloc of n items was asked for a wrapped
+ * size). */
+START_TEST(batch_count_that_overflows_is_invalid)
+{
+    kpc_cache *c = ts_open(dir, 0, 0);
+    kpc_context *ctx = ts_context(c);
+    kpc_source src = ts_src(ts_kernel_source(0), "a.hip");
+    kpc_program *out[2] = {(kpc_program *)1, (kpc_program *)1};
+    kpc_status st[2] = {KPC_OK, KPC_OK};
+    const size_t counts[] = {SIZE_MAX, SIZE_MAX / 2 + 1, SIZE_MAX / 8 + 1};
+    ts_log_begin(KPC_LOG_ERROR);
+    for (size_t i = 0; i < sizeof counts / sizeof counts[0]; i++)
+        ck_assert_msg(kpc_program_get_many(ctx, &src, counts[i], out, st) == KPC_E_INVALID, "n = %zu", counts[i]);
+    free(ts_log_end());
+    ck_assert_ptr_eq(out[1], (kpc_program *)1); /* nothing written */
+    ck_assert_int_eq(st[1], KPC_OK);
+    kpc_context_destroy(ctx);
+    kpc_cache_close(c);
+}
+END_TEST
+
 /* ---- environment ---- */
 START_TEST(bad_environment_values)
 {
@@ -626,6 +649,7 @@ int main(void)
     tcase_add_test(tc, device_context_without_gpu);
     tcase_add_test(tc, status_names);
     tcase_add_test(tc, bad_environment_values);
+    tcase_add_test(tc, batch_count_that_overflows_is_invalid);
     tcase_add_test(tc, environment_values_are_used);
     tcase_add_test(tc, key_covers_every_input);
 #ifndef KPC_PLATFORM_NVIDIA

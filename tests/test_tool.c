@@ -622,7 +622,7 @@ END_TEST
 /* `kpc CMD --cache-dir DIR [--json]` as a user the tree's modes bind: as root (whom modes
  * do not bind) the tree is handed to uid 65534 and the tool runs as it (setpriv); the
  * exit status, stdout and stderr. */
-static int kpc_bound(char **out, char **err, const char *cmd, bool json)
+static int kpc_bound_args(char **out, char **err, const char *cmd, bool json, const char *const *more)
 {
     bool root = geteuid() == 0;
     if (root) {
@@ -647,8 +647,15 @@ static int kpc_bound(char **out, char **err, const char *cmd, bool json)
     argv[n++] = dir;
     if (json)
         argv[n++] = "--json";
+    for (; more && *more; more++)
+        argv[n++] = *more;
     argv[n] = NULL;
     return ts_exec(argv, NULL, out, err);
+}
+
+static int kpc_bound(char **out, char **err, const char *cmd, bool json)
+{
+    return kpc_bound_args(out, err, cmd, json, NULL);
 }
 
 static char *dir_of(const char *path)
@@ -682,6 +689,63 @@ START_TEST(clear_on_a_read_only_tree_fails_and_says_so)
     free(out), free(err);
     for (int i = 0; i < 3; i++) {
         ck_assert(!is_absent(b[i].path)); /* still there, as reported */
+        chmod(dirs[i], 0700);
+        free(dirs[i]);
+    }
+}
+END_TEST
+
+/* prune with a directory it cannot read: it prunes every record it can see, names the
+ * directory it skipped, and fails (before: a walk error stopped the whole prune) */
+START_TEST(prune_with_an_unreadable_directory_prunes_the_rest)
+{
+    built b[3];
+    populate(b);
+    char *d = dir_of(b[0].path);
+    ck_assert_int_eq(chmod(d, 0), 0);
+    const char *const zero[] = {"--max-size", "0", NULL};
+    char *out = NULL, *err = NULL;
+    int rc = kpc_bound_args(&out, &err, "prune", false, zero);
+    ck_assert_msg(rc == 1, "prune with an unreadable directory exited %d\n%s%s", rc, out, err);
+    ck_assert_msg(strstr(err, d) && strstr(err, "skipped"), "the skipped directory is not named:\n%s", err);
+    int outside = 0;
+    for (int i = 0; i < 3; i++) {
+        char *di = dir_of(b[i].path);
+        if (strcmp(di, d) != 0) {
+            ck_assert_msg(is_absent(b[i].path), "%s was not pruned", b[i].path);
+            outside++;
+        }
+        free(di);
+    }
+    ck_assert_int_ge(outside, 1);
+    free(out), free(err);
+    ck_assert_int_eq(chmod(d, 0700), 0);
+    ck_assert_msg(!is_absent(b[0].path), "a record of the unreadable directory went");
+    free(d);
+}
+END_TEST
+
+/* prune and clear on a tree this user may not write: a line that says the cache is
+ * read-only, not only one "Permission denied" per file */
+START_TEST(prune_on_a_read_only_tree_says_so)
+{
+    built b[3];
+    populate(b);
+    char *dirs[3];
+    for (int i = 0; i < 3; i++) {
+        dirs[i] = dir_of(b[i].path);
+        ck_assert_int_eq(chmod(dirs[i], 0500), 0);
+    }
+    const char *const zero[] = {"--max-size", "0", NULL};
+    char *out = NULL, *err = NULL;
+    int rc = kpc_bound_args(&out, &err, "prune", false, zero);
+    ck_assert_msg(rc == 1 && strstr(err, "read-only"), "prune on a read-only tree: exit %d\n%s%s", rc, out, err);
+    free(out), free(err);
+    rc = kpc_bound(&out, &err, "clear", false);
+    ck_assert_msg(rc == 1 && strstr(err, "read-only"), "clear on a read-only tree: exit %d\n%s%s", rc, out, err);
+    free(out), free(err);
+    for (int i = 0; i < 3; i++) {
+        ck_assert(!is_absent(b[i].path));
         chmod(dirs[i], 0700);
         free(dirs[i]);
     }
@@ -1134,6 +1198,8 @@ int main(void)
     tcase_add_test(tc, prune_and_clear_json);
     tcase_add_test(tc, clear_on_a_read_only_tree_fails_and_says_so);
     tcase_add_test(tc, verify_with_an_unreadable_directory_fails_and_says_so);
+    tcase_add_test(tc, prune_with_an_unreadable_directory_prunes_the_rest);
+    tcase_add_test(tc, prune_on_a_read_only_tree_says_so);
     suite_add_tcase(s, tc);
     tc = tcase_create("jobs");
     tcase_add_checked_fixture(tc, setup, teardown);

@@ -243,7 +243,8 @@ KPC_API kpc_status kpc_program_get(kpc_context *ctx, const kpc_source *src, kpc_
  *         arguments); else the status of the first request that failed (the others are
  *         resolved all the same: one failing source does not fail the rest), and
  *         kpc_last_log() holds that request's log; KPC_E_INVALID for a NULL ctx, srcs or
- *         out_programs with n > 0 (every status KPC_E_INVALID); KPC_E_NOMEM.
+ *         out_programs with n > 0 (every status KPC_E_INVALID), and for an n so large that
+ *         its allocations would overflow (nothing written); KPC_E_NOMEM.
  */
 KPC_API kpc_status kpc_program_get_many(kpc_context *ctx, const kpc_source *srcs, size_t n,
                                         kpc_program **out_programs, kpc_status *out_statuses);

@@ -37,6 +37,7 @@
 #include "core/resolve.h"
 
 #include <pthread.h>
+#include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -179,6 +180,10 @@ kpc_status kpc_program_get_many(kpc_context *ctx, const kpc_source *srcs, size_t
 {
     if (n == 0)
         return KPC_OK;
+    if (n > SIZE_MAX / sizeof(item)) { /* its allocations would overflow: no caller has n slots */
+        KPC_LOG(KPC_LOG_ERROR, "kpc_program_get_many: %zu requests is more than can be allocated", n);
+        return KPC_E_INVALID;
+    }
     if (out_programs)
         memset(out_programs, 0, n * sizeof *out_programs);
     if (ctx == NULL || srcs == NULL || out_programs == NULL) {

@@ -60,11 +60,32 @@ static DIR *open_dir_at(int at, const char *name)
 }
 
 /* An error the walk met (not a file that vanished meanwhile): logged with the call and
- * the path, counted; the walk goes on with the rest and then fails (issue 13 point 11). */
+ * the path it skips, counted; the walk goes on with the rest and then fails. */
 static void walk_error(unsigned *errors, const char *call, const char *dir, const char *name)
 {
-    KPC_LOG(KPC_LOG_ERROR, "%s(%s%s%s): %s", call, dir, name ? "/" : "", name ? name : "", strerror(errno));
+    KPC_LOG(KPC_LOG_ERROR, "%s(%s%s%s): %s: skipped", call, dir, name ? "/" : "", name ? name : "",
+            strerror(errno));
     (*errors)++;
+}
+
+/* Removals that failed because this process may not write the tree (a read-only mount,
+ * directories it may not write): counted, then said once in words (each file's own line
+ * is logged by kpc_store_unlink). */
+typedef struct read_only {
+    uint64_t n;
+    int err;
+} read_only;
+static void note_failed_removal(read_only *ro)
+{
+    if (errno == EROFS || errno == EACCES || errno == EPERM)
+        ro->n++, ro->err = errno;
+}
+static void say_read_only(const kpc_store *st, const char *what, const read_only *ro)
+{
+    if (ro->n)
+        KPC_LOG(KPC_LOG_ERROR, "%s %s: %llu %s could not be removed: the cache is read-only for this "
+                "process (%s)", what, kpc_root_path(st->root), (unsigned long long)ro->n,
+                ro->n == 1 ? "record" : "records", strerror(ro->err));
 }
 
 static kpc_status walk(kpc_store *st, enum walk_mode mode, kpc_store_walk_fn fn, void *arg)
@@ -243,6 +264,7 @@ struct prune_acc {
     bool oom;
     kpc_store *st;
     uint64_t failed; /* removals that failed (logged) */
+    read_only ro;
 };
 
 static int collect(const kpc_store_entry *e, void *arg)
@@ -253,8 +275,10 @@ static int collect(const kpc_store_entry *e, void *arg)
         if (kpc_store_unlink(a->st, e->path) == 0) {
             a->res->files_removed++;
             a->res->bytes_removed += e->size;
-        } else if (errno != ENOENT)
+        } else if (errno != ENOENT) {
+            note_failed_removal(&a->ro);
             a->failed++;
+        }
         a->res->files_before++;
         a->res->bytes_before += e->size;
         return 0;
@@ -354,16 +378,21 @@ static kpc_status prune(kpc_store *st, uint64_t target_bytes, const uint8_t *kee
     kpc_status s = walk(st, keep_compiler_id ? WALK_HEADER : WALK_STAT, collect, &a);
     if (s == KPC_OK && a.oom)
         s = KPC_E_NOMEM;
-    if (s == KPC_OK && a.bytes > target_bytes) {
+    /* a walk that skipped a directory it could not read (logged) prunes what it saw, and
+     * fails after */
+    if ((s == KPC_OK || s == KPC_E_IO) && !a.oom && a.bytes > target_bytes) {
         qsort(a.items, a.n, sizeof *a.items, by_mtime);
         for (size_t i = 0; i < a.n && a.bytes > target_bytes; i++)
             if (kpc_store_unlink(st, a.items[i].path) == 0 || errno == ENOENT) {
                 a.bytes -= a.items[i].size;
                 res->files_removed++;
                 res->bytes_removed += a.items[i].size;
-            } else
+            } else {
+                note_failed_removal(&a.ro);
                 a.failed++;
+            }
     }
+    say_read_only(st, "prune of", &a.ro);
     res->temp_removed = kpc_store_sweep_tmp(st, true);
     if (s == KPC_OK && a.failed)
         s = KPC_E_IO; /* each one logged by kpc_store_unlink */
@@ -399,6 +428,7 @@ kpc_status kpc_store_prune_wait(kpc_store *st, uint64_t target_bytes, const uint
 struct clear_acc {
     kpc_store *st;
     uint64_t removed, failed;
+    read_only ro;
 };
 
 static int remove_entry(const kpc_store_entry *e, void *arg)
@@ -406,15 +436,18 @@ static int remove_entry(const kpc_store_entry *e, void *arg)
     struct clear_acc *a = arg;
     if (kpc_store_unlink(a->st, e->path) == 0)
         a->removed++;
-    else if (errno != ENOENT) /* logged */
+    else if (errno != ENOENT) { /* logged */
+        note_failed_removal(&a->ro);
         a->failed++;
+    }
     return 0;
 }
 
 kpc_status kpc_store_clear(kpc_store *st, uint64_t *files_removed, uint64_t *files_failed)
 {
-    struct clear_acc a = {st, 0, 0};
+    struct clear_acc a = {.st = st};
     kpc_status s = walk(st, WALK_STAT, remove_entry, &a);
+    say_read_only(st, "clear of", &a.ro);
     *files_removed = a.removed;
     *files_failed = a.failed;
     atomic_store(st->bytes, 0);
