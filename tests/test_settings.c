@@ -441,18 +441,16 @@ START_TEST(secret_file_missing_fifo_or_readable_by_others)
     ck_assert_int_eq(mkdir(dir, 0700), 0);
     /* missing: a warning naming the file, refused */
     snprintf(path, sizeof path, "%s/absent", dir);
-    setenv("KPC_REMOTE_SECRET_FILE", path, 1);
     ts_log_begin(KPC_LOG_WARN);
-    ck_assert_int_eq(kpc__setting_read_secret(KPC_SET_REMOTE_SECRET_FILE, &buf, &size), KPC_E_INVALID);
+    ck_assert_int_eq(kpc__secret_file_read("KPC_REMOTE_SECRET_FILE", path, &buf, &size), KPC_E_INVALID);
     char *log = ts_log_end();
     ck_assert_msg(strstr(log, "warn") && strstr(log, path) && strstr(log, "No such file"), "%s", log);
     free(log);
     /* a FIFO: refused at once, never a blocking open */
     snprintf(path, sizeof path, "%s/fifo", dir);
     ck_assert_msg(mkfifo(path, 0600) == 0, "mkfifo %s: %s", path, strerror(errno));
-    setenv("KPC_REMOTE_SECRET_FILE", path, 1);
     ts_log_begin(KPC_LOG_WARN);
-    ck_assert_int_eq(kpc__setting_read_secret(KPC_SET_REMOTE_SECRET_FILE, &buf, &size), KPC_E_INVALID);
+    ck_assert_int_eq(kpc__secret_file_read("KPC_REMOTE_SECRET_FILE", path, &buf, &size), KPC_E_INVALID);
     log = ts_log_end();
     ck_assert_msg(strstr(log, "not a regular file"), "%s", log);
     free(log);
@@ -460,9 +458,8 @@ START_TEST(secret_file_missing_fifo_or_readable_by_others)
     snprintf(path, sizeof path, "%s/secret", dir);
     ts_write_file(path, "s3cr3t", 6);
     ck_assert_int_eq(chmod(path, 0640), 0);
-    setenv("KPC_REMOTE_SECRET_FILE", path, 1);
     ts_log_begin(KPC_LOG_WARN);
-    ck_assert_int_eq(kpc__setting_read_secret(KPC_SET_REMOTE_SECRET_FILE, &buf, &size), KPC_OK);
+    ck_assert_int_eq(kpc__secret_file_read("KPC_REMOTE_SECRET_FILE", path, &buf, &size), KPC_OK);
     log = ts_log_end();
     ck_assert_uint_eq(size, 6);
     ck_assert_int_eq(memcmp(buf, "s3cr3t", 6), 0);
@@ -472,12 +469,11 @@ START_TEST(secret_file_missing_fifo_or_readable_by_others)
     /* 0600: no warning */
     ck_assert_int_eq(chmod(path, 0600), 0);
     ts_log_begin(KPC_LOG_WARN);
-    ck_assert_int_eq(kpc__setting_read_secret(KPC_SET_REMOTE_SECRET_FILE, &buf, &size), KPC_OK);
+    ck_assert_int_eq(kpc__secret_file_read("KPC_REMOTE_SECRET_FILE", path, &buf, &size), KPC_OK);
     log = ts_log_end();
     free(buf);
     ck_assert_msg(strstr(log, "chmod") == NULL, "%s", log);
     free(log);
-    unsetenv("KPC_REMOTE_SECRET_FILE");
 }
 END_TEST
 

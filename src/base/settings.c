@@ -199,16 +199,15 @@ const char *kpc__setting_text(kpc_setting_id id)
     return v;
 }
 
-kpc_status kpc__setting_read_secret(kpc_setting_id id, void **buf, size_t *size)
+kpc_status kpc__secret_file_read(const char *name, const char *path, void **buf, size_t *size)
 {
-    const char *name = table[id].name, *path = kpc__setting_raw(id);
     *buf = NULL;
     *size = 0;
     if (path == NULL || path[0] == '\0') {
         KPC_LOG(KPC_LOG_WARN, "%s is set but empty", name);
         return KPC_E_INVALID;
     }
-    int fd = kpc__sys_fault(KPC_SYS_OPENR) ? -1 : open(path, O_RDONLY | O_NONBLOCK | O_CLOEXEC);
+    int fd = kpc__sys_fault(KPC_SYS_OPENR) ? -1 : open(path, O_RDONLY | O_NONBLOCK | O_NOCTTY | O_CLOEXEC);
     if (fd < 0) {
         KPC_LOG(KPC_LOG_WARN, "%s=%s: %s", name, path, strerror(errno));
         return KPC_E_INVALID;
@@ -231,7 +230,8 @@ kpc_status kpc__setting_read_secret(kpc_setting_id id, void **buf, size_t *size)
         return s == KPC_E_NOMEM ? s : KPC_E_INVALID;
     }
     if (st.st_mode & 0077)
-        KPC_LOG(KPC_LOG_WARN, "%s=%s may be read by others (mode %03o): chmod 600 %s", name, path,
+        KPC_LOG(KPC_LOG_WARN, "%s=%s may be read by %s (mode %03o): chmod 600 %s", name, path,
+                (st.st_mode & 0007) ? "every user" : "its group",
                 (unsigned)(st.st_mode & 0777), path);
     return KPC_OK;
 }

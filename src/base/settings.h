@@ -62,12 +62,13 @@ uint64_t kpc__setting_number(kpc_setting_id id);
  * (logged as above). */
 const char *kpc__setting_text(kpc_setting_id id);
 
-/* The secret file a PATH setting names (KPC_REMOTE_SECRET_FILE): opened without blocking
- * (a FIFO must not hang an open), a regular file of 1 byte to 1 MiB, read whole into *buf (malloc'ed; the caller wipes and frees
- * it). A file others may read is used, with a warning (chmod 600). KPC_E_INVALID, with a
- * warning naming the file and why, for one that is missing, unreadable, not a regular
- * file or empty; KPC_E_NOMEM. */
-kpc_status kpc__setting_read_secret(kpc_setting_id id, void **buf, size_t *size);
+/* A secret file (path, named by the variable var in messages: KPC_REMOTE_SECRET_FILE):
+ * opened without blocking (a FIFO must not hang an open), a regular file of 1 byte to
+ * 1 MiB, read whole into *buf (malloc'ed; the caller wipes and frees it). A file its
+ * group or others may read is used, with a warning (chmod 600). KPC_E_INVALID, with a
+ * warning naming the variable, the file and why, for one that is missing, unreadable,
+ * not a regular file or empty; KPC_E_NOMEM. */
+kpc_status kpc__secret_file_read(const char *var, const char *path, void **buf, size_t *size);
 /* A size in bytes: digits and an optional K, M, G, T, P or E suffix (binary, any case), as
  * libbsd's expand_number reads it; KPC_E_INVALID for anything else or past 2^64 - 1. 0 is
  * a size here (`kpc prune --max-size 0`); a setting's range may refuse it. */

@@ -708,7 +708,8 @@ static kpc_status load_secret(kpc_remote *r)
 {
     void *buf = NULL;
     size_t size = 0;
-    if (kpc__setting_read_secret(KPC_SET_REMOTE_SECRET_FILE, &buf, &size) != KPC_OK) {
+    if (kpc__secret_file_read("KPC_REMOTE_SECRET_FILE", kpc__setting_raw(KPC_SET_REMOTE_SECRET_FILE), &buf,
+                              &size) != KPC_OK) {
         KPC_LOG(KPC_LOG_WARN, "the cluster tier is off for this process: its secret cannot be read");
         return KPC_E_INVALID;
     }
