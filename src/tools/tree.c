@@ -204,8 +204,7 @@ int kpc_tool_prune(kpc_tool *t)
         return rc;
     uint64_t max = t->set.disk_max_bytes;
     if (t->max_size && kpc__parse_size(t->max_size, &max) != KPC_OK)
-        return kpc_tool_usage_error(t, "--max-size takes a size in bytes below 16E, such as 0, 512M or 2G, not \"%s\"",
-                                    t->max_size);
+        return kpc_tool_usage_error(t, "--max-size takes a size such as 512M or 2G, not \"%s\"", t->max_size);
     kpc_prune_result res = {0};
     kpc_status s = KPC_OK;
     if (!t->root[0] && !t->json)
