@@ -17,6 +17,7 @@
  */
 #define _GNU_SOURCE
 #include "storage/pack_tier.h"
+#include "base/fault.h"
 #include "base/log.h"
 #include "base/settings.h"
 #include "storage/pack.h"
@@ -60,7 +61,7 @@ static int by_name(const void *a, const void *b)
 /* Every *.kpack of dir, in name order. */
 static void add_dir(pack_tier *t, const char *dir)
 {
-    DIR *d = opendir(dir);
+    DIR *d = kpc__sys_fault(KPC_SYS_OPENR) ? NULL : opendir(dir);
     if (d == NULL) {
         KPC_LOG(KPC_LOG_WARN, "KPC_PACK_PATH: opendir(%s): %s", dir, strerror(errno));
         return;
@@ -131,7 +132,7 @@ kpc_status kpc_pack_tier_open(const kpc_tier_env *env, kpc_tier **out)
     char *save = NULL;
     for (char *item = strtok_r(list, ":", &save); item; item = strtok_r(NULL, ":", &save)) {
         struct stat sb;
-        if (stat(item, &sb) != 0)
+        if (kpc__sys_fault(KPC_SYS_READ) != 0 || stat(item, &sb) != 0)
             KPC_LOG(KPC_LOG_WARN, "KPC_PACK_PATH: %s: %s", item, strerror(errno));
         else if (S_ISDIR(sb.st_mode))
             add_dir(t, item);
