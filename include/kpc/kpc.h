@@ -168,7 +168,10 @@ KPC_API const char *kpc_status_str(kpc_status s);
  *             then the defaults.
  * @param out  receives the cache.
  * @return KPC_OK; KPC_E_INVALID for a NULL out, a bad struct_size or a malformed
- *         environment value (logged with the variable's name); KPC_E_NOMEM.
+ *         environment value: every KPC_* variable of kpc(1)'s ENVIRONMENT is checked,
+ *         whether this cache reads it or not, and so is the cluster tier's URL
+ *         (cfg->remote, else KPC_REMOTE: an unknown scheme, a bad port); each malformed
+ *         one is logged with the variable's name and the form it takes; KPC_E_NOMEM.
  *         A cache directory or index that cannot be used is not an error: it is logged
  *         and that level is off for this cache.
  */
