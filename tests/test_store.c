@@ -925,13 +925,19 @@ START_TEST(missing_parents_are_created_0700)
     assert_mode(path, 0600);
     assert_record_valid(deep, &key, code, size);
     free(code);
-    /* an existing cache dir open to others is closed down to 0700 */
+    /* an existing cache dir kpc did not make keeps its mode: one others may read is used,
+     * one its group may write is refused (docs/trust.md) */
     snprintf(path, sizeof path, "%s/a/b/c/cache", base);
     ck_assert_int_eq(chmod(path, 0755), 0);
     kpc_store *st;
     ck_assert_int_eq(kpc_store_open(path, 1u << 30, &st), KPC_OK);
     kpc_store_close(st);
-    assert_mode(path, 0700);
+    assert_mode(path, 0755);
+    ck_assert_int_eq(chmod(path, 0775), 0);
+    ts_log_begin(KPC_LOG_ERROR);
+    ck_assert_int_eq(kpc_store_open(path, 1u << 30, &st), KPC_E_IO);
+    free(ts_log_end());
+    assert_mode(path, 0775);
     char root[4096];
     ck_assert_ptr_nonnull(realpath(deep, root));
     kpc_index_unlink(root);
