@@ -13,6 +13,7 @@
 #include "support.h"
 #include "base/log.h"
 #include "base/settings.h"
+#include "storage/remote.h"
 
 #include <dirent.h>
 #include <errno.h>
@@ -433,6 +434,34 @@ START_TEST(prune_refuses_a_size_that_overflows)
 END_TEST
 
 /* ---- the secret file ------------------------------------------------------------------ */
+/* KPC_REMOTE_SECRET_FILE naming a file that is not there: the cache opens, without the
+ * cluster tier (never unauthenticated instead), and the log names the variable and the
+ * file, and says the tier is off (before: an open error, and the tier gone without a word). */
+START_TEST(a_missing_secret_file_is_said_and_the_tier_is_off)
+{
+    if (!kpc_remote_built()) {
+        printf("a_missing_secret_file_is_said_and_the_tier_is_off: skipped: built without hiredis\n");
+        return;
+    }
+    char path[4200];
+    snprintf(path, sizeof path, "%s-absent-secret", dir);
+    setenv("KPC_REMOTE", "redis://127.0.0.1:1/0", 1); /* connects lazily: never here */
+    setenv("KPC_REMOTE_SECRET_FILE", path, 1);
+    ts_log_begin(KPC_LOG_WARN);
+    kpc_cache *c = NULL;
+    kpc_status s = kpc_cache_open(NULL, &c);
+    char *log = ts_log_end();
+    unsetenv("KPC_REMOTE");
+    unsetenv("KPC_REMOTE_SECRET_FILE");
+    ck_assert_int_eq(s, KPC_OK);
+    ck_assert_msg(kpc_tier_coordinator(&c->tiers) == NULL, "the cluster tier is on without its secret");
+    ck_assert_msg(strstr(log, "KPC_REMOTE_SECRET_FILE") && strstr(log, path) && strstr(log, "cluster tier is off"),
+                  "%s", log);
+    free(log);
+    kpc_cache_close(c);
+}
+END_TEST
+
 START_TEST(secret_file_missing_fifo_or_readable_by_others)
 {
     char path[4096];
@@ -495,6 +524,7 @@ int main(int argc, char **argv)
     tcase_add_test(v, tools_exit_2_naming_the_variable);
     tcase_add_test(v, prune_refuses_a_size_that_overflows);
     tcase_add_test(v, secret_file_missing_fifo_or_readable_by_others);
+    tcase_add_test(v, a_missing_secret_file_is_said_and_the_tier_is_off);
     suite_add_tcase(s, v);
     return ts_run_suite(s);
 }
