@@ -489,26 +489,28 @@ void ts_skip(const char *why_fmt, ...)
 }
 
 /* ---- the suite's scratch root ---- */
-/* The host-index segments of this user (names in /dev/shm without the slash), read once. */
+/* The host-index segments in /dev/shm (names without the slash), read once. */
 static char (*sweep_shm)[256];
 static size_t sweep_nshm;
 
-/* Unlink the segments of cache directory `path` (the index, its temporary and .real ones). */
+/* Unlink the segments of cache directory `path` (the index, its temporary and .real
+ * ones), whichever user made them: a case may act as another user. */
 static void sweep_dir(const char *path)
 {
     char name[96];
-    kpc_root_segment_name(path, name, sizeof name);
-    size_t len = strlen(name + 1);
+    kpc_root_segment_name(path, name, sizeof name); /* /kpc-<uid>-<hash of the path> */
+    const char *hash = strrchr(name, '-') + 1;
+    size_t len = strlen(hash);
     bool found = false;
     for (size_t i = 0; i < sweep_nshm; i++) {
-        const char *e = sweep_shm[i];
-        if (strncmp(e, name + 1, len) != 0 || (e[len] != '\0' && e[len] != '.'))
+        const char *e = strchr(sweep_shm[i] + 4, '-'); /* past "kpc-<uid>" */
+        if (e == NULL || strncmp(e + 1, hash, len) != 0 || (e[1 + len] != '\0' && e[1 + len] != '.'))
             continue;
         if (!found)
             kpc_index_unlink(path);
         found = true;
         char seg[300];
-        snprintf(seg, sizeof seg, "/dev/shm/%s", e);
+        snprintf(seg, sizeof seg, "/dev/shm/%s", sweep_shm[i]);
         unlink(seg);
     }
 }
@@ -529,13 +531,11 @@ static int sweep_one(const char *path, const struct stat *sb, int flag, struct F
 
 static void sweep_root(const char *root)
 {
-    char prefix[32];
-    snprintf(prefix, sizeof prefix, "kpc-%u-", (unsigned)geteuid());
     DIR *d = opendir("/dev/shm");
     size_t cap = 0;
     struct dirent *e;
     while (d && (e = readdir(d)) != NULL) {
-        if (strncmp(e->d_name, prefix, strlen(prefix)) != 0 || strlen(e->d_name) >= sizeof sweep_shm[0])
+        if (strncmp(e->d_name, "kpc-", 4) != 0 || strlen(e->d_name) >= sizeof sweep_shm[0])
             continue;
         if (sweep_nshm == cap) {
             cap = cap ? cap * 2 : 64;
