@@ -553,6 +553,38 @@ static void sweep_root(const char *root)
     ts_rm_rf(root);
 }
 
+/* A watcher outside the test's process tree: CTest ends a test past its timeout by
+ * killing its whole tree with SIGKILL, which no clean-up in it survives. The watcher
+ * waits for the end of the runner (EOF on a pipe only the runner's processes hold) and
+ * then sweeps the root if the runner did not. Returns the pipe's write end (-1: none). */
+static int start_watcher(const char *root)
+{
+    int alive[2];
+    if (pipe2(alive, O_CLOEXEC) != 0)
+        return -1;
+    pid_t pid = fork();
+    if (pid == 0) {
+        if (fork() != 0) /* the grandchild, reparented: out of the tree */
+            _exit(0);
+        setsid();
+        close(alive[1]);
+        char c;
+        while (read(alive[0], &c, 1) < 0 && errno == EINTR)
+            ;
+        if (access(root, F_OK) == 0)
+            sweep_root(root);
+        _exit(0);
+    }
+    close(alive[0]);
+    if (pid < 0) {
+        close(alive[1]);
+        return -1;
+    }
+    while (waitpid(pid, NULL, 0) < 0 && errno == EINTR)
+        ;
+    return alive[1];
+}
+
 int ts_run_suite(Suite *s)
 {
     /* every case's temp dirs, logs and compiler files under one root of this run */
@@ -567,6 +599,7 @@ int ts_run_suite(Suite *s)
     }
     /* traversable: cases that act as another user open their own dirs (0755) inside it */
     chmod(root, 0711);
+    int watcher = start_watcher(root);
     setenv("TMPDIR", root, 1);
     SRunner *sr = srunner_create(s);
     srunner_set_fork_status(sr, CK_FORK);
@@ -574,6 +607,8 @@ int ts_run_suite(Suite *s)
     int failed = srunner_ntests_failed(sr);
     srunner_free(sr);
     sweep_root(root);
+    if (watcher >= 0)
+        close(watcher); /* it finds the root gone, and ends */
     if (saved)
         setenv("TMPDIR", saved, 1);
     else

@@ -102,7 +102,9 @@ void ts_skip(const char *why_fmt, ...) __attribute__((format(printf, 1, 2)));
 /* Run a Check suite in fork mode under a scratch root of its own ($TMPDIR for the cases,
  * so every ts_tmpdir and the compiler's temporary files land in it); afterwards the root
  * goes, and every host-index segment of a directory in it, pass or fail: a case that
- * fails ends its process before its teardown. Returns the process exit status. */
+ * fails ends its process before its teardown, and a test past its CTest timeout is
+ * killed whole (a watcher outside its process tree sweeps then). Returns the process
+ * exit status. */
 int ts_run_suite(Suite *s);
 
 /* main() of a test executable with a process suite and a thread suite: argv[1] names
