@@ -106,10 +106,10 @@ static const kpc_option_table nvrtc = {"nvrtc", true, nvrtc_rows};
 
 const kpc_option_table *kpc_options_for(const char *platform)
 {
-    /* the platform's name or its compiler's ("NVRTC", "hipRTC") */
-    if (strcasecmp(platform, "nvidia") == 0 || strcasecmp(platform, "nvrtc") == 0)
+    /* the platform's name, its compiler's ("NVRTC", "hipRTC") or a drop-in's ("kpc-nvrtc") */
+    if (strcasecmp(platform, "nvidia") == 0 || strcasestr(platform, "nvrtc") != NULL)
         return &nvrtc;
-    if (strcasecmp(platform, "amd") == 0 || strcasecmp(platform, "hiprtc") == 0)
+    if (strcasecmp(platform, "amd") == 0 || strcasestr(platform, "hiprtc") != NULL)
         return &hiprtc;
 #ifdef KPC_PLATFORM_NVIDIA
     return &nvrtc;

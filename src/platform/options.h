@@ -41,7 +41,8 @@ typedef struct kpc_option {
 
 typedef struct kpc_option_table kpc_option_table;
 
-/* The table of a platform or drop-in by its name ("amd", "hiprtc", "nvidia", "nvrtc");
+/* The table of a platform or drop-in by its name ("amd", "nvidia", or any name with
+ * "hiprtc" or "nvrtc" in it, in any case);
  * any other name (a test's fake compiler) gets the built-in platform's. */
 const kpc_option_table *kpc_options_for(const char *platform);
 /* Whether the compiler searches the source's own directory for a quoted include
