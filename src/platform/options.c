@@ -196,13 +196,17 @@ void kpc_option_classify_path(const kpc_option_table *t, const char *const *opts
 
 bool kpc_option_sets_target(const char *opt)
 {
+    /* on every request, for every option: only the TARGET rows are asked */
     const char *const opts[] = {opt};
-    kpc_option o;
-    kpc_option_classify(&hiprtc, opts, 1, 0, &o);
-    if (o.cls == KPC_OPTION_TARGET)
-        return true;
-    kpc_option_classify(&nvrtc, opts, 1, 0, &o);
-    return o.cls == KPC_OPTION_TARGET;
+    const char *value;
+    size_t used;
+    for (const row *r = hiprtc_rows; opt[0] == '-' && r->spelling; r++)
+        if (r->cls == KPC_OPTION_TARGET && matches(r, opts, 1, 0, &value, &used))
+            return true;
+    for (const row *r = nvrtc_rows; opt[0] == '-' && r->spelling; r++)
+        if (r->cls == KPC_OPTION_TARGET && matches(r, opts, 1, 0, &value, &used))
+            return true;
+    return false;
 }
 
 size_t kpc_options_search_dirs(const kpc_option_table *t, const char *const *opts, size_t n,
