@@ -78,9 +78,10 @@ static int stat_and_hash(int dirfd, const char *name, struct stat *st, uint8_t d
         return -1;
     struct stat after;
     int r = hash_fd(fd, digest);
-    if (r == 0 && fstat(fd, &after) == 0 &&
-        (after.st_size != st->st_size || ts_ns(after.st_mtim) != ts_ns(st->st_mtim) ||
-         ts_ns(after.st_ctim) != ts_ns(st->st_ctim))) {
+    if (r == 0 && (kpc__sys_fault(KPC_SYS_READ) != 0 || fstat(fd, &after) != 0))
+        r = -1;
+    else if (r == 0 && (after.st_size != st->st_size || ts_ns(after.st_mtim) != ts_ns(st->st_mtim) ||
+                        ts_ns(after.st_ctim) != ts_ns(st->st_ctim))) {
         errno = EAGAIN; /* written while hashed */
         r = -1;
     }
