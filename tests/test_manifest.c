@@ -119,7 +119,7 @@ static kpc_deps *record1(const char *path)
 {
     kpc_deps *d = NULL;
     const char *paths[] = {path};
-    ck_assert_int_eq(kpc_manifest_deps_record(paths, 1, NULL, later(), &d), KPC_OK);
+    ck_assert_int_eq(kpc_manifest_deps_record(paths, 1, NULL, 0, NULL, later(), &d), KPC_OK);
     ck_assert_ptr_nonnull(d);
     return d;
 }
@@ -132,7 +132,7 @@ START_TEST(record_and_match)
     /* relative paths are taken against the working directory given */
     const char *paths[] = {"a.h", b};
     kpc_deps *d = NULL;
-    ck_assert_int_eq(kpc_manifest_deps_record(paths, 2, dir, later(), &d), KPC_OK);
+    ck_assert_int_eq(kpc_manifest_deps_record(paths, 2, NULL, 0, dir, later(), &d), KPC_OK);
     ck_assert_uint_eq(d->count, 2);
     ck_assert_str_eq(d->files[0].path, a);
     ck_assert_uint_eq(d->files[0].size, strlen("typedef float real;\n"));
@@ -162,12 +162,12 @@ START_TEST(record_and_match)
     kpc_manifest_deps_free(d);
 
     /* a relative path without a working directory is refused */
-    ck_assert_int_eq(kpc_manifest_deps_record(paths, 2, NULL, later(), &d), KPC_E_INVALID);
+    ck_assert_int_eq(kpc_manifest_deps_record(paths, 2, NULL, 0, NULL, later(), &d), KPC_E_INVALID);
     /* a missing file cannot be recorded */
     const char *missing[] = {"/nonexistent/kpc/x.h"};
-    ck_assert_int_eq(kpc_manifest_deps_record(missing, 1, NULL, later(), &d), KPC_E_NOT_FOUND);
+    ck_assert_int_eq(kpc_manifest_deps_record(missing, 1, NULL, 0, NULL, later(), &d), KPC_E_NOT_FOUND);
     /* none: no list */
-    ck_assert_int_eq(kpc_manifest_deps_record(NULL, 0, NULL, later(), &d), KPC_OK);
+    ck_assert_int_eq(kpc_manifest_deps_record(NULL, 0, NULL, 0, NULL, later(), &d), KPC_OK);
     ck_assert_ptr_null(d);
     ck_assert(kpc_manifest_deps_match(NULL));
 }
@@ -181,10 +181,10 @@ START_TEST(record_refuses_recent)
     put("a.h", "x", a, sizeof a);
     const char *paths[] = {a};
     kpc_deps *d = NULL;
-    ck_assert_int_eq(kpc_manifest_deps_record(paths, 1, NULL, kpc__wall_ns(), &d), KPC_E_NOT_FOUND);
+    ck_assert_int_eq(kpc_manifest_deps_record(paths, 1, NULL, 0, NULL, kpc__wall_ns(), &d), KPC_E_NOT_FOUND);
     ck_assert_ptr_null(d);
     /* a compile that began more than a second after the write is fine */
-    ck_assert_int_eq(kpc_manifest_deps_record(paths, 1, NULL, kpc__wall_ns() + SEC + SEC / 10, &d),
+    ck_assert_int_eq(kpc_manifest_deps_record(paths, 1, NULL, 0, NULL, kpc__wall_ns() + SEC + SEC / 10, &d),
                      KPC_OK);
     kpc_manifest_deps_free(d);
 }
@@ -329,18 +329,18 @@ START_TEST(needs_cwd)
         kpc_source s = ts_src("x", "k.hip");
         s.options = cases[i].opts;
         s.num_options = cases[i].n;
-        ck_assert_msg(kpc_manifest_needs_cwd(&s, false) == cases[i].want, "case %zu", i);
+        ck_assert_msg(kpc_manifest_needs_cwd(&s, kpc_options_for("amd")) == cases[i].want, "case %zu", i);
     }
     /* NVRTC searches the source's directory: a relative name counts, unless told not to */
     kpc_source s = ts_src("x", "k.cu");
-    ck_assert(!kpc_manifest_needs_cwd(&s, false));
-    ck_assert(kpc_manifest_needs_cwd(&s, true));
+    ck_assert(!kpc_manifest_needs_cwd(&s, kpc_options_for("amd")));
+    ck_assert(kpc_manifest_needs_cwd(&s, kpc_options_for("nvidia")));
     const char *nsi[] = {"--no-source-include"};
     s.options = nsi;
     s.num_options = 1;
-    ck_assert(!kpc_manifest_needs_cwd(&s, true));
+    ck_assert(!kpc_manifest_needs_cwd(&s, kpc_options_for("nvidia")));
     s = ts_src("x", "/abs/k.cu");
-    ck_assert(!kpc_manifest_needs_cwd(&s, true));
+    ck_assert(!kpc_manifest_needs_cwd(&s, kpc_options_for("nvidia")));
 }
 END_TEST
 

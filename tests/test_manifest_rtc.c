@@ -15,6 +15,7 @@
  * outcome a later step must find cached; elsewhere they do not wait.
  */
 #define _GNU_SOURCE
+#include "manifest_support.h"
 #include "support.h"
 
 #include <stdio.h>
@@ -27,38 +28,6 @@
 #include <unistd.h>
 #include <xxhash.h>
 
-static char *dir;  /* the cache */
-static char *work; /* the working directories live under it: <tmp>/w1, <tmp>/w2 */
-
-static void setup(void)
-{
-    dir = ts_tmpdir();
-    work = strdup(dir);
-    *strrchr(work, '/') = '\0';
-}
-
-static void teardown(void)
-{
-    free(work);
-    ts_cleanup(dir);
-}
-
-/* A second and a bit: what a file's age must exceed for the next compile to be cached. */
-static void settle(void)
-{
-    usleep(1100 * 1000);
-}
-
-static void put(const char *rel, const char *text)
-{
-    char path[4200];
-    snprintf(path, sizeof path, "%s/%s", work, rel);
-    char parent[4200];
-    snprintf(parent, sizeof parent, "%s", path);
-    *strrchr(parent, '/') = '\0';
-    ck_assert_int_eq(kpc__mkdir_p(parent, 0700), 0);
-    ts_write_file(path, text, strlen(text));
-}
 
 /* ---- one request (or two) in a new process ----------------------------------------- */
 typedef struct outcome {
@@ -69,7 +38,7 @@ typedef struct outcome {
 } outcome;
 
 typedef struct job {
-    const char *cwd; /* relative to work */
+    const char *cwd; /* relative to mf_work (the working directories: w1, w2) */
     kpc_source src;
     /* between the two requests (NULL: one request only), in the same process */
     void (*between)(void);
@@ -96,10 +65,10 @@ static int child(int i, void *arg)
     (void)i;
     job *j = arg;
     char cwd[4200];
-    snprintf(cwd, sizeof cwd, "%s/%s", work, j->cwd);
+    snprintf(cwd, sizeof cwd, "%s/%s", mf_work, j->cwd);
     if (chdir(cwd) != 0)
         return 2;
-    kpc_cache *c = ts_open(dir, 0, 0);
+    kpc_cache *c = ts_open(mf_dir, 0, 0);
     kpc_context *ctx = ts_context(c);
     outcome *o = j->out;
     memset(o, 0, sizeof *o);
@@ -151,15 +120,15 @@ START_TEST(four_steps)
     job j = {.cwd = "w1", .src = src};
 
     /* 1. float */
-    put("w1/headers/test_header1.h", FLOAT_H);
-    settle();
+    mf_put("w1/headers/test_header1.h", FLOAT_H);
+    mf_settle();
     outcome a = run(&j);
     ck_assert_msg(a.status[0] == KPC_OK, "%s", a.log);
     ck_assert_uint_eq(a.builds, 1);
 
     /* 2. double: a new process builds the new bytes */
-    put("w1/headers/test_header1.h", DOUBLE_H);
-    settle();
+    mf_put("w1/headers/test_header1.h", DOUBLE_H);
+    mf_settle();
     outcome b = run(&j);
     ck_assert_int_eq(b.status[0], KPC_OK);
     ck_assert_uint_eq(b.builds, 1);
@@ -167,20 +136,20 @@ START_TEST(four_steps)
     ck_assert_uint_ne(b.digest[0], a.digest[0]);
 
     /* 3. float again: the first object, from disk, no compile (both are cached) */
-    put("w1/headers/test_header1.h", FLOAT_H);
+    mf_put("w1/headers/test_header1.h", FLOAT_H);
     outcome c = run(&j);
     ck_assert_int_eq(c.status[0], KPC_OK);
     ck_assert_uint_eq(c.builds, 0);
     ck_assert_uint_eq(c.disk_hits, 1);
     ck_assert_uint_eq(c.digest[0], a.digest[0]);
     /* and double again: the second */
-    put("w1/headers/test_header1.h", DOUBLE_H);
+    mf_put("w1/headers/test_header1.h", DOUBLE_H);
     outcome d = run(&j);
     ck_assert_uint_eq(d.builds, 0);
     ck_assert_uint_eq(d.digest[0], b.digest[0]);
 
     /* 4. the same request from a directory without ./headers: the compiler's error */
-    put("w2/empty", "");
+    mf_put("w2/empty", "");
     j.cwd = "w2";
     outcome e = run(&j);
     ck_assert_int_eq(e.status[0], KPC_E_COMPILE);
@@ -192,23 +161,23 @@ END_TEST
 /* ---- each way a file gets in: every edit rebuilds ------------------------------------ */
 START_TEST(each_include_form)
 {
-    put("w1/pre.h", "#define PRE 1.0f\n");
-    put("w1/inc/outer.h", "#include \"inner.h\"\n");
-    put("w1/inc/inner.h", "#define INNER 3.0f\n");
-    put("w1/inc/real1.h", "#define LINKED 4.0f\n");
-    put("w1/inc/real2.h", "#define LINKED 5.0f\n");
+    mf_put("w1/pre.h", "#define PRE 1.0f\n");
+    mf_put("w1/inc/outer.h", "#include \"inner.h\"\n");
+    mf_put("w1/inc/inner.h", "#define INNER 3.0f\n");
+    mf_put("w1/inc/real1.h", "#define LINKED 4.0f\n");
+    mf_put("w1/inc/real2.h", "#define LINKED 5.0f\n");
     char link[4200], target[4200];
-    snprintf(link, sizeof link, "%s/w1/inc/linked.h", work);
-    snprintf(target, sizeof target, "%s/w1/inc/real1.h", work);
+    snprintf(link, sizeof link, "%s/w1/inc/linked.h", mf_work);
+    snprintf(target, sizeof target, "%s/w1/inc/real1.h", mf_work);
     ck_assert_int_eq(symlink(target, link), 0);
 #ifdef KPC_PLATFORM_NVIDIA
     const char *opts[] = {"-include", "pre.h", "-Iinc"};
     const char *code = "#include \"outer.h\"\n#include \"linked.h\"\n#define SYS 2.0f\n";
-    put("w1/sys/sys.h", "#define SYS 2.0f\n");
+    mf_put("w1/sys/sys.h", "#define SYS 2.0f\n");
 #else
     const char *opts[] = {"-include", "pre.h", "-isystem", "sys", "-Iinc"};
     const char *code = "#include <sys.h>\n#include \"outer.h\"\n#include \"linked.h\"\n";
-    put("w1/sys/sys.h", "#define SYS 2.0f\n");
+    mf_put("w1/sys/sys.h", "#define SYS 2.0f\n");
 #endif
     char text[1024];
     snprintf(text, sizeof text, "%sextern \"C\" __global__ void k(float *x) "
@@ -217,7 +186,7 @@ START_TEST(each_include_form)
     src.options = opts;
     src.num_options = sizeof opts / sizeof opts[0];
     job j = {.cwd = "w1", .src = src};
-    settle();
+    mf_settle();
     outcome base = run(&j);
     ck_assert_msg(base.status[0] == KPC_OK, "%s", base.log);
     ck_assert_uint_eq(base.builds, 1);
@@ -237,23 +206,23 @@ START_TEST(each_include_form)
         {"w1/inc/real1.h", "#define LINKED 6.0f\n", "#define LINKED 4.0f\n"},     /* via link */
     };
     for (size_t i = 0; i < sizeof edits / sizeof edits[0]; i++) {
-        put(edits[i].file, edits[i].edited);
+        mf_put(edits[i].file, edits[i].edited);
         outcome o = run(&j);
         ck_assert_msg(o.status[0] == KPC_OK, "%s: %s", edits[i].file, o.log);
         ck_assert_msg(o.builds == 1, "edit of %s: %llu builds", edits[i].file, (unsigned long long)o.builds);
         ck_assert_msg(o.digest[0] != base.digest[0], "edit of %s: the old object", edits[i].file);
-        put(edits[i].file, edits[i].original);
+        mf_put(edits[i].file, edits[i].original);
     }
     /* the link re-pointed at another file */
     ck_assert_int_eq(unlink(link), 0);
-    snprintf(target, sizeof target, "%s/w1/inc/real2.h", work);
+    snprintf(target, sizeof target, "%s/w1/inc/real2.h", mf_work);
     ck_assert_int_eq(symlink(target, link), 0);
     outcome o = run(&j);
     ck_assert_uint_eq(o.builds, 1);
     ck_assert_uint_ne(o.digest[0], base.digest[0]);
     /* everything as it was: the first object, no compile */
     ck_assert_int_eq(unlink(link), 0);
-    snprintf(target, sizeof target, "%s/w1/inc/real1.h", work);
+    snprintf(target, sizeof target, "%s/w1/inc/real1.h", mf_work);
     ck_assert_int_eq(symlink(target, link), 0);
     o = run(&j);
     ck_assert_uint_eq(o.builds, 0);
@@ -264,14 +233,14 @@ END_TEST
 /* ---- a change while the program is in the process's map ------------------------------- */
 static void to_double(void)
 {
-    put("w1/headers/test_header1.h", DOUBLE_H);
+    mf_put("w1/headers/test_header1.h", DOUBLE_H);
 }
 
 START_TEST(change_seen_by_the_holding_process)
 {
     kpc_source src = issue_source();
-    put("w1/headers/test_header1.h", FLOAT_H);
-    settle();
+    mf_put("w1/headers/test_header1.h", FLOAT_H);
+    mf_settle();
     job j = {.cwd = "w1", .src = src, .between = to_double};
     outcome o = run(&j);
     ck_assert_int_eq(o.status[0], KPC_OK);
@@ -285,13 +254,13 @@ END_TEST
 /* ---- a missing header: the failure is retried once it appears ------------------------- */
 static void make_header(void)
 {
-    put("w1/headers/test_header1.h", FLOAT_H);
+    mf_put("w1/headers/test_header1.h", FLOAT_H);
 }
 
 START_TEST(missing_header_retried)
 {
     kpc_source src = issue_source();
-    put("w1/other", "");
+    mf_put("w1/other", "");
     /* in one process: fails, the header appears, succeeds */
     job j = {.cwd = "w1", .src = src, .between = make_header};
     outcome o = run(&j);
@@ -301,7 +270,7 @@ START_TEST(missing_header_retried)
     ck_assert_uint_eq(o.builds, 1);
     /* across processes: gone again, fails; back, succeeds */
     char path[4200];
-    snprintf(path, sizeof path, "%s/w1/headers/test_header1.h", work);
+    snprintf(path, sizeof path, "%s/w1/headers/test_header1.h", mf_work);
     ck_assert_int_eq(unlink(path), 0);
     j.between = NULL;
     o = run(&j);
@@ -316,7 +285,7 @@ END_TEST
 static void set_mtime(const char *rel, int64_t offset_s)
 {
     char path[4200];
-    snprintf(path, sizeof path, "%s/%s", work, rel);
+    snprintf(path, sizeof path, "%s/%s", mf_work, rel);
     struct timespec times[2] = {{0, UTIME_OMIT}, {time(NULL) + offset_s, 0}};
     ck_assert_int_eq(utimensat(AT_FDCWD, path, times, 0), 0);
 }
@@ -324,7 +293,7 @@ static void set_mtime(const char *rel, int64_t offset_s)
 START_TEST(recent_edit_not_cached)
 {
     kpc_source src = issue_source();
-    put("w1/headers/test_header1.h", FLOAT_H);
+    mf_put("w1/headers/test_header1.h", FLOAT_H);
     /* changed "now" for every compile of the next seconds, however slow this machine
      * (a sanitizer build) makes them: its mtime a minute ahead */
     set_mtime("w1/headers/test_header1.h", 60);
@@ -337,7 +306,7 @@ START_TEST(recent_edit_not_cached)
     ck_assert_uint_eq(b.digest[0], a.digest[0]);
     /* in the past now; its ctime (set by that change) ages past the second */
     set_mtime("w1/headers/test_header1.h", -60);
-    settle();
+    mf_settle();
     outcome c = run(&j); /* old enough now: cached */
     ck_assert_uint_eq(c.builds, 1);
     outcome d = run(&j);
@@ -353,7 +322,7 @@ START_TEST(host_headers_and_none)
     /* <limits.h> reads the clang resource dir's limits.h and the host's /usr/include ones */
     kpc_source host = ts_src("#include <limits.h>\nextern \"C\" __global__ void k(int *x) "
                              "{ x[0] = INT_MAX; }\n", "host.hip");
-    put("w1/x", "");
+    mf_put("w1/x", "");
     job j = {.cwd = "w1", .src = host};
     outcome a = run(&j);
     ck_assert_msg(a.status[0] == KPC_OK, "%s", a.log);
@@ -371,23 +340,23 @@ START_TEST(host_headers_and_none)
     none.options = nsi;
     none.num_options = 1;
 #endif
-    put("w1/x", "");
+    mf_put("w1/x", "");
     job n = {.cwd = "w1", .src = none};
     outcome c = run(&n);
     ck_assert_int_eq(c.status[0], KPC_OK);
     ck_assert_uint_eq(c.builds, 1);
-    kpc_cache *cache = ts_open(dir, 0, 0);
+    kpc_cache *cache = ts_open(mf_dir, 0, 0);
     kpc_context *ctx = ts_context(cache);
     kpc_key key;
     ts_key(ctx, &none, &key);
     char path[4300];
-    ts_record_path(dir, ts_target(), &key, "co", path, sizeof path);
+    ts_record_path(mf_dir, ts_target(), &key, "co", path, sizeof path);
     struct stat st;
     ck_assert_msg(stat(path, &st) == 0, "no record at %s", path);
     kpc_context_destroy(ctx);
     kpc_cache_close(cache);
     /* and from another directory (no relative path anywhere): the same key, a hit */
-    put("w2/x", "");
+    mf_put("w2/x", "");
     n.cwd = "w2";
     outcome d = run(&n);
     ck_assert_uint_eq(d.builds, 0);
@@ -407,7 +376,7 @@ START_TEST(refused_name_expression)
     src.name_expressions = exprs;
     src.num_name_expressions = 2;
     for (int round = 0; round < 2; round++) { /* built, then read back from disk */
-        kpc_cache *c = ts_open(dir, 0, 0);
+        kpc_cache *c = ts_open(mf_dir, 0, 0);
         kpc_context *ctx = ts_context(c);
         kpc_program *p = NULL;
         ck_assert_int_eq(kpc_program_get(ctx, &src, &p), KPC_OK);
@@ -426,9 +395,9 @@ START_TEST(refused_name_expression)
     }
     /* kpc compile prints the reason */
     char file[4200];
-    snprintf(file, sizeof file, "%s/names.hip", work);
+    snprintf(file, sizeof file, "%s/names.hip", mf_work);
     ts_write_file(file, code, strlen(code));
-    const char *argv[] = {getenv("KPC_TOOL"), "compile", "--target", ts_target(), "--cache-dir", dir,
+    const char *argv[] = {getenv("KPC_TOOL"), "compile", "--target", ts_target(), "--cache-dir", mf_dir,
                           "--name-expr", exprs[0], "--name-expr", exprs[1], file, NULL};
     char *out = NULL, *err = NULL;
     ck_assert_int_eq(ts_exec(argv, NULL, &out, &err), 0);
@@ -440,7 +409,7 @@ START_TEST(refused_name_expression)
     const char *bad[] = {"nothere<int>"};
     src.name_expressions = bad;
     src.num_name_expressions = 1;
-    kpc_cache *c = ts_open(dir, 0, 0);
+    kpc_cache *c = ts_open(mf_dir, 0, 0);
     kpc_context *ctx = ts_context(c);
     kpc_program *p = NULL;
     ck_assert_int_eq(kpc_program_get(ctx, &src, &p), KPC_E_COMPILE);
@@ -456,9 +425,9 @@ END_TEST
 START_TEST(quoted_include_and_the_working_directory)
 {
     kpc_source src = ts_src("#include \"test_header1.h\"\n" KERNEL, "hipSource.hip");
-    put("w1/test_header1.h", FLOAT_H);
-    put("w2/test_header1.h", DOUBLE_H);
-    settle();
+    mf_put("w1/test_header1.h", FLOAT_H);
+    mf_put("w2/test_header1.h", DOUBLE_H);
+    mf_settle();
     job j = {.cwd = "w1", .src = src};
     outcome a = run(&j);
 #ifdef KPC_PLATFORM_NVIDIA
@@ -487,7 +456,7 @@ static Suite *suite(void)
 {
     Suite *s = suite_create("manifest_rtc");
     TCase *tc = tcase_create("manifest_rtc");
-    tcase_add_checked_fixture(tc, setup, teardown);
+    tcase_add_checked_fixture(tc, mf_setup, mf_teardown);
     tcase_set_timeout(tc, 300);
     tcase_add_test(tc, four_steps);
     tcase_add_test(tc, each_include_form);

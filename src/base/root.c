@@ -333,9 +333,8 @@ int kpc_root_open_memo(const kpc_root *r, const char *name, int flags, mode_t mo
         errno = ENOENT;
         return -1;
     }
-    if (kpc__sys_fault((flags & O_ACCMODE) == O_RDONLY ? KPC_SYS_OPENR : KPC_SYS_OPEN) != 0)
-        return -1;
-    return openat(r->v1_fd, name, flags | O_CLOEXEC | O_NOFOLLOW, mode);
+    /* a memo that is a FIFO must not hang the process opening it */
+    return kpc_open_regular(r->v1_fd, name, flags | O_NOFOLLOW, mode, NULL);
 }
 
 FILE *kpc_root_read_memo(const kpc_root *r, const char *name)

@@ -130,6 +130,29 @@ kpc_status kpc__read_fd_stat(int fd, size_t max, void **buf, size_t *size, struc
     return KPC_OK;
 }
 
+int kpc_open_regular(int dirfd, const char *path, int flags, mode_t mode, struct stat *stp)
+{
+    if (kpc__sys_fault((flags & O_ACCMODE) == O_RDONLY ? KPC_SYS_OPENR : KPC_SYS_OPEN) != 0)
+        return -1;
+    int fd;
+    do
+        fd = openat(dirfd, path, flags | O_NONBLOCK | O_CLOEXEC | O_NOCTTY, mode);
+    while (fd < 0 && errno == EINTR);
+    if (fd < 0)
+        return -1;
+    struct stat st;
+    int failed = fstat(fd, &st) != 0;
+    if (failed || !S_ISREG(st.st_mode)) {
+        int err = failed ? errno : EINVAL;
+        close(fd);
+        errno = err;
+        return -1;
+    }
+    if (stp)
+        *stp = st;
+    return fd;
+}
+
 int kpc__write_all(int fd, const void *buf, size_t size)
 {
     const char *p = buf;

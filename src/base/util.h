@@ -33,6 +33,14 @@ kpc_status kpc__read_fd(int fd, size_t max, void **buf, size_t *size);
  * caller needs no second one: a system call is microseconds on a paravirtualized guest. */
 struct stat;
 kpc_status kpc__read_fd_stat(int fd, size_t max, void **buf, size_t *size, struct stat *st);
+/* Open a file that is to be read (or written) as a regular file: openat(dirfd, path,
+ * flags | O_NONBLOCK | O_CLOEXEC | O_NOCTTY, mode) through the fault seam (OPENR for
+ * O_RDONLY, OPEN otherwise), then fstat. A FIFO, a device, a socket or a directory is
+ * refused (errno EINVAL) without ever blocking: a FIFO planted where a header, a record
+ * or a manifest should be would otherwise hang the open, and every waiter behind it.
+ * O_NONBLOCK stays set: it changes nothing for a regular file. dirfd: AT_FDCWD or a
+ * directory; *st (may be NULL) gets the fstat. The fd, or -1 with errno. */
+int kpc_open_regular(int dirfd, const char *path, int flags, mode_t mode, struct stat *st);
 /* write() all of it, retrying EINTR and short writes; -1 with errno set on failure. */
 int kpc__write_all(int fd, const void *buf, size_t size);
 /* mkdir -p with mode; 0 or -1 with errno. */

@@ -62,12 +62,10 @@ typedef struct batch {
     int pass; /* 1 or 2 */
 } batch;
 
-/* Publish a resolved item to the map (which takes one reference) and keep the caller's. */
+/* Publish a resolved item to the map (kpc_request_publish) and keep the caller's reference. */
 static void settle(batch *b, item *it, kpc_map_entry *entry, kpc_status s, kpc_program *prog, char *log)
 {
-    if (s == KPC_OK)
-        kpc_program_retain(prog);
-    kpc_map_publish(b->ctx->map, entry, s, prog, log);
+    kpc_request_publish(b->ctx, &it->key, entry, s, prog, log);
     it->state = ITEM_DONE;
     it->status = s;
     it->prog = s == KPC_OK ? prog : NULL;
@@ -77,16 +75,10 @@ static void settle(batch *b, item *it, kpc_map_entry *entry, kpc_status s, kpc_p
 static void pass1(batch *b, size_t i)
 {
     item *it = &b->items[i];
-    kpc_cache *cache = b->ctx->cache;
     kpc_map_entry *entry;
-    bool waited;
     kpc_program *prog = NULL;
-    kpc_status s = kpc_map_acquire(b->ctx->map, &it->key, &prog, &entry, &waited);
+    kpc_status s = kpc_request_acquire(b->ctx, &it->key, &prog, &entry);
     if (s != KPC_E_NOT_FOUND) { /* a hit, or another thread's build that we waited for */
-        if (waited)
-            atomic_fetch_add_explicit(&cache->waits, 1, memory_order_relaxed);
-        else if (s == KPC_OK)
-            atomic_fetch_add_explicit(&cache->mem_hits[0].n, 1, memory_order_relaxed);
         it->state = ITEM_DONE;
         it->status = s;
         it->prog = prog;
@@ -94,7 +86,6 @@ static void pass1(batch *b, size_t i)
             it->log = kpc__strdup(kpc_last_log());
         return;
     }
-    atomic_fetch_add_explicit(&cache->mem_misses, 1, memory_order_relaxed);
     char *log = NULL;
     bool busy = false;
     s = kpc_resolve_miss_nowait(b->ctx, &it->key, &b->srcs[i], &prog, &log, &busy);

@@ -44,20 +44,14 @@
  * of -3 under a key of a request with -I was built without a manifest: never reached) */
 #define KEY_FORMAT "kpc-key-4"
 
-/* NVRTC adds the source's directory to the include path (core/manifest.h): kpc's NVIDIA
- * platform and the NVRTC drop-in's ("nvrtc") */
-static bool searches_source_dir(const char *platform)
-{
-    return strcmp(platform, "nvidia") == 0 || strcmp(platform, "nvrtc") == 0;
-}
-
 /* Whether the request's outcome may depend on the working directory; if so, *cwd gets
  * the XXH3-128 of its path (all zeros when it cannot be read: such a request's relative
  * files are never recorded, so its outcome is not cached: core/manifest.h). Out of line:
  * the path's buffer stays off the stack of every other request. */
-static __attribute__((noinline)) bool key_cwd(const kpc_source *src, bool source_dir, uint8_t cwd[16])
+static __attribute__((noinline)) bool key_cwd(const kpc_source *src, const kpc_option_table *options,
+                                              uint8_t cwd[16])
 {
-    if (!kpc_manifest_needs_cwd(src, source_dir))
+    if (!kpc_manifest_needs_cwd(src, options))
         return false;
     char buf[PATH_MAX];
     memset(cwd, 0, 16);
@@ -154,7 +148,7 @@ static uint8_t *w_digest(uint8_t *p, uint8_t tag, const void *data, size_t len)
 void kpc_key_prefix_init(kpc_key_prefix *pre, const uint8_t compiler_id[16], const char *platform,
                          const char *target)
 {
-    pre->source_dir = searches_source_dir(platform);
+    pre->options = kpc_options_for(platform);
     size_t need = 9 + strlen(KEY_FORMAT) + 9 + strlen(platform) + 9 + 16 + 9 + strlen(target);
     if (need > sizeof pre->bytes) {
         pre->len = SIZE_MAX; /* kpc_key_compute_prefixed cannot use it: never for real names */
@@ -196,7 +190,7 @@ static void compute_slow(const uint8_t compiler_id[16], const char *platform, co
     for (size_t i = 0; i < src->num_name_expressions; i++)
         put_str(&z, 'E', src->name_expressions[i]);
     uint8_t cwd[16];
-    if (key_cwd(src, searches_source_dir(platform), cwd))
+    if (key_cwd(src, kpc_options_for(platform), cwd))
         put(&z, 'W', cwd, sizeof cwd);
     XXH128_hash_t h = z.streaming ? XXH3_128bits_digest(&z.st) : XXH3_128bits(z.buf, z.n);
     XXH128_canonicalFromHash((XXH128_canonical_t *)out->bytes, h);
@@ -211,7 +205,7 @@ kpc_status kpc_key_compute_prefixed(const kpc_key_prefix *pre, const kpc_source 
         return KPC_OK;
     }
     uint8_t cwd[16];
-    bool with_cwd = key_cwd(src, pre->source_dir, cwd);
+    bool with_cwd = key_cwd(src, pre->options, cwd);
     size_t need = pre->len + 9 + 9 + (src->name ? strlen(src->name) : 0) + 9 + 16 + 9 + 9 +
                   (with_cwd ? 9 + sizeof cwd : 0);
     for (size_t i = 0; i < src->num_options && need <= KEY_BUF; i++)

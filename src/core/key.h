@@ -5,6 +5,7 @@
 #define KPC_CORE_KEY_H
 
 #include "base/util.h"
+#include "platform/options.h"
 #include "platform/platform.h"
 
 void kpc_key_hex(const kpc_key *key, char out[KPC_KEY_HEX]);
@@ -19,7 +20,7 @@ typedef struct kpc_key_prefix {
     size_t len; /* SIZE_MAX: the names were too long for bytes */
     uint8_t compiler_id[16];
     const char *platform, *target;
-    bool source_dir; /* the compiler searches the source's directory (NVRTC) */
+    const kpc_option_table *options; /* the compiler's (platform/options.h) */
 } kpc_key_prefix;
 void kpc_key_prefix_init(kpc_key_prefix *pre, const uint8_t compiler_id[16], const char *platform,
                          const char *target);

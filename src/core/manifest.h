@@ -7,24 +7,34 @@
  * (a header found through -I, -isystem, -include or a host system header). Those are
  * recorded after each compile as a dependency list, kpc_deps: for every file its
  * absolute path as the compiler opened it (symlinks not resolved, so a re-pointed link
- * is seen), its size, mtime, ctime and the XXH3-128 digest of its content.
+ * is seen), its identity (device, inode, size, mtime and ctime in nanoseconds) and the
+ * XXH3-128 digest of its content. Beside them, the lookups that missed: for each header
+ * found in a search directory, the same name in every directory searched before that one
+ * (platform/options.h gives the order), each an absent entry. A file created there later
+ * would shadow the header at the next compile, so its appearance is a mismatch.
  *
  * A manifest, stored under the request key, holds up to KPC_MANIFEST_MAX_ENTRIES entry
  * lists, newest first, one per distinct outcome, each leading to the key of its
- * outcome's record (the object key: the request key mixed with every (path, digest)).
+ * outcome's record (the object key: the request key mixed with every (path, digest) of
+ * the files read; absent entries do not change the bytes, so they are not in it).
  * A lookup takes the first entry whose files all still match; none: a miss, never a
  * stale hit. A request whose compile read no such file has no manifest at all: its
  * record lies under the request key itself, as before manifests existed.
  *
  * The check (kpc_manifest_deps_match): a missing file, another size or another content
- * is a mismatch. A stat whose size, mtime and ctime (nanoseconds) equal the recorded
- * ones skips re-hashing, as ccache does, unless the file changed within the last
- * second (KPC_MANIFEST_RECENT_NS): a file system with coarse timestamps could give an
- * edit made now the recorded mtime, so a recent file is always re-hashed.
+ * is a mismatch, and so is anything at the path of an absent entry. A stat whose device,
+ * inode, size, mtime and ctime equal the recorded ones vouches for the content (no
+ * re-hash, as ccache does), unless the file changed within the last second
+ * (KPC_MANIFEST_RECENT_NS): a file system with coarse timestamps could give an edit made
+ * now the recorded times. Where the identity cannot decide (another inode, as behind a
+ * switched symlink; a recent change), the content hash does. Each directory is opened
+ * once per check and its files are stat'ed relative to it (one fstatat each, nothing
+ * allocated, nothing hashed unless a stat says the file changed).
  * Recording (kpc_manifest_deps_record) refuses a file modified within that second
  * before the compile started, or during it: the compiler may have read other bytes
  * than the ones hashed after it ("file modified too recently", ccache's race rule);
- * that outcome is then not cached at all.
+ * that outcome is then not cached at all. A file that now stands where a lookup missed
+ * and changed within that window is refused alike (it may have appeared mid-compile).
  *
  * Every structure here is immutable once built, so threads share it without a lock.
  */
@@ -33,6 +43,7 @@
 
 #include "base/util.h" /* kpc_key */
 #include "kpc/kpc.h"
+#include "platform/options.h"
 
 #include <stdbool.h>
 #include <stddef.h>
@@ -43,9 +54,13 @@
 #define KPC_MANIFEST_MAX_FILES 65536         /* files per entry list */
 #define KPC_MANIFEST_MAX_BYTES (64u << 20)   /* an encoded manifest */
 
-/* One file a compile read, as it was when the outcome was recorded. */
+/* One file a compile read, as it was when the outcome was recorded, or one lookup that
+ * missed (absent: only the path means anything). */
 typedef struct kpc_manifest_file {
-    const char *path; /* absolute, as the compiler opened it; points into the kpc_deps block */
+    const char *path;  /* absolute, as the compiler opened it; points into the kpc_deps block */
+    uint32_t dir_len;  /* path[dir_len] is its last '/': the directory the check opens */
+    bool absent;       /* a lookup that missed: nothing may stand at path */
+    uint64_t dev, ino; /* the identity: with the size and the times below */
     uint64_t size;
     int64_t mtime_ns, ctime_ns;
     uint8_t digest[16]; /* XXH3-128 of the content, canonical (big-endian) bytes */
@@ -72,16 +87,19 @@ typedef struct kpc_manifest {
 } kpc_manifest;
 
 /*
- * Record the files a compile read. paths: as the compiler named them; a relative one
- * is taken relative to cwd (the working directory of the compile). Each file is
- * stat'ed and hashed now. compile_start_ns: CLOCK_REALTIME when the compile began.
+ * Record the files a compile read, and the lookups that missed. paths and absent: as
+ * the compiler named them; a relative one is taken relative to cwd (the working
+ * directory of the compile). Each file is stat'ed and hashed now; an absent path that
+ * is not missing now is left out (or refuses the outcome, see above).
+ * compile_start_ns: CLOCK_REALTIME when the compile began.
  * KPC_OK with *out (NULL when paths is empty); KPC_E_NOT_FOUND when a file is gone or
  * unreadable, or was modified too recently to be trusted (logged at debug): the
  * outcome must not be cached; KPC_E_NOMEM; KPC_E_INVALID (a relative path and no cwd,
  * too many files).
  */
-kpc_status kpc_manifest_deps_record(const char *const *paths, size_t n, const char *cwd,
-                                    uint64_t compile_start_ns, kpc_deps **out);
+kpc_status kpc_manifest_deps_record(const char *const *paths, size_t n, const char *const *absent,
+                                    size_t n_absent, const char *cwd, uint64_t compile_start_ns,
+                                    kpc_deps **out);
 /* True if every file still matches (see the top of this file). NULL or empty: true. */
 bool kpc_manifest_deps_match(const kpc_deps *deps);
 /* A copy (one allocation); NULL for NULL or on ENOMEM (then *ok is false). */
@@ -93,11 +111,19 @@ void kpc_manifest_deps_free(kpc_deps *deps);
 void kpc_manifest_object_key(const kpc_key *request, const kpc_deps *deps, kpc_key *out);
 
 /* Serialize a manifest (the payload of a KPC_RECORD_MANIFEST record; format in
- * docs/file-format.md). *buf is malloc'd. */
+ * docs/file-format.md; core/manifest_codec.c). *buf is malloc'd. */
 kpc_status kpc_manifest_encode(const kpc_manifest *m, void **buf, size_t *size);
-/* Parse and check one; KPC_E_CORRUPT for anything malformed (never reads past size). */
+/* Parse and check one; KPC_E_CORRUPT for anything malformed (never reads past size);
+ * KPC_E_NOT_FOUND for a manifest of an older format (its entries lack the identities
+ * and the absent entries this check relies on: a miss, rewritten by the next build). */
 kpc_status kpc_manifest_decode(const void *buf, size_t size, kpc_manifest *out);
 void kpc_manifest_free(kpc_manifest *m);
+/* For the codec: a list of count files whose paths take path_bytes (their NULs
+ * included), the paths to be placed from kpc_manifest_deps_strings; NULL past the limit
+ * or on ENOMEM. kpc_manifest_deps_finish sets each dir_len once the paths are in. */
+kpc_deps *kpc_manifest_deps_alloc(size_t count, size_t path_bytes);
+char *kpc_manifest_deps_strings(kpc_deps *d);
+void kpc_manifest_deps_finish(kpc_deps *d);
 /* The first entry (newest first) whose files all match now; NULL if none. */
 const kpc_manifest_entry *kpc_manifest_match(const kpc_manifest *m);
 /* Put (object, outcome, a copy of deps) first; an entry with the same object key is
@@ -107,13 +133,12 @@ kpc_status kpc_manifest_add(kpc_manifest *m, const kpc_key *object, uint32_t out
 
 /*
  * Whether the request's outcome may depend on the working directory: an option names
- * a relative path to search or to include (-I dir, -Idir, --include-path=dir, -isystem,
- * -iquote, -idirafter, -include, --pre-include, -imacros, and the separated forms). A
- * quoted #include never resolves against the working directory under hipRTC (the
- * source is compiled from comgr's own directory); a platform where it does (NVRTC adds
- * the source's directory) says so with source_dir_searched, and then a relative source
- * name counts too.
+ * a relative path to search or to read (what the compiler's option table,
+ * platform/options.h, calls a search directory, a file read or a path). A quoted
+ * #include never resolves against the working directory under hipRTC (the source is
+ * compiled from comgr's own directory); a compiler that searches the source's own
+ * directory (NVRTC) makes a relative source name count too, unless an option stops it.
  */
-bool kpc_manifest_needs_cwd(const kpc_source *src, bool source_dir_searched);
+bool kpc_manifest_needs_cwd(const kpc_source *src, const kpc_option_table *options);
 
 #endif /* KPC_CORE_MANIFEST_H */

@@ -5,6 +5,9 @@
  * A hit on a program whose compile read files from disk checks them first
  * (core/manifest.h): one changed or gone, the entry is dropped and the request misses.
  * A program with no such file (p->deps NULL) costs one pointer test more than before.
+ * kpc_program_get_many (core/batch.c) goes through the same two steps
+ * (kpc_request_acquire, kpc_request_publish), so a batch checks what a single request
+ * checks and keeps what it keeps.
  */
 #define _GNU_SOURCE
 #include "core/cache.h"
@@ -16,7 +19,7 @@
 #include "core/request.h"
 #include "core/resolve.h"
 #include "base/log.h"
-#include "platform/platform.h"
+#include "platform/options.h"
 
 #include <stdlib.h>
 #include <string.h>
@@ -38,7 +41,7 @@ kpc_status kpc_request_check_source(const kpc_source *src)
             KPC_LOG(KPC_LOG_ERROR, "kpc_program_get: option %zu is NULL", i);
             return KPC_E_INVALID;
         }
-        if (kpc_platform_sets_target(src->options[i])) {
+        if (kpc_option_sets_target(src->options[i])) {
             KPC_LOG(KPC_LOG_ERROR, "kpc_program_get: option \"%s\" sets the target; the context "
                     "decides it", src->options[i]);
             return KPC_E_INVALID;
@@ -67,6 +70,40 @@ static unsigned hit_slot(void)
     return slot - 1;
 }
 
+kpc_status kpc_request_acquire(kpc_context *ctx, const kpc_key *key, kpc_program **out,
+                               kpc_map_entry **entry)
+{
+    kpc_cache *cache = ctx->cache;
+    bool waited;
+    kpc_status s;
+    for (;;) {
+        s = kpc_map_acquire(ctx->map, key, out, entry, &waited);
+        /* a program handed over by a build just waited for is fresh; a hit is checked */
+        if (s != KPC_OK || waited || (*out)->deps == NULL || kpc_manifest_deps_match((*out)->deps))
+            break;
+        kpc_map_forget(ctx->map, key, *out); /* a file changed: the next acquire misses */
+        kpc_program_release(*out);
+        *out = NULL;
+    }
+    if (s == KPC_E_NOT_FOUND)
+        atomic_fetch_add_explicit(&cache->mem_misses, 1, memory_order_relaxed);
+    else if (waited)
+        atomic_fetch_add_explicit(&cache->waits, 1, memory_order_relaxed);
+    else if (s == KPC_OK)
+        atomic_fetch_add_explicit(&cache->mem_hits[hit_slot()].n, 1, memory_order_relaxed);
+    return s;
+}
+
+void kpc_request_publish(kpc_context *ctx, const kpc_key *key, kpc_map_entry *entry, kpc_status s,
+                         kpc_program *prog, const char *log)
+{
+    if (s == KPC_OK)
+        kpc_program_retain(prog); /* the map's; the caller keeps its own */
+    kpc_map_publish(ctx->map, entry, s, prog, log);
+    if (s == KPC_OK && prog->transient)
+        kpc_map_forget(ctx->map, key, prog); /* shared with the waiters, kept by no one */
+}
+
 void kpc_request_key(const kpc_context *ctx, const kpc_source *src, kpc_key *key)
 {
     if (ctx->key_prefix.len != SIZE_MAX)
@@ -89,42 +126,21 @@ kpc_status kpc_program_get(kpc_context *ctx, const kpc_source *src, kpc_program 
     s = kpc_request_check_source(src);
     if (s != KPC_OK)
         return s;
-    kpc_cache *cache = ctx->cache;
     kpc_key key;
     kpc_request_key(ctx, src, &key);
 
     kpc_map_entry *entry;
-    bool waited;
-    for (;;) {
-        s = kpc_map_acquire(ctx->map, &key, out, &entry, &waited);
-        /* a program handed over by a build just waited for is fresh; a hit is checked */
-        if (s != KPC_OK || waited || (*out)->deps == NULL || kpc_manifest_deps_match((*out)->deps))
-            break;
-        kpc_map_forget(ctx->map, &key, *out); /* a file changed: the next acquire misses */
-        kpc_program_release(*out);
-        *out = NULL;
-    }
-    if (s != KPC_E_NOT_FOUND) {
-        if (waited)
-            atomic_fetch_add_explicit(&cache->waits, 1, memory_order_relaxed);
-        else if (s == KPC_OK)
-            atomic_fetch_add_explicit(&cache->mem_hits[hit_slot()].n, 1, memory_order_relaxed);
+    s = kpc_request_acquire(ctx, &key, out, &entry);
+    if (s != KPC_E_NOT_FOUND)
         return s;
-    }
-    atomic_fetch_add_explicit(&cache->mem_misses, 1, memory_order_relaxed);
     kpc_program *prog = NULL;
     char *log = NULL;
     s = kpc_resolve_miss(ctx, &key, src, &prog, &log);
-    if (s == KPC_OK) {
-        kpc_program_retain(prog); /* one for the map, one for the caller */
+    if (s == KPC_OK)
         *out = prog;
-    } else {
+    else
         kpc__last_log_set(log);
-    }
-    kpc_map_publish(ctx->map, entry, s, prog, log);
-    if (s == KPC_OK && prog->transient)
-        kpc_map_forget(ctx->map, &key, prog); /* shared with the waiters, kept by no one */
+    kpc_request_publish(ctx, &key, entry, s, prog, log);
     free(log);
     return s;
 }
-

@@ -100,7 +100,11 @@ static void read_manifest(kpc_context *ctx, const kpc_key *key, kpc_manifest *m)
     kpc_record rec;
     if (kpc_tier_read(&ctx->cache->tiers, key, ctx->target, KPC_RECORD_MANIFEST, &rec) != KPC_OK)
         return;
-    if (kpc_manifest_decode(rec.payload, rec.code_size, m) != KPC_OK) {
+    kpc_status s = kpc_manifest_decode(rec.payload, rec.code_size, m);
+    if (s == KPC_E_NOT_FOUND)
+        KPC_LOG(KPC_LOG_DEBUG, "a manifest of an older format for %s: a miss, rewritten by the next "
+                "build", ctx->target);
+    else if (s != KPC_OK) {
         char hex[KPC_KEY_HEX];
         kpc_key_hex(key, hex);
         KPC_LOG(KPC_LOG_WARN, "manifest %s for %s is malformed: ignored (rewritten by the next build)",
@@ -164,6 +168,7 @@ static bool record_deps(const kpc_build *b, uint64_t started_ns, kpc_deps **deps
         return true;
     char cwd[PATH_MAX];
     return kpc_manifest_deps_record((const char *const *)b->deps, b->num_deps,
+                                    (const char *const *)b->absent, b->num_absent,
                                     getcwd(cwd, sizeof cwd) ? cwd : NULL, started_ns, deps) == KPC_OK;
 }
 
@@ -270,8 +275,9 @@ static kpc_status build(kpc_context *ctx, const kpc_key *key, const kpc_source *
     free(b.log);
     b.log = NULL;
     kpc_depfile_paths_free(b.deps, b.num_deps);
-    b.deps = NULL;
-    b.num_deps = 0;
+    kpc_depfile_paths_free(b.absent, b.num_absent);
+    b.deps = b.absent = NULL;
+    b.num_deps = b.num_absent = 0;
     if (kpc_program_new(key, &b, out) != KPC_OK) {
         kpc_platform_build_free(&b);
         kpc_manifest_deps_free(deps);

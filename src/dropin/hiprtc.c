@@ -20,8 +20,6 @@
 
 #define HIPRTC_API __attribute__((visibility("default")))
 
-static const char *const hip_arch[] = {"--offload-arch=", "--gpu-architecture=", NULL};
-
 /* The current device's target, remembered per device (guarded by devices_lock). */
 static pthread_mutex_t devices_lock = PTHREAD_MUTEX_INITIALIZER;
 static char device_targets[64][128];
@@ -70,7 +68,6 @@ static const rtc_vendor hip = {
     .dirs = hip_dirs,
     .code_fns = {{"hiprtcGetCodeSize", "hiprtcGetCode"}, {NULL, NULL}},
     .log_counts_nul = false, /* hipRTC's log is not NUL-terminated */
-    .arch_prefixes = hip_arch,
     .default_target = hip_default_target,
     .code_kind = hip_code_kind,
 };

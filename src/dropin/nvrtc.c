@@ -18,8 +18,6 @@
 
 #define NVRTC_API __attribute__((visibility("default")))
 
-static const char *const nv_arch[] = {"-arch=", "--gpu-architecture=", NULL};
-
 static kpc_status nv_default_target(kpc_cache *cache, char *out, size_t cap)
 {
     (void)cache, (void)out, (void)cap;
@@ -46,7 +44,6 @@ const rtc_vendor kpc_nvrtc_vendor = {
     .code_fns = {{"nvrtcGetCUBINSize", "nvrtcGetCUBIN"}, {"nvrtcGetPTXSize", "nvrtcGetPTX"}},
     .log_counts_nul = true,
     .default_name = "default_program", /* NVRTC's name for a NULL one */
-    .arch_prefixes = nv_arch,
     .default_target = nv_default_target,
     .code_kind = nv_code_kind,
 };

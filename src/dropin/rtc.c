@@ -6,7 +6,7 @@
  * else the vendor's default) and asks kpc_program_get on a compile-only context for that
  * target: a hit compiles nothing. What kpc cannot answer exactly goes to a real program
  * made from the same record ("materialized"): options kpc may not key
- * (rtc_option_keyable), a target that cannot be told, a request the cache does not hold
+ * (the option table, platform/options.c), a target that cannot be told, a request the cache does not hold
  * (PTX of a cubin build, bitcode, a getter called before the compile or after a failure),
  * odd arguments. From then on that program is the real one's.
  *
@@ -23,6 +23,7 @@
 
 #include "base/log.h"
 #include "base/util.h"
+#include "platform/options.h"
 
 #include <bsd/string.h>
 #include <fcntl.h>
@@ -178,57 +179,11 @@ __attribute__((destructor)) static void write_stats(void)
 }
 
 /* ---- options -------------------------------------------------------------------------- */
-/* Options that name a file or a directory to read, keyed since include manifests
- * (docs/design.md "manifests"): the core records every file the compile read and checks
- * them on each hit (hipRTC: -MD -MF, platform/amd_deps.c; NVRTC: platform/include_scan.c,
- * which follows exactly these four), and keys the working directory when the path is
- * relative (kpc_manifest_needs_cwd). The path follows attached ("-Idir",
- * "--include-path=dir") or as the next option ("-I" "dir": rtc_option_path_next). */
-static const char *const path_options[] = {"--include-path", "--pre-include", "-include", "-I", NULL};
-
-bool kpc_rtc_option_keyable(const char *opt)
-{
-    /* reads or writes files, or changes what the program API hands back. -isystem,
-     * -iquote, -idirafter and -imacros stay here: hipRTC's -MD file would list what they
-     * read, but NVRTC's include scan does not follow them, and this list serves both. */
-    static const char *const refused[] = {
-        "-isystem", "-iquote", "-idirafter", "-imacros", "-fgpu-rdc", "-fsave", "-fsanitize",
-        "-fprofile", "-fcoverage", "-fplugin", "-fmodule", "-fdebug-prefix", "-fembed", "-Wp,",
-        "-Wl,", "-Wa,", "-gsplit", "-march", "-mcpu", "-mtune", "-save-temps", NULL};
-    /* known to change only the compile itself, and said wholly in the option's text */
-    static const char *const allowed[] = {
-        "-D", "-U", "-O", "-std=", "--std=", "-W", "-w", "-f", "-m", "-g", "--define-macro=",
-        "--undefine-macro=", "-use_fast_math", "--use_fast_math", "-ftz=", "--ftz=", "-prec-div=",
-        "--prec-div=", "-prec-sqrt=", "--prec-sqrt=", "-fmad=", "--fmad=", "-default-device",
-        "--device-as-default-execution-space", "-lineinfo", "--generate-line-info", "-G",
-        "--device-debug", "-restrict", "--restrict", "-maxrregcount=", "--maxrregcount=", "-ewp",
-        "--extensible-whole-program", "-dopt=", "--dopt=", "-extra-device-vectorization",
-        "--extra-device-vectorization", "--disable-warnings", "-rdc=false",
-        "--relocatable-device-code=false", "-dw", "--device-w", NULL};
-    if (opt == NULL || opt[0] != '-')
-        return false;
-    for (const char *const *r = refused; *r; r++)
-        if (strncmp(opt, *r, strlen(*r)) == 0)
-            return false;
-    for (const char *const *p = path_options; *p; p++) {
-        size_t len = strlen(*p);
-        /* "--include-pathX" is another option; "-Idir" and "-includef.h" are the path */
-        if (strncmp(opt, *p, len) == 0 && ((*p)[1] != '-' || opt[len] == '\0' || opt[len] == '='))
-            return true;
-    }
-    for (const char *const *a = allowed; *a; a++)
-        if (strncmp(opt, *a, strlen(*a)) == 0)
-            return true;
-    return false;
-}
-
-bool kpc_rtc_option_path_next(const char *opt)
-{
-    for (const char *const *p = path_options; opt != NULL && *p; p++)
-        if (strcmp(opt, *p) == 0)
-            return true;
-    return false;
-}
+/* What each option means is the compiler's option table's answer (platform/options.h):
+ * the drop-in keys what the table calls part of the key, a search directory, a file
+ * read or the source directory switched off (the core records every file such a compile
+ * reads and checks it on each hit, and keys the working directory for a relative path),
+ * takes the target from a TARGET row, and forwards everything else. */
 
 /* ---- recording, materializing ------------------------------------------------------------- */
 static char **dup_strv(const char *const *v, size_t n, bool *ok)
@@ -383,29 +338,28 @@ int kpc_rtc_add_name(const rtc_vendor *v, void *prog, const char *expr)
 static bool split_options(const rtc_vendor *v, int n, const char *const *opts, const char **target,
                           const char **rest, size_t *num_rest)
 {
+    const kpc_option_table *table = kpc_options_for(v->name);
     *target = NULL;
     *num_rest = 0;
     for (int i = 0; i < n; i++) {
-        const char *t = NULL;
-        for (const char *const *a = v->arch_prefixes; t == NULL && *a; a++)
-            if (strncmp(opts[i], *a, strlen(*a)) == 0)
-                t = opts[i] + strlen(*a);
-        if (t != NULL) {
-            if (*target != NULL || *t == '\0')
-                return false; /* two targets: let the real compiler judge */
-            *target = t;
-        } else if (kpc_rtc_option_keyable(opts[i])) {
-            rest[(*num_rest)++] = opts[i];
-            if (kpc_rtc_option_path_next(opts[i])) { /* "-I" "dir": the path is keyed with it */
-                if (i + 1 >= n || opts[i + 1] == NULL)
-                    return false; /* no path: let the real compiler judge */
-                rest[(*num_rest)++] = opts[++i];
-            }
+        kpc_option o;
+        kpc_option_classify(table, opts, (size_t)n, (size_t)i, &o);
+        bool path = o.cls == KPC_OPTION_SEARCH_DIR || o.cls == KPC_OPTION_READ_FILE;
+        if (o.cls == KPC_OPTION_TARGET) {
+            if (*target != NULL || o.value == NULL || *o.value == '\0')
+                return false; /* two targets, or a spelling without one: the real compiler judges */
+            *target = o.value;
+        } else if (path && o.value == NULL) {
+            return false; /* no path: let the real compiler judge */
+        } else if (path || o.cls == KPC_OPTION_KEY || o.cls == KPC_OPTION_NO_SOURCE_DIR) {
+            for (size_t k = 0; k < o.used; k++) /* "-I" "dir": the path is keyed with it */
+                rest[(*num_rest)++] = opts[i + (int)k];
         } else {
             KPC_LOG(KPC_LOG_INFO, "%s: option \"%s\" is not keyed: forwarding the compile", v->name,
                     opts[i]);
             return false;
         }
+        i += (int)o.used - 1;
     }
     return true;
 }

@@ -44,7 +44,6 @@ typedef struct rtc_vendor {
     const char *code_fns[2][2]; /* {size, get} symbol names per code kind, NULL for none */
     bool log_counts_nul;        /* the log size counts a terminating NUL (NVRTC) */
     const char *default_name;   /* the program name a NULL name stands for; NULL: forward it */
-    const char *const *arch_prefixes; /* options naming the target: "--offload-arch=" ... */
     /* The target when no option names one: KPC_OK, or anything else to forward. */
     kpc_status (*default_target)(kpc_cache *cache, char *out, size_t cap);
     /* The code kind the cache holds for target. */
@@ -72,14 +71,6 @@ int kpc_rtc_destroy(const rtc_vendor *v, void **prog);
  * (and compiled, if prog was) on first need; NULL prog or a foreign handle as it is. */
 void *kpc_rtc_real_program(const rtc_vendor *v, void *prog);
 
-/* The one place that decides whether kpc may key an option (a non-target option).
- * Include options the core's manifests cover (-I, --include-path, -include,
- * --pre-include) are keyed; anything else that reads files by path (-isystem, -imacros),
- * writes files, changes what the API returns (-fgpu-rdc, -dlto, -rdc=true) or is
- * unknown is forwarded: false. */
-bool kpc_rtc_option_keyable(const char *opt);
-/* True when opt is a keyable path option whose path is the next option ("-I" "dir"). */
-bool kpc_rtc_option_path_next(const char *opt);
 
 /* Forwarders for the API's calls kpc does not touch. */
 #define RTC_FORWARD(v, fn, params, args)                                                        \

@@ -199,7 +199,7 @@ static void add_device_libs(XXH3_state_t *st, kpc_identity_files *files)
     for (size_t i = 0; i < n; i++) {
         char path[1200];
         snprintf(path, sizeof path, "%s/%s", dir, names[i]);
-        int fd = open(path, O_RDONLY | O_CLOEXEC);
+        int fd = kpc_open_regular(AT_FDCWD, path, O_RDONLY, 0, NULL); /* never blocks on a FIFO */
         void *buf;
         size_t size;
         if (fd >= 0 && kpc__read_fd(fd, 64u << 20, &buf, &size) == KPC_OK) {

@@ -28,6 +28,7 @@
  */
 #define _GNU_SOURCE
 #include "platform/amd_deps.h"
+#include "base/fault.h"
 #include "base/log.h"
 #include "base/util.h"
 #include "platform/depfile.h"
@@ -102,16 +103,14 @@ kpc_status kpc_amd_deps_collect(const char *depfile, char ***paths, size_t *n)
 {
     *paths = NULL;
     *n = 0;
-    int fd;
-    do
-        fd = open(depfile, O_RDONLY | O_CLOEXEC);
-    while (fd < 0 && errno == EINTR);
+    int fd = kpc_open_regular(AT_FDCWD, depfile, O_RDONLY, 0, NULL);
     void *text = NULL;
     size_t size = 0;
     kpc_status s = fd < 0 ? KPC_E_NOT_FOUND : kpc__read_fd(fd, 64u << 20, &text, &size);
     if (fd >= 0)
         close(fd);
-    unlink(depfile);
+    if (kpc__sys_fault(KPC_SYS_UNLINK) == 0)
+        unlink(depfile);
     if (s != KPC_OK || size == 0) {
         free(text);
         return KPC_E_NOT_FOUND; /* a fatal error: clang wrote nothing */

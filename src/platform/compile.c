@@ -10,7 +10,9 @@
 #include "platform/compile.h"
 #include "base/log.h"
 #include "platform/depfile.h"
+#include "platform/include_scan.h"
 #include "platform/names.h"
+#include "platform/options.h"
 
 #include <stdio.h>
 #include <stdlib.h>
@@ -47,9 +49,76 @@ static char *message(const kpc_compiler *c, const char *what, int r)
     return strdup(msg);
 }
 
+/* The system directories every clang searches after the request's own: a header found
+ * there is shadowed by one of that name in any of the request's directories. */
+static const char *const system_dirs[] = {"/usr/local/include", "/usr/include"};
+
+/* p = dir + "/" + rest (rest without its leading slashes), or NULL. */
+static const char *under(const char *p, const char *dir)
+{
+    size_t len = strlen(dir);
+    while (len > 1 && dir[len - 1] == '/')
+        len--;
+    if (len == 0 || strncmp(p, dir, len) != 0 || p[len] != '/')
+        return NULL;
+    const char *rest = p + len;
+    while (*rest == '/')
+        rest++;
+    return rest;
+}
+
+static bool listed(char *const *v, size_t n, const char *s)
+{
+    for (size_t i = 0; i < n; i++)
+        if (strcmp(v[i], s) == 0)
+            return true;
+    return false;
+}
+
+/* The lookups that missed (kpc_build.absent): for each file found in a search directory
+ * (the request's, in the compiler's order, then the system ones), the same name in every
+ * directory searched before it. Another reading of the same path (nested directories)
+ * adds its own: an extra entry can only cost a compile, a missing one a stale object. */
+static kpc_status missed_lookups(const kpc_option_table *t, const kpc_source *src, kpc_build *b)
+{
+    const char *dirs[256 + 2];
+    size_t nd = kpc_options_search_dirs(t, src->options, src->num_options, dirs, 256);
+    for (size_t i = 0; i < sizeof system_dirs / sizeof system_dirs[0]; i++)
+        dirs[nd++] = system_dirs[i];
+    size_t cap = 0;
+    for (size_t f = 0; f < b->num_deps; f++)
+        for (size_t k = 1; k < nd; k++) {
+            const char *rel = under(b->deps[f], dirs[k]);
+            for (size_t j = 0; rel && j < k; j++) {
+                char path[8192];
+                int len = snprintf(path, sizeof path, "%s/%s", dirs[j], rel);
+                if (len < 0 || (size_t)len >= sizeof path || listed(b->deps, b->num_deps, path) ||
+                    listed(b->absent, b->num_absent, path))
+                    continue;
+                if (b->num_absent == cap) {
+                    cap = cap ? cap * 2 : 16;
+                    char **v = realloc(b->absent, cap * sizeof *v);
+                    if (v == NULL)
+                        return KPC_E_NOMEM;
+                    b->absent = v;
+                }
+                if ((b->absent[b->num_absent] = strdup(path)) == NULL)
+                    return KPC_E_NOMEM;
+                b->num_absent++;
+            }
+        }
+    return KPC_OK;
+}
+
 kpc_status kpc_compile_run(const kpc_compiler *c, const char *target, const kpc_source *src, kpc_build *b)
 {
     memset(b, 0, sizeof *b);
+    const kpc_option_table *table = kpc_options_for(c->name);
+    /* a FIFO (or a device) an include would open blocks the compiler for good: refused
+     * before it runs, so this request fails now and its waiters are released */
+    kpc_status pre = kpc_include_check(table, src);
+    if (pre != KPC_OK)
+        return pre;
     /* the compilers take a C string: copy a length-delimited source */
     size_t len = src->code_len ? src->code_len : strlen(src->code);
     char *code = malloc(len + 1);
@@ -75,9 +144,12 @@ kpc_status kpc_compile_run(const kpc_compiler *c, const char *target, const kpc_
     char depfile[4200] = "";
     /* the caller's own dependency options (-MM leaves system headers out, -M only
      * preprocesses) would change what the file says: its files are unknown then */
-    for (size_t i = 0; i < src->num_options; i++)
-        if (strncmp(src->options[i], "-M", 2) == 0)
+    for (size_t i = 0; i < src->num_options; i++) {
+        kpc_option o;
+        kpc_option_classify(table, src->options, src->num_options, i, &o);
+        if (o.cls == KPC_OPTION_DEPFILE)
             b->deps_unknown = true;
+    }
     if (c->deps_from_file && !b->deps_unknown) {
         if (kpc_depfile_temp(depfile, sizeof depfile) == KPC_OK) {
             opts[nopts++] = "-MD";
@@ -160,14 +232,17 @@ kpc_status kpc_compile_run(const kpc_compiler *c, const char *target, const kpc_
         if (d == KPC_OK && unresolved && s == KPC_E_COMPILE)
             d = KPC_E_NOT_FOUND; /* perhaps a missing header: retried, never cached */
     }
+    if (d == KPC_OK && b->num_deps)
+        d = missed_lookups(table, src, b);
     if (d == KPC_E_NOMEM && s == KPC_OK)
         s = KPC_E_NOMEM;
     else if (d != KPC_OK)
         b->deps_unknown = true;
     if (b->deps_unknown) { /* nothing half known is handed on */
         kpc_depfile_paths_free(b->deps, b->num_deps);
-        b->deps = NULL;
-        b->num_deps = 0;
+        kpc_depfile_paths_free(b->absent, b->num_absent);
+        b->deps = b->absent = NULL;
+        b->num_deps = b->num_absent = 0;
     }
     free(reasons);
     free(lowered);
@@ -181,8 +256,9 @@ kpc_status kpc_compile_run(const kpc_compiler *c, const char *target, const kpc_
     }
     if (s != KPC_OK && s != KPC_E_COMPILE) {
         kpc_depfile_paths_free(b->deps, b->num_deps);
-        b->deps = NULL;
-        b->num_deps = 0;
+        kpc_depfile_paths_free(b->absent, b->num_absent);
+        b->deps = b->absent = NULL;
+        b->num_deps = b->num_absent = 0;
     }
     if (s == KPC_E_INVALID || s == KPC_E_NOMEM) {
         free(b->log);

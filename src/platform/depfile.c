@@ -5,6 +5,7 @@
  */
 #define _GNU_SOURCE
 #include "platform/depfile.h"
+#include "base/fault.h"
 #include "base/log.h"
 
 #include <errno.h>
@@ -23,7 +24,7 @@ kpc_status kpc_depfile_temp(char *path, size_t cap)
     int n = snprintf(path, cap, "%s/kpc-deps-XXXXXX", tmp);
     if (n < 0 || (size_t)n >= cap)
         return KPC_E_INVALID;
-    int fd = mkostemp(path, O_CLOEXEC);
+    int fd = kpc__sys_fault(KPC_SYS_OPEN) ? -1 : mkostemp(path, O_CLOEXEC);
     if (fd < 0) {
         KPC_LOG(KPC_LOG_WARN, "mkostemp(%s): %s: dependencies unknown, the outcome is not cached",
                 path, strerror(errno));

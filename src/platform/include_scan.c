@@ -23,13 +23,21 @@
  *   - a computed include (`#include MACRO`) cannot be resolved without preprocessing:
  *     KPC_E_NOT_FOUND, dependencies unknown, the outcome is not cached.
  *
- * Pre-includes (-include f) are resolved like `#include <f>` plus f itself.
+ * Pre-includes (-include f) are resolved like `#include <f>` plus f itself. What is a
+ * search directory or a pre-include is the option table's answer (platform/options.h).
+ *
+ * The same walk checks any compiler's request before it compiles (kpc_include_check):
+ * a file it finds that is not a regular file (a FIFO, a device, a socket) would block
+ * or feed the compiler forever, so the request is refused before the compiler opens it.
+ * Every file is opened without blocking and every call goes through the fault seam.
  */
 #define _GNU_SOURCE
 #include "platform/include_scan.h"
 #include "base/log.h"
 #include "base/util.h"
+#include "base/fault.h"
 #include "platform/depfile.h"
+#include "platform/options.h"
 
 #include <sys/types.h>
 
@@ -58,6 +66,7 @@ typedef struct scan {
     found_file *info;
     size_t nfound, cap;
     bool unknown, nomem, unresolved;
+    char refused[4096]; /* a path that is there but is no regular file ("": none) */
 } scan;
 
 static bool in_memory(const scan *s, const char *name)
@@ -74,8 +83,13 @@ static bool in_memory(const scan *s, const char *name)
 static bool consider(scan *s, const char *path)
 {
     struct stat st;
-    if (s->unknown || s->nomem || stat(path, &st) != 0 || !S_ISREG(st.st_mode))
+    if (s->unknown || s->nomem || s->refused[0] || kpc__sys_fault(KPC_SYS_READ) || stat(path, &st) != 0 ||
+        S_ISDIR(st.st_mode)) /* a directory of that name: the compiler looks on */
         return false;
+    if (!S_ISREG(st.st_mode)) {
+        snprintf(s->refused, sizeof s->refused, "%s", path);
+        return false;
+    }
     bool first = true;
     for (size_t i = 0; i < s->nfound; i++) {
         if (strcmp(s->found[i], path) == 0)
@@ -115,7 +129,9 @@ static void scan_text(scan *s, const char *text, size_t len, const char *own_dir
 /* Read the includes of found file k. */
 static void scan_file(scan *s, size_t k)
 {
-    int fd = open(s->found[k], O_RDONLY | O_CLOEXEC);
+    int fd = kpc_open_regular(AT_FDCWD, s->found[k], O_RDONLY, 0, NULL);
+    if (fd < 0 && errno == EINVAL) /* replaced since it was stat'ed */
+        snprintf(s->refused, sizeof s->refused, "%s", s->found[k]);
     void *buf = NULL;
     size_t size = 0;
     if (fd >= 0 && kpc__read_fd(fd, 64u << 20, &buf, &size) == KPC_OK) {
@@ -158,7 +174,7 @@ static void resolve(scan *s, const char *name, const char *own_dir)
 static void scan_text(scan *s, const char *text, size_t len, const char *own_dir)
 {
     size_t i = 0;
-    while (i < len && !s->unknown && !s->nomem) {
+    while (i < len && !s->unknown && !s->nomem && !s->refused[0]) {
         /* at a line start: blanks, '#', blanks, "include" */
         size_t j = i;
         while (j < len && (text[j] == ' ' || text[j] == '\t'))
@@ -202,36 +218,18 @@ static void scan_text(scan *s, const char *text, size_t len, const char *own_dir
     }
 }
 
-/* The option's path when o is `flag` + path (attached or as the next option), else NULL. */
-static const char *option_path(const kpc_source *src, size_t *i, const char *flag)
+/* Walk src's includes under the search rules of options; KPC_E_INVALID when a file found
+ * is not a regular file (logged with its path). */
+static kpc_status walk(const kpc_option_table *options, const kpc_source *src, scan *s)
 {
-    const char *o = src->options[*i];
-    size_t len = strlen(flag);
-    if (strncmp(o, flag, len) != 0)
-        return NULL;
-    if (o[len] == '=')
-        return o + len + 1;
-    if (o[len] != '\0')
-        return flag[1] == '-' ? NULL : o + len; /* "--include-pathX" is another option */
-    if (*i + 1 >= src->num_options)
-        return NULL;
-    return src->options[++*i];
-}
-
-kpc_status kpc_include_scan(const kpc_source *src, char ***paths, size_t *n, bool *unresolved)
-{
-    *paths = NULL;
-    *n = 0;
-    *unresolved = false;
-    scan s = {.src = src};
-    bool source_dir = true;
+    bool source_dir = kpc_options_source_dir_searched(options);
+    s->ndirs = kpc_options_search_dirs(options, src->options, src->num_options, s->dirs, SCAN_MAX_DIRS);
     for (size_t i = 0; i < src->num_options; i++) {
-        const char *o = src->options[i], *p;
-        if (strcmp(o, "-no-source-include") == 0 || strcmp(o, "--no-source-include") == 0)
+        kpc_option o;
+        kpc_option_classify_path(options, src->options, src->num_options, i, &o);
+        if (o.cls == KPC_OPTION_NO_SOURCE_DIR)
             source_dir = false;
-        else if (((p = option_path(src, &i, "--include-path")) || (p = option_path(src, &i, "-I"))) &&
-                 s.ndirs < SCAN_MAX_DIRS)
-            s.dirs[s.ndirs++] = p;
+        i += o.used - 1;
     }
     /* the source's directory: its name's, relative to the working directory */
     char sdir[4096] = ".";
@@ -242,29 +240,55 @@ kpc_status kpc_include_scan(const kpc_source *src, char ***paths, size_t *n, boo
             strcpy(sdir, "/");
     }
     /* pre-includes: the file itself where it is named, and as #include <f> */
-    for (size_t i = 0; i < src->num_options && !s.unknown && !s.nomem; i++) {
-        const char *p;
-        if ((p = option_path(src, &i, "--pre-include")) || (p = option_path(src, &i, "-include"))) {
-            bool before = s.unresolved, here = consider(&s, p);
-            resolve(&s, p, source_dir ? sdir : NULL);
+    for (size_t i = 0; i < src->num_options && !s->unknown && !s->nomem; i++) {
+        kpc_option o;
+        kpc_option_classify_path(options, src->options, src->num_options, i, &o);
+        if (o.cls == KPC_OPTION_READ_FILE && o.value) {
+            bool before = s->unresolved, here = consider(s, o.value);
+            resolve(s, o.value, source_dir ? sdir : NULL);
             if (here)
-                s.unresolved = before; /* found where it is named */
+                s->unresolved = before; /* found where it is named */
         }
+        i += o.used - 1;
     }
     size_t len = src->code_len ? src->code_len : strlen(src->code);
-    scan_text(&s, src->code, len, source_dir ? sdir : NULL);
-    for (size_t h = 0; h < src->num_headers && !s.unknown && !s.nomem; h++)
-        scan_text(&s, src->header_sources[h], strlen(src->header_sources[h]), source_dir ? sdir : NULL);
-    for (size_t k = 0; k < s.nfound && !s.unknown && !s.nomem; k++)
-        if (s.info[k].scan)
-            scan_file(&s, k);
-    free(s.info);
-    if (s.unknown || s.nomem) {
+    scan_text(s, src->code, len, source_dir ? sdir : NULL);
+    for (size_t h = 0; h < src->num_headers && !s->unknown && !s->nomem; h++)
+        scan_text(s, src->header_sources[h], strlen(src->header_sources[h]), source_dir ? sdir : NULL);
+    for (size_t k = 0; k < s->nfound && !s->unknown && !s->nomem && !s->refused[0]; k++)
+        if (s->info[k].scan)
+            scan_file(s, k);
+    free(s->info);
+    s->info = NULL;
+    if (s->refused[0]) {
+        KPC_LOG(KPC_LOG_ERROR, "%s is included but is not a regular file (a FIFO, a device or a "
+                "socket): the request is refused before the compiler opens it", s->refused);
+        return KPC_E_INVALID;
+    }
+    return KPC_OK;
+}
+
+kpc_status kpc_include_scan(const kpc_source *src, char ***paths, size_t *n, bool *unresolved)
+{
+    *paths = NULL;
+    *n = 0;
+    *unresolved = false;
+    scan s = {.src = src};
+    kpc_status st = walk(kpc_options_for("nvrtc"), src, &s);
+    if (st != KPC_OK || s.unknown || s.nomem) {
         kpc_depfile_paths_free(s.found, s.nfound);
-        return s.nomem ? KPC_E_NOMEM : KPC_E_NOT_FOUND;
+        return st != KPC_OK ? st : s.nomem ? KPC_E_NOMEM : KPC_E_NOT_FOUND;
     }
     *paths = s.found;
     *n = s.nfound;
     *unresolved = s.unresolved;
     return KPC_OK;
+}
+
+kpc_status kpc_include_check(const kpc_option_table *options, const kpc_source *src)
+{
+    scan s = {.src = src};
+    kpc_status st = walk(options, src, &s);
+    kpc_depfile_paths_free(s.found, s.nfound);
+    return st == KPC_E_INVALID ? st : s.nomem ? KPC_E_NOMEM : KPC_OK;
 }

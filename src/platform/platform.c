@@ -1,6 +1,5 @@
 /*
- * platform.c - the seam's plumbing: which platform is in use, the options that set a
- * target (a request may not: the context decides it), and the remembered list of
+ * platform.c - the seam's plumbing: which platform is in use, and the remembered list of
  * targets already validated for a compiler identity (v1/targets-<platform>-<id>), which
  * lets a warm process create a context without loading the compiler.
  */
@@ -42,19 +41,8 @@ void kpc_platform_build_free(kpc_build *b)
     free(b->names);
     free(b->log);
     kpc_depfile_paths_free(b->deps, b->num_deps);
+    kpc_depfile_paths_free(b->absent, b->num_absent);
     memset(b, 0, sizeof *b);
-}
-
-bool kpc_platform_sets_target(const char *opt)
-{
-    /* hipRTC's, NVRTC's and clang's spellings: any of them would contradict the target
-     * the key names */
-    static const char *const prefixes[] = {"--gpu-architecture", "--offload-arch", "-arch",
-                                           "--amdgpu-target", "-march", "-mcpu", NULL};
-    for (const char *const *p = prefixes; *p; p++)
-        if (strncmp(opt, *p, strlen(*p)) == 0)
-            return true;
-    return false;
 }
 
 static int targets_path(const kpc_root *root, const char *platform, const uint8_t id[16], char *out,

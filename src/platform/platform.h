@@ -3,8 +3,8 @@
  * is built in (platform/amd.c: hipRTC + HIP; platform/nvidia.c: NVRTC + the CUDA driver);
  * tests install a fake one. What every platform shares lives once: the compile steps in
  * platform/compile.c, the identity memo in platform/identity.c, the lowered-name table
- * in platform/names.c, the target memo and the options that set a target here
- * (platform/platform.c). A platform file keeps only its own API calls.
+ * in platform/names.c, the target memo here (platform/platform.c), what each
+ * option means in platform/options.c. A platform file keeps only its own API calls.
  */
 #ifndef KPC_PLATFORM_PLATFORM_H
 #define KPC_PLATFORM_PLATFORM_H
@@ -36,6 +36,10 @@ typedef struct kpc_build {
     char **deps;
     size_t num_deps;
     bool deps_unknown;
+    /* The lookups that missed: for each of deps found in a search directory, the same
+     * name in the directories searched before it (compile.c); the same form as deps. */
+    char **absent;
+    size_t num_absent;
 } kpc_build;
 void kpc_platform_build_free(kpc_build *b);
 
@@ -77,10 +81,6 @@ const kpc_platform *kpc_platform_get(void);
 void kpc_platform_set(const kpc_platform *p);
 #endif
 extern const kpc_platform kpc_platform_builtin; /* defined by the platform file built in */
-
-/* True if opt sets the target (--gpu-architecture, -arch, --offload-arch, ...): the
- * context decides the target, a request's options may not. */
-bool kpc_platform_sets_target(const char *opt);
 
 /* Targets validated before for compiler id, remembered under root (may be NULL). */
 bool kpc_platform_targets_known(const kpc_root *root, const char *platform, const uint8_t id[16],

@@ -8,7 +8,7 @@
  * OUTDIR/N.co (code) and OUTDIR/N.log (log) per program, so that runs compare with cmp.
  * MODE: good (3 sources: extern "C", templates with name expressions, an in-memory
  * header), error (a compile error), include (-I ./headers, two-token and attached,
- * relative to the working directory), forward (an option kpc does not know, -imacros),
+ * relative to the working directory), forward (an option kpc does not know; -imacros, keyed),
  * nogpu (no target option: the current device's), edge (odd calls, statuses only),
  * storm (4 sources, for many processes at once), link (the link API, by dlsym).
  */
@@ -174,7 +174,8 @@ int main(int argc, char **argv)
         compile(0, with_header, "header.hip", 0, NULL, NULL, NULL, 0, opts, 3);
         compile(1, with_header, "header.hip", 0, NULL, NULL, NULL, 0, opts2, 3);
     } else if (strcmp(mode, "forward") == 0) {
-        /* -Rpass is an option kpc does not know; -imacros reads a file kpc does not key */
+        /* -Rpass is an option kpc does not know (forwarded); -imacros reads a file that
+         * hipRTC's -MD list names, so the hipRTC table keys it */
         snprintf(path, sizeof path, "%s/macros.h", outdir);
         FILE *m = fopen(path, "w");
         if (m == NULL || fputs("#define K 3\n", m) < 0 || fclose(m) != 0)
