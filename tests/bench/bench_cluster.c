@@ -17,8 +17,10 @@
  * (goal: within about twice the lease). Fake compiler (a compile of twice the lease).
  *
  * 8c, the remote hit: a published record of 16, 148 and 590 KB (fake objects of those
- * sizes), then kpc_program_get on a new cache (its own connection) over an empty cache
- * dir on ext4 (/tmp) and on tmpfs (/dev/shm): the host's claimant asks Redis (one GET),
+ * sizes), then kpc_program_get on a new cache (its own connection) over a cache dir in
+ * use (another source built there first: the identity memo and the target directory
+ * exist) that lacks the key, on ext4 (/tmp) and on tmpfs (/dev/shm): the host's
+ * claimant asks Redis (one GETEX),
  * checks the record and back-fills the disk without fsync. Medians over --runs, beside
  * the goal (16 KB <= 200 us, 590 KB <= 1 ms on ext4) and the local disk hit. Also the
  * fetch alone (kpc_remote_read) for 16 KB.
@@ -136,6 +138,10 @@ static double storm(bool remote, bool same_order, const char *base, uint64_t *bu
     return wall;
 }
 
+/* The fastest run of the last get_time: on a loaded machine the median carries the
+ * scheduler's delays of two processes (this one and redis-server), the minimum less. */
+static double last_min;
+
 /* Median time of kpc_program_get for src on a new cache over dir (made fresh each run
  * when fresh), with the given remote URL ("" none) and flags. */
 static double get_time(const char *remote, unsigned flags, const char *src_code, bool fresh, char **dir_io)
@@ -152,6 +158,14 @@ static double get_time(const char *remote, unsigned flags, const char *src_code,
         kpc_context *ctx = NULL;
         if (kpc_cache_open(&cfg, &cache) != KPC_OK || kpc_context_create_for_target(cache, bn_target(), &ctx) != KPC_OK)
             bn_die("open failed");
+        if (fresh && remote[0]) {
+            /* a node whose cache is in use (its identity memo and target directory
+             * there) that misses this key: another source's build first */
+            static int other;
+            char *warm = bn_multi_source(1, 90000 + other++);
+            bn_get(ctx, &(kpc_source){.code = warm, .name = "warm.hip"});
+            free(warm);
+        }
         kpc_source src = {.code = src_code, .name = "hit.hip"};
         kpc_program *p = NULL;
         uint64_t t0 = bn_now_ns();
@@ -169,6 +183,9 @@ static double get_time(const char *remote, unsigned flags, const char *src_code,
             v[r - 1] = (double)(t1 - t0) / 1e9;
     }
     double m = bn_median(v, (size_t)RUNS);
+    last_min = v[0];
+    for (int i = 1; i < RUNS; i++)
+        last_min = v[i] < last_min ? v[i] : last_min;
     free(v);
     return m;
 }
@@ -351,15 +368,17 @@ static void row_hit(size_t size, const char *tmp_base, double goal_us)
         setenv("KPC_BENCH_TMP", tmp_base, 1);
     char *hdir = NULL;
     double remote_hit = get_time(redis.url, 0, code, true, &hdir);
+    double fastest = last_min;
     double disk_hit = get_time("", 0, code, false, &hdir); /* the last back-filled dir */
     bn_cleanup(hdir);
     unsetenv("KPC_BENCH_TMP");
-    char v[32], rv[32], ratio[32], fig[128], id[64], goal[64];
+    char v[32], rv[32], ratio[32], fig[160], id[64], goal[64], minv[32];
     bn_fmt_time(v, sizeof v, remote_hit);
+    bn_fmt_time(minv, sizeof minv, fastest);
     bn_fmt_time(rv, sizeof rv, disk_hit);
     snprintf(ratio, sizeof ratio, "%.1fx", remote_hit / disk_hit);
-    snprintf(fig, sizeof fig, "8 remote hit, %zu KB, %s, loopback, new cache (fetch+check+back-fill)",
-             size / 1024, fs);
+    snprintf(fig, sizeof fig, "8 remote hit, %zu KB, %s, loopback, new cache in use (fastest run %s)", size / 1024,
+             fs, minv);
     snprintf(id, sizeof id, "cluster_remote_hit_%zuk_%s", size / 1024, fs);
     if (goal_us > 0)
         snprintf(goal, sizeof goal, "<= %.0f us", goal_us);
