@@ -85,7 +85,7 @@ static const char PASS_LUA[] =
 /* ---- records ------------------------------------------------------------------------------ */
 /* Check a value fetched from name (of the old group or the current one); NULL when good
  * (rec filled), else why it is refused. */
-static const char *check_value(kpc_remote *r, bool old, const char *name, const redisReply *v, const kpc_key *key,
+static const char *check_value(kpc_remote *r, bool old, const char *name, redisReply *v, const kpc_key *key,
                                const char *target, const uint8_t *compiler_id, uint32_t kind, kpc_record *rec)
 {
     if (v->type != REDIS_REPLY_STRING)
@@ -95,11 +95,12 @@ static const char *check_value(kpc_remote *r, bool old, const char *name, const 
     if (bad)
         return bad;
     memset(rec, 0, sizeof *rec);
-    void *copy = malloc(size ? size : 1);
-    if (copy == NULL)
-        return "out of memory";
-    memcpy(copy, v->str, size);
-    const char *why = kpc_record_take(copy, size, key, target, kind, rec); /* every check a file gets */
+    /* the record takes the reply's own buffer (malloc'd by hiredis, which frees a NULL
+     * str as nothing): a large record is not copied once more */
+    void *bytes = v->str;
+    v->str = NULL;
+    v->len = 0;
+    const char *why = kpc_record_take(bytes, size, key, target, kind, rec); /* every check a file gets */
     if (why == NULL && compiler_id && memcmp(rec->compiler_id, compiler_id, 16) != 0) {
         kpc_record_free(rec);
         why = "another compiler's record";
