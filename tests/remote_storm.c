@@ -153,6 +153,7 @@ int rs_rank(int host, int proc, void *arg)
         free(code);
     }
     o->seconds = rs_now() - t0;
+    o->closing = 1;
     kpc_stats_get(c, &o->st);
     kpc_remote_counters_get(kpc_remote_tier_client(kpc_tier_coordinator(&c->tiers)), &o->rc);
     kpc_context_destroy(ctx);

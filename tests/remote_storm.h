@@ -23,6 +23,7 @@ typedef struct rank_out {
     kpc_stats st;
     kpc_remote_counters rc; /* the tier's own counters (wait timeouts, unserved) */
     double seconds;         /* from the rank's start to its last request's end */
+    int closing;            /* its requests are done: it closes the cache (flushing counters) */
     char log[256];
 } rank_out;
 
