@@ -13,7 +13,7 @@
  *             cluster-wide, byte-identical objects) and a later fifth host (0 builds); a
  *             compile error shared across hosts; records
  *             damaged in Redis, written without the secret, or stored under another key;
- *             `kpc remote ls|clear|keygen`;
+ *             `kpc remote stats|ls|prune|clear|keygen`;
  *             one cache dir shared by the hosts without Redis
  *   real      the storm through real hipRTC
  *
@@ -390,6 +390,20 @@ START_TEST(storm_fake)
     j = cJSON_Parse(out);
     ck_assert_int_eq(cJSON_GetArraySize(j), K);
     cJSON_Delete(j);
+    free(out);
+    free(err);
+    /* `kpc remote stats` counts them; `prune` keeps what was read lately */
+    const char *rstats[] = {getenv("KPC_TOOL"), "remote", "stats", "--json", NULL};
+    ck_assert_int_eq(ts_exec(rstats, env, &out, &err), 0);
+    j = cJSON_Parse(out);
+    ck_assert_int_eq((int)cJSON_GetObjectItem(j, "records")->valuedouble, K);
+    ck_assert_int_eq((int)cJSON_GetObjectItem(j, "builds")->valuedouble, K);
+    cJSON_Delete(j);
+    free(out);
+    free(err);
+    const char *prune[] = {getenv("KPC_TOOL"), "remote", "prune", "--max-idle", "3600", NULL};
+    ck_assert_int_eq(ts_exec(prune, env, &out, &err), 0);
+    ck_assert_msg(strstr(out, "removed 0 records") != NULL, "prune: %s", out);
     free(out);
     free(err);
     const char *clear[] = {getenv("KPC_TOOL"), "remote", "clear", NULL};
