@@ -36,7 +36,7 @@ static void sleep_ms(long ms)
         ;
 }
 
-static int free_port(void)
+int tc_free_port(void)
 {
     int fd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
     struct sockaddr_in a = {.sin_family = AF_INET, .sin_addr.s_addr = htonl(INADDR_LOOPBACK)};
@@ -75,7 +75,7 @@ bool tc_redis_start(tc_redis *r)
      * teardown does not run) leaves nothing behind; the server dies with the test */
     snprintf(r->dir, sizeof r->dir, "/tmp");
     for (int attempt = 0; attempt < 5; attempt++) {
-        r->port = free_port();
+        r->port = tc_free_port();
         char port[16];
         snprintf(port, sizeof port, "%d", r->port);
         pid_t parent = getpid();

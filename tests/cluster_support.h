@@ -28,6 +28,8 @@ long long tc_redis_int(const tc_redis *r, const char *fmt, ...);
 void *tc_redis_get(const tc_redis *r, const char *name, size_t *size);
 bool tc_redis_set(const tc_redis *r, const char *name, const void *bytes, size_t size);
 
+/* A TCP port on 127.0.0.1 that was free just now. */
+int tc_free_port(void);
 /* A TCP listener on 127.0.0.1 that accepts (in the kernel's backlog) and never answers. */
 int tc_silent_listener(int *port);
 

@@ -42,5 +42,8 @@ mpiexec=$1
 shift
 # a generous command timeout: the job counts builds exactly, and a loaded machine (ASan,
 # 2 cores) can keep a healthy Redis past the default 300 ms, which the tier treats as sick
-KPC_REMOTE="redis+unix://$dir/redis.sock" KPC_DISABLE=0 KPC_REMOTE_TIMEOUT_MS=5000 \
+# every host shares one secret: without it the tier would serve nothing
+head -c 32 /dev/urandom | od -An -tx1 | tr -d ' \n' >"$dir/secret"
+chmod 600 "$dir/secret"
+KPC_REMOTE="redis+unix://$dir/redis.sock" KPC_REMOTE_SECRET_FILE="$dir/secret" KPC_DISABLE=0 KPC_REMOTE_TIMEOUT_MS=5000 \
   "$mpiexec" -n $((hosts * procs)) "$@" sh "$here/mpi_host.sh" "$dir" "$procs" "$prog" "$k" "$mode"

@@ -23,7 +23,7 @@ static const struct {
     [KPC_SYS_UNLINK] = {"unlink", EACCES},      [KPC_SYS_FTRUNCATE] = {"ftruncate", EFBIG},
     [KPC_SYS_FALLOCATE] = {"fallocate", ENOSPC}, [KPC_SYS_MMAP] = {"mmap", ENOMEM},
     [KPC_SYS_FLOCK] = {"flock", ENOLCK},        [KPC_SYS_MUTEX] = {"mutex", EINVAL},
-    [KPC_SYS_OPENR] = {"open for reading", EACCES},
+    [KPC_SYS_OPENR] = {"open for reading", EACCES}, [KPC_SYS_CONNECT] = {"connect", ECONNREFUSED},
 };
 
 /* Per kind: fail with err after skip calls, count times. */

@@ -16,10 +16,11 @@
 /* Append only: tests name them. OPEN: opening to create or write (a temp file, a lock
  * file, a segment); OPENR: opening to read; READ: read, pread, fstat of a file read;
  * MUTEX: taking a lock of the host index (its error comes back as the pthread return
- * value); FLOCK: taking a lock file. */
+ * value); FLOCK: taking a lock file; CONNECT: connecting to a server (the cluster tier's
+ * Redis). */
 enum kpc_sys_call { KPC_SYS_OPEN, KPC_SYS_WRITE, KPC_SYS_RENAME, KPC_SYS_MKDIR, KPC_SYS_FSYNC,
                     KPC_SYS_READ, KPC_SYS_UNLINK, KPC_SYS_FTRUNCATE, KPC_SYS_FALLOCATE, KPC_SYS_MMAP,
-                    KPC_SYS_FLOCK, KPC_SYS_MUTEX, KPC_SYS_OPENR,
+                    KPC_SYS_FLOCK, KPC_SYS_MUTEX, KPC_SYS_OPENR, KPC_SYS_CONNECT,
                     KPC_SYS_COUNT };
 
 #ifdef KPC_TEST_HOOKS

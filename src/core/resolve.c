@@ -345,6 +345,42 @@ static kpc_status coordinate(kpc_context *ctx, const kpc_key *key, kpc_claim *cl
     return KPC_E_NOT_FOUND; /* BUILD: the lease is in the claim */
 }
 
+/* A host waiter also watches the cluster: its host's builder may be stopped or slow
+ * while another host has published the record. After waiting a watch period (a lease)
+ * it looks every period: the disk first (another waiter may have fetched it), then the
+ * coordinating tier's peek; a record found is back-filled and taken, and the host's
+ * builder is left to finish. Until then the wait goes on, one index slice at a time. */
+typedef struct watch_state {
+    unsigned flags;    /* KPC_INDEX_SLICE (and AGAIN once a slice was slept), or 0 */
+    uint64_t next_ns;  /* the next look */
+} watch_state;
+
+static kpc_status watch_cluster(kpc_context *ctx, const kpc_key *key, watch_state *w, kpc_program **out,
+                                bool *from_disk)
+{
+    kpc_tiers *tiers = &ctx->cache->tiers;
+    kpc_tier *coord = kpc_tier_coordinator(tiers);
+    uint64_t now = kpc__now_ns();
+    if (!(w->flags & KPC_INDEX_AGAIN)) {
+        w->flags |= KPC_INDEX_AGAIN;
+        w->next_ns = now + coord->watch_ns;
+    }
+    if (now < w->next_ns)
+        return KPC_E_NOT_FOUND;
+    w->next_ns = now + coord->watch_ns;
+    kpc_claim none;
+    memset(&none, 0, sizeof none);
+    kpc_record rec;
+    if (kpc_tier_read(tiers, key, ctx->target, KPC_RECORD_CODE, &rec) == KPC_OK)
+        return take_record(ctx, key, &none, &rec, NULL, out, from_disk);
+    if (coord->ops->peek(coord, key, ctx->target, &rec) != KPC_OK)
+        return KPC_E_NOT_FOUND;
+    KPC_LOG(KPC_LOG_INFO, "this host's builder of the key is taking long; another host published it: "
+            "taking that");
+    kpc_tier_backfill(tiers, coord, &rec);
+    return take_record(ctx, key, &none, &rec, NULL, out, from_disk);
+}
+
 /* Get the program without loading it: from a tier, or built. from_disk tells which. */
 static kpc_status obtain(kpc_context *ctx, const kpc_key *key, const kpc_source *src, bool skip_disk,
                          unsigned nowait, kpc_program **out, char **log, bool *from_disk, bool *busy)
@@ -353,13 +389,24 @@ static kpc_status obtain(kpc_context *ctx, const kpc_key *key, const kpc_source 
     kpc_tiers *tiers = &cache->tiers;
     unsigned flags = (skip_disk ? KPC_INDEX_STALE : 0) | nowait;
     *from_disk = false;
+    watch_state watch = {0};
+    kpc_tier *coord = kpc_tier_coordinator(tiers);
+    if (!nowait && cache->index && coord && coord->ops->peek && coord->watch_ns)
+        watch.flags = KPC_INDEX_SLICE;
     for (int round = 0; round < MAX_ROUNDS; round++) {
         enum kpc_index_verdict verdict;
         bool waited;
         kpc_claim claim;
-        kpc_claim_begin(&claim, cache->index, key, flags, &verdict, &waited);
-        if (waited)
+        kpc_claim_begin(&claim, cache->index, key, flags | watch.flags, &verdict, &waited);
+        if (waited && !(watch.flags & KPC_INDEX_AGAIN))
             atomic_fetch_add_explicit(&cache->waits, 1, memory_order_relaxed);
+        if (verdict == KPC_INDEX_BUSY && !nowait) { /* a slice of a watched wait: nothing held */
+            kpc_status s = watch_cluster(ctx, key, &watch, out, from_disk);
+            if (s != KPC_E_NOT_FOUND)
+                return s;
+            round--;
+            continue;
+        }
         if (verdict == KPC_INDEX_BUSY) { /* NOWAIT: another process builds it; nothing held */
             *busy = true;
             return KPC_E_NOT_FOUND;

@@ -445,7 +445,7 @@ kpc_status kpc_index_begin(kpc_index *ix, const kpc_key *key, unsigned flags,
                            enum kpc_index_verdict *verdict, bool *waited)
 {
     ix_header *h = ix->h;
-    bool was_waiting = false;
+    bool was_waiting = (flags & KPC_INDEX_AGAIN) != 0, slept = false;
     *waited = false;
     for (bool first = true;; first = false) {
         if (ix_lock(ix, &h->ixh_lock) != KPC_OK) /* it checks the segment's length too */
@@ -540,7 +540,8 @@ kpc_status kpc_index_begin(kpc_index *ix, const kpc_key *key, unsigned flags,
                 *verdict = KPC_INDEX_SELF;
                 return KPC_OK;
             }
-            if (flags & KPC_INDEX_NOWAIT) { /* a batch claims the others first */
+            if ((flags & KPC_INDEX_NOWAIT) || ((flags & KPC_INDEX_SLICE) && slept)) {
+                /* a batch claims the others first; a watcher looks elsewhere */
                 ix_unlock(&h->ixh_lock);
                 *verdict = KPC_INDEX_BUSY;
                 return KPC_OK;
@@ -553,7 +554,7 @@ kpc_status kpc_index_begin(kpc_index *ix, const kpc_key *key, unsigned flags,
             ix_unlock(&h->ixh_lock);
             if (!was_waiting)
                 atomic_fetch_add_explicit(&h->ixh_waits, 1, memory_order_relaxed);
-            was_waiting = *waited = true;
+            was_waiting = *waited = slept = true;
             futex_wait(&s->ixs_gen, gen, slice);
             atomic_fetch_sub(&s->ixs_sleepers, 1);
         }

@@ -33,6 +33,9 @@ enum kpc_index_verdict {
 enum kpc_index_flags {
     KPC_INDEX_STALE = 1,  /* READY is not enough (its file was missing or bad): claim it */
     KPC_INDEX_NOWAIT = 2, /* do not sleep on another's build: answer KPC_INDEX_BUSY */
+    KPC_INDEX_SLICE = 4,  /* sleep at most one wait slice (200 ms), then answer KPC_INDEX_BUSY
+                           * (a caller that also watches elsewhere between slices) */
+    KPC_INDEX_AGAIN = 8,  /* this call goes on with a wait already counted in `waits` */
 };
 
 typedef struct kpc_index_counters {

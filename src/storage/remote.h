@@ -46,8 +46,10 @@ void kpc_remote_url_redacted(const kpc_remote_url *u, char *out, size_t cap);
 /* True when this build has the tier (hiredis and libsodium were found). */
 bool kpc_remote_built(void);
 
-/* Open the tier for url; reads KPC_REMOTE_TIMEOUT_MS (300), KPC_REMOTE_LEASE_MS (30000),
- * KPC_REMOTE_BACKOFF_MS (10000), KPC_REMOTE_SECRET_FILE, KPC_HOST_ID. Connects lazily.
+/* Open the tier for url; reads KPC_REMOTE_TIMEOUT_MS (300), KPC_REMOTE_LEASE_MS (3000),
+ * KPC_REMOTE_BACKOFF_MS (10000), KPC_REMOTE_SECRET_FILE (NEW[:OLD]), KPC_REMOTE_TRUST
+ * (authenticated | unauthenticated), KPC_REMOTE_NAMESPACE (kpc), KPC_REMOTE_TTL_S (30 days;
+ * 0: records never expire), KPC_BUILD_WAIT_MAX_MS, KPC_HOST_ID. Connects lazily.
  * KPC_E_INVALID (bad URL or value, or a secret file that cannot be read), KPC_E_UNAVAILABLE
  * (not built), KPC_E_NOMEM. */
 kpc_status kpc_remote_open(const char *url, kpc_remote **out);
@@ -57,6 +59,15 @@ void kpc_remote_close(kpc_remote *r);
 const char *kpc_remote_describe(const kpc_remote *r);
 /* This host's identity: KPC_HOST_ID, else hostname:boot id. */
 const char *kpc_remote_host_id(const kpc_remote *r);
+/* Whether records are authenticated, trusted without it, or not served: `kpc stats`. */
+const char *kpc_remote_trust(const kpc_remote *r);
+/* Without a secret and without KPC_REMOTE_TRUST=unauthenticated: say so (once per
+ * process at the default log level), with the one line that makes a secret. */
+void kpc_remote_say_unserved(kpc_remote *r);
+/* "<namespace>:2:<group>:": every key of this group of hosts (those sharing its secret). */
+const char *kpc_remote_prefix(const kpc_remote *r);
+/* A new secret: 64 hex digits (cap >= 65). */
+kpc_status kpc_remote_keygen(char *out, size_t cap);
 
 enum kpc_remote_verdict {
     KPC_REMOTE_HIT = 1, /* rec: a checked code record */
@@ -91,6 +102,8 @@ void kpc_remote_release(kpc_remote *r, kpc_remote_lease *lease);
 
 typedef struct kpc_remote_counters {
     uint64_t hits, misses, builds, waits, takeovers, errors, refused;
+    uint64_t wait_timeouts; /* waits on another host's lease cut at KPC_BUILD_WAIT_MAX_MS */
+    uint64_t unserved;      /* requests the tier did not serve: no secret, no trust */
 } kpc_remote_counters;
 /* This process's counters. */
 void kpc_remote_counters_get(kpc_remote *r, kpc_remote_counters *c);
@@ -107,7 +120,24 @@ kpc_status kpc_remote_tier_open(const kpc_tier_env *env, kpc_tier **out);
 /* The tier's remote, for the counters; NULL for another tier or NULL. */
 kpc_remote *kpc_remote_tier_client(kpc_tier *t);
 
-/* The Redis key of a kpc key: "kpc:1:{<32 hex>}:<suffix>" (suffix co, log, lease, done). */
-void kpc_remote_key_name(const kpc_key *key, const char *suffix, char *out, size_t cap);
+#define KPC_REMOTE_NAME_MAX 192 /* room for a Redis key name of the tier */
+/* The Redis key of a kpc key: "<prefix>{<32 hex>}:<suffix>" (suffix co, log, lease, done). */
+void kpc_remote_key_name(const kpc_remote *r, const kpc_key *key, const char *suffix, char *out, size_t cap);
+
+/* `kpc remote` (remote_admin.c): the group's records, one call of fn each (name, size in
+ * bytes, time to live in ms or -1 for none, seconds since last read); KPC_E_UNAVAILABLE
+ * when Redis cannot be asked. */
+typedef void (*kpc_remote_record_fn)(const char *name, uint64_t size, long long ttl_ms, long long idle_s, void *arg);
+kpc_status kpc_remote_list(kpc_remote *r, kpc_remote_record_fn fn, void *arg);
+/* Remove the group's records not read for max_idle_s seconds (and *removed of them). */
+kpc_status kpc_remote_prune(kpc_remote *r, long long max_idle_s, uint64_t *removed);
+/* Remove every key of the group: records, leases, counters. */
+kpc_status kpc_remote_clear(kpc_remote *r, uint64_t *removed);
+/* The server's figures for `kpc remote stats`: memory, its limit and policy, clients. */
+typedef struct kpc_remote_server {
+    uint64_t used_memory, maxmemory, connected_clients, maxclients, keys;
+    char policy[64], version[32];
+} kpc_remote_server;
+kpc_status kpc_remote_server_info(kpc_remote *r, kpc_remote_server *out);
 
 #endif /* KPC_STORAGE_REMOTE_H */

@@ -72,3 +72,48 @@ kpc_remote *kpc_remote_tier_client(kpc_tier *t)
     (void)t;
     return NULL;
 }
+const char *kpc_remote_trust(const kpc_remote *r)
+{
+    (void)r;
+    return "not built";
+}
+void kpc_remote_say_unserved(kpc_remote *r) { (void)r; }
+const char *kpc_remote_prefix(const kpc_remote *r)
+{
+    (void)r;
+    return "";
+}
+kpc_status kpc_remote_keygen(char *out, size_t cap)
+{
+    (void)out, (void)cap;
+    return KPC_E_UNAVAILABLE;
+}
+void kpc_remote_key_name(const kpc_remote *r, const kpc_key *key, const char *suffix, char *out, size_t cap)
+{
+    (void)r, (void)key, (void)suffix;
+    if (cap)
+        out[0] = '\0';
+}
+kpc_status kpc_remote_list(kpc_remote *r, kpc_remote_record_fn fn, void *arg)
+{
+    (void)r, (void)fn, (void)arg;
+    return KPC_E_UNAVAILABLE;
+}
+kpc_status kpc_remote_prune(kpc_remote *r, long long max_idle_s, uint64_t *removed)
+{
+    (void)r, (void)max_idle_s;
+    *removed = 0;
+    return KPC_E_UNAVAILABLE;
+}
+kpc_status kpc_remote_clear(kpc_remote *r, uint64_t *removed)
+{
+    (void)r;
+    *removed = 0;
+    return KPC_E_UNAVAILABLE;
+}
+kpc_status kpc_remote_server_info(kpc_remote *r, kpc_remote_server *out)
+{
+    (void)r;
+    memset(out, 0, sizeof *out);
+    return KPC_E_UNAVAILABLE;
+}

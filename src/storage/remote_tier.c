@@ -5,6 +5,9 @@
  * no record reaches Redis but through finish under a lease: only the process holding a
  * key's host claim talks to Redis about it (claim.c calls begin only then). claim.c's
  * keeper thread renews the lease every lease/3 while the compile blocks the builder.
+ * peek lets a host waiter whose builder takes longer than a lease look for the record
+ * another host may have published meanwhile (a stopped builder must not hold its host
+ * for KPC_BUILD_WAIT_MAX_MS).
  */
 #include "storage/remote.h"
 
@@ -45,6 +48,11 @@ static kpc_status tier_renew(kpc_tier *t, kpc_tier_lease *lease)
     return kpc_remote_renew(of(t), (kpc_remote_lease *)lease);
 }
 
+static kpc_status tier_peek(kpc_tier *t, const kpc_key *key, const char *target, kpc_record *out)
+{
+    return kpc_remote_read(of(t), key, target, NULL, KPC_RECORD_CODE, out);
+}
+
 static void tier_finish(kpc_tier *t, kpc_tier_lease *tl, enum kpc_tier_outcome how, const kpc_record *rec,
                         const void *first, const void *second)
 {
@@ -76,6 +84,7 @@ static void tier_close(kpc_tier *t)
 static const kpc_tier_ops remote_ops = {
     .begin = tier_begin,
     .renew = tier_renew,
+    .peek = tier_peek,
     .finish = tier_finish,
     .close = tier_close,
 };
@@ -97,6 +106,8 @@ kpc_status kpc_remote_tier_open(const kpc_tier_env *env, kpc_tier **out)
     rt->t.ops = &remote_ops;
     rt->t.name = "redis";
     rt->t.flags = KPC_TIER_COORDINATES;
+    rt->t.watch_ns = kpc_remote_renew_ns(rt->r) * 3; /* a lease */
+    kpc_remote_say_unserved(rt->r);
     *out = &rt->t;
     return KPC_OK;
 }

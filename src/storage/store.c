@@ -250,8 +250,11 @@ static void write_failed(kpc_store *st, const char *call, const char *path)
     KPC_LOG(level, "%s(%s): %s: the object is not cached on disk", call, path, strerror(errno));
 }
 
-kpc_status kpc_store_write(kpc_store *st, const kpc_record *rec, const void *code,
-                           const void *names_or_log, size_t second_size)
+/* sync: fsync before the rename. A copy of a record another tier holds skips it: after
+ * a crash the renamed file may be short or empty, which the reader's checks refuse as a
+ * miss, and the other tier still has the record. */
+static kpc_status write_record(kpc_store *st, const kpc_record *rec, const void *code,
+                               const void *names_or_log, size_t second_size, bool sync)
 {
     kpc_record r = *rec;
     const void *first = code;
@@ -287,7 +290,7 @@ kpc_status kpc_store_write(kpc_store *st, const kpc_record *rec, const void *cod
         (second_size && kpc__write_all(fd, names_or_log, second_size) != 0) ||
         (r.request_size && kpc__write_all(fd, r.request, r.request_size) != 0))
         failed = "write";
-    else if (kpc__sys_fault(KPC_SYS_FSYNC) != 0 || fsync(fd) != 0)
+    else if (sync && (kpc__sys_fault(KPC_SYS_FSYNC) != 0 || fsync(fd) != 0))
         failed = "fsync";
     int saved = errno;
     close(fd);
@@ -339,6 +342,12 @@ kpc_status kpc_store_remove_refused(kpc_store *st, const kpc_key *key, const cha
 
 
 /* ---- the disk tree as a tier ------------------------------------------------------------ */
+kpc_status kpc_store_write(kpc_store *st, const kpc_record *rec, const void *code,
+                           const void *names_or_log, size_t second_size)
+{
+    return write_record(st, rec, code, names_or_log, second_size, true);
+}
+
 typedef struct disk_tier {
     kpc_tier t; /* first: a kpc_tier * is a disk_tier * */
     kpc_store *store;
@@ -365,6 +374,13 @@ static kpc_status disk_write(kpc_tier *t, const kpc_record *rec, const void *fir
     return kpc_store_write(((disk_tier *)t)->store, rec, first, second, rec->names_size);
 }
 
+static kpc_status disk_copy(kpc_tier *t, const kpc_record *rec, const void *first, const void *second)
+{
+    if (rec->kind == KPC_RECORD_LOG)
+        return disk_write(t, rec, first, second);
+    return write_record(((disk_tier *)t)->store, rec, first, second, rec->names_size, false);
+}
+
 static kpc_status disk_remove_same(kpc_tier *t, const kpc_key *key, const char *target, const void *code,
                                    size_t size)
 {
@@ -381,6 +397,7 @@ static const kpc_tier_ops disk_ops = {
     .read = disk_read,
     .write = disk_write,
     .remove_same = disk_remove_same,
+    .copy = disk_copy,
     .close = disk_close,
 };
 

@@ -96,7 +96,9 @@ void kpc_tier_backfill(kpc_tiers *ts, const kpc_tier *from, const kpc_record *re
         kpc_tier *t = ts->t[i];
         if (!(t->flags & KPC_TIER_WRITABLE) || t->ops->write == NULL)
             continue;
-        if (t->ops->write(t, rec, rec->payload, (const char *)rec->payload + rec->code_size) == KPC_OK) {
+        kpc_status (*put)(kpc_tier *, const kpc_record *, const void *, const void *) =
+            t->ops->copy ? t->ops->copy : t->ops->write;
+        if (put(t, rec, rec->payload, (const char *)rec->payload + rec->code_size) == KPC_OK) {
             count(&t->n.writes);
             count(&t->n.backfills);
         } else {

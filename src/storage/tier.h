@@ -117,9 +117,18 @@ typedef struct kpc_tier_ops {
     /* KPC_OK, or KPC_E_NOT_FOUND when the lease was lost (expired and taken over): the
      * caller still finishes it (a PUBLISH then writes the same bytes twice, harmlessly). */
     kpc_status (*renew)(kpc_tier *t, kpc_tier_lease *lease);
+    /* Coordinating tiers (NULL otherwise): read the CODE record without coordination, for
+     * a process that waits on its host's builder of the key for longer than the tier's
+     * watch_ns (the builder may be stopped while another host published the record).
+     * Statuses as read. */
+    kpc_status (*peek)(kpc_tier *t, const kpc_key *key, const char *target, kpc_record *out);
     /* Exactly once per BUILD lease; frees it. */
     void (*finish)(kpc_tier *t, kpc_tier_lease *lease, enum kpc_tier_outcome how,
                    const kpc_record *rec, const void *first, const void *second);
+    /* Write a copy of a record a lower tier holds (a back-fill), as write, but it may
+     * skip durability (no fsync): a copy lost or torn in a crash is a checked miss, and
+     * the lower tier still has it. NULL: write is used. */
+    kpc_status (*copy)(kpc_tier *t, const kpc_record *rec, const void *first, const void *second);
     /* Free the tier (its lease-less state); NULL when nothing to free. */
     void (*close)(kpc_tier *t);
 } kpc_tier_ops;
@@ -128,6 +137,7 @@ struct kpc_tier {
     const kpc_tier_ops *ops;
     const char *name; /* "disk", "pack", "redis": logs and stats */
     unsigned flags;   /* enum kpc_tier_flags */
+    uint64_t watch_ns; /* peek: how long a host waiter waits before it looks, and between looks */
     kpc_tier_counters n;
 };
 

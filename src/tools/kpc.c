@@ -141,12 +141,12 @@ int kpc_tool_say_absent(const kpc_tool *t)
 
 /* ---- stats -------------------------------------------------------------------------- */
 /* The cluster tier's state ("not built", "off", "ok", "unreachable", "invalid"), its
- * redacted URL and the cluster-wide counters from Redis. */
-static const char *remote_state(char *url, size_t cap, kpc_remote_counters *rc)
+ * redacted URL, whether its records are authenticated, and the cluster-wide counters. */
+static const char *remote_state(char *url, size_t cap, char *trust, size_t tcap, kpc_remote_counters *rc)
 {
     const char *remote = kpc__setting_text(KPC_SET_REMOTE);
     memset(rc, 0, sizeof *rc);
-    url[0] = '\0';
+    url[0] = trust[0] = '\0';
     if (!kpc_remote_built())
         return "not built (no hiredis)";
     if (remote == NULL)
@@ -155,6 +155,7 @@ static const char *remote_state(char *url, size_t cap, kpc_remote_counters *rc)
     if (kpc_remote_open(remote, &r) != KPC_OK)
         return "invalid";
     snprintf(url, cap, "%s", kpc_remote_describe(r));
+    snprintf(trust, tcap, "%s", kpc_remote_trust(r));
     const char *state = kpc_remote_cluster_counters(r, rc) == KPC_OK ? "ok" : "unreachable";
     kpc_remote_close(r);
     return state;
@@ -189,9 +190,9 @@ static int cmd_stats(kpc_tool *t)
             index_state = "damaged";
     }
     const char *dir = t->root[0] ? t->root : t->set.cache_dir;
-    char rurl[1600];
+    char rurl[1600], rtrust[160];
     kpc_remote_counters rcn;
-    const char *rstate = remote_state(rurl, sizeof rurl, &rcn);
+    const char *rstate = remote_state(rurl, sizeof rurl, rtrust, sizeof rtrust, &rcn);
     if (t->json) {
         cJSON *o = cJSON_CreateObject();
         cJSON_AddStringToObject(o, "cache_dir", dir);
@@ -206,11 +207,13 @@ static int cmd_stats(kpc_tool *t)
             /* the cluster tier: cluster-wide, as the processes that closed it added them */
             {"remote_hits", rcn.hits}, {"remote_misses", rcn.misses}, {"remote_builds", rcn.builds},
             {"remote_waits", rcn.waits}, {"remote_takeovers", rcn.takeovers},
-            {"remote_errors", rcn.errors}, {"remote_refused", rcn.refused}};
+            {"remote_errors", rcn.errors}, {"remote_refused", rcn.refused},
+            {"remote_wait_timeouts", rcn.wait_timeouts}, {"remote_unserved", rcn.unserved}};
         for (size_t i = 0; i < sizeof f / sizeof f[0]; i++)
             cJSON_AddNumberToObject(o, f[i].k, (double)f[i].v);
         cJSON_AddStringToObject(o, "remote", rstate);
         cJSON_AddStringToObject(o, "remote_url", rurl);
+        cJSON_AddStringToObject(o, "remote_trust", rtrust);
         return kpc_tool_print_json(o);
     }
     char hb[16], hm[16];
@@ -229,12 +232,16 @@ static int cmd_stats(kpc_tool *t)
            (unsigned long long)ic.attached, hb, (unsigned long long)files, kpc_tool_plural(files, "file", "files"), hm,
            (unsigned long long)ic.wait_timeouts);
     printf("remote         %s%s%s\n", rstate, rurl[0] ? " " : "", rurl);
+    if (rtrust[0])
+        printf("remote records %s\n", rtrust);
     if (strcmp(rstate, "ok") == 0)
         printf("remote (cluster-wide)\n  hits         %llu\n  misses       %llu\n  builds       %llu\n"
-               "  waits        %llu\n  takeovers    %llu\n  errors       %llu\n  refused      %llu\n",
+               "  waits        %llu\n  takeovers    %llu\n  errors       %llu\n  refused      %llu\n"
+               "  wait timeouts %llu\n  unserved     %llu\n",
                (unsigned long long)rcn.hits, (unsigned long long)rcn.misses, (unsigned long long)rcn.builds,
                (unsigned long long)rcn.waits, (unsigned long long)rcn.takeovers,
-               (unsigned long long)rcn.errors, (unsigned long long)rcn.refused);
+               (unsigned long long)rcn.errors, (unsigned long long)rcn.refused,
+               (unsigned long long)rcn.wait_timeouts, (unsigned long long)rcn.unserved);
     return KPC_TOOL_OK;
 }
 
@@ -284,6 +291,9 @@ static const struct option prune_options[] = {
     {"max-size", required_argument, NULL, KPC_TOOL_OPT_MAX_SIZE}, {"stale", no_argument, NULL, KPC_TOOL_OPT_STALE},
     {NULL, 0, NULL, 0}};
 
+static const struct option remote_options[] = {
+    {"max-idle", required_argument, NULL, KPC_TOOL_OPT_MAX_IDLE}, {NULL, 0, NULL, 0}};
+
 static const command commands[] = {
     {"compile", kpc_tool_compile, compile_options, "t:o:j:", kpc_tool_compile_option, true,
      "[--target T] [--option OPT]... [--name-expr E]... [-o OUT] [-j N] FILE...",
@@ -325,6 +335,15 @@ static const command commands[] = {
      "create: write the cache's code records (of the targets given) into one pack file;\n"
      "verify: check a pack and every entry (exit 1 if any is damaged); ls: list its entries.\n"
      "  -t, --target T       create: only records of target T (repeatable)\n"},
+    {"remote", kpc_tool_remote, remote_options, "", kpc_tool_remote_option, true,
+     "keygen | stats | ls | prune --max-idle SECONDS | clear", "the cluster tier's Redis: secret, counters, records",
+     "keygen: print a new secret (one line): kpc remote keygen > ~/.kpc-secret, then\n"
+     "        KPC_REMOTE_SECRET_FILE=~/.kpc-secret on every host (chmod 600 it).\n"
+     "The others talk to the Redis of KPC_REMOTE, to this group's keys only (its namespace\n"
+     "and secret): stats: the server's memory, policy and clients, the records and the\n"
+     "cluster-wide counters; ls: one row per record (size, time to live, idle time); prune:\n"
+     "remove the records not read for SECONDS; clear: remove every key of the group.\n"
+     "  --max-idle SECONDS   prune: the idle time past which a record goes\n"},
     {"clear", kpc_tool_clear, NULL, "", NULL, false, "", "remove every cached code object",
      "Remove every cached code object and build log (the host index stays: see kpc-shm-reset).\n"},
 };

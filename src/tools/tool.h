@@ -29,7 +29,8 @@ enum { KPC_TOOL_OK = 0, KPC_TOOL_FAIL = 1, KPC_TOOL_USAGE = 2 };
 /* getopt_long's values of the long options without a letter (kpc.c's table). */
 enum {
     KPC_TOOL_OPT_CACHE_DIR = 1000, KPC_TOOL_OPT_JSON, KPC_TOOL_OPT_MAX_SIZE, KPC_TOOL_OPT_STALE,
-    KPC_TOOL_OPT_OPTION, KPC_TOOL_OPT_NAME_EXPR, KPC_TOOL_OPT_VERSION, KPC_TOOL_OPT_FROM_TARGET
+    KPC_TOOL_OPT_OPTION, KPC_TOOL_OPT_NAME_EXPR, KPC_TOOL_OPT_VERSION, KPC_TOOL_OPT_FROM_TARGET,
+    KPC_TOOL_OPT_MAX_IDLE
 };
 
 struct command;
@@ -48,6 +49,8 @@ typedef struct kpc_tool {
     /* prune */
     const char *max_size;
     bool stale;
+    /* remote prune */
+    const char *max_idle;
     /* replay (target and jobs above), pack create */
     const char *from_target;
     const char *targets[64];
@@ -84,6 +87,10 @@ int kpc_tool_verify(kpc_tool *t);
 int kpc_tool_prune(kpc_tool *t);
 int kpc_tool_prune_option(kpc_tool *t, int c, const char *arg);
 int kpc_tool_clear(kpc_tool *t);
+
+/* `kpc remote keygen|stats|ls|prune|clear` (src/tools/remote.c) and its option. */
+int kpc_tool_remote(kpc_tool *t);
+int kpc_tool_remote_option(kpc_tool *t, int c, const char *arg);
 
 typedef struct kpc_tool_replay_args {
     const char *cache_dir; /* NULL: the environment's */

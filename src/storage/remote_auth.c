@@ -1,0 +1,184 @@
+/*
+ * remote_auth.c - the cluster tier's secrets (remote_private.h): what makes a value in
+ * Redis trustworthy, and whose keys are whose.
+ *
+ * A secret is a file of any length (`kpc remote keygen` writes one); the MAC key is its
+ * hash. Values are authenticated with HMAC-SHA-512-256 (libsodium crypto_auth) over the
+ * Redis key name and the bytes: a record moved to another key, or altered, fails. Lease
+ * values carry a truncated MAC of the same kind, so a lease written without the secret
+ * is ignored instead of waited on.
+ *
+ * The group: hosts that share a secret share keys, and no others do. Every key starts
+ * with "<namespace>:2:<group>:" where the group is a hash of the MAC key (8 hex digits)
+ * or "open" without a secret: two groups with different secrets on one Redis never
+ * see each other's leases or records, so they never fight over a key.
+ *
+ * Rotation: KPC_REMOTE_SECRET_FILE=NEW:OLD writes and leases in NEW's group and also
+ * reads records of OLD's group (checked with OLD), while hosts move over.
+ *
+ * The secret files are opened through the fault seam (base/fault.h), without blocking
+ * (a FIFO must not hang kpc_cache_open), and only when they are regular files.
+ */
+#define _GNU_SOURCE
+#include "storage/remote_private.h"
+#include "base/fault.h"
+#include "base/log.h"
+
+#include <errno.h>
+#include <fcntl.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#define LEASE_MAC_BYTES 16
+
+static kpc_status load_one(const char *path, uint8_t key[KPC_REMOTE_KEY_BYTES])
+{
+    int fd = kpc__sys_fault(KPC_SYS_OPENR) ? -1 : open(path, O_RDONLY | O_CLOEXEC | O_NONBLOCK | O_NOCTTY);
+    if (fd < 0) {
+        KPC_LOG(KPC_LOG_ERROR, "KPC_REMOTE_SECRET_FILE: open(%s): %s", path, strerror(errno));
+        return KPC_E_INVALID;
+    }
+    struct stat st;
+    errno = 0;
+    if (kpc__sys_fault(KPC_SYS_READ) != 0 || fstat(fd, &st) != 0 || !S_ISREG(st.st_mode)) {
+        KPC_LOG(KPC_LOG_ERROR, "KPC_REMOTE_SECRET_FILE %s: %s", path,
+                errno ? strerror(errno) : "not a regular file");
+        close(fd);
+        return KPC_E_INVALID;
+    }
+    void *buf = NULL;
+    size_t size = 0;
+    kpc_status s = kpc__read_fd_stat(fd, 1 << 20, &buf, &size, &st);
+    close(fd);
+    if (s != KPC_OK || size == 0) {
+        KPC_LOG(KPC_LOG_ERROR, "KPC_REMOTE_SECRET_FILE %s: %s", path, s == KPC_OK ? "empty" : "cannot be read");
+        free(buf);
+        return KPC_E_INVALID;
+    }
+    if (st.st_mode & 0077)
+        KPC_LOG(KPC_LOG_WARN, "KPC_REMOTE_SECRET_FILE %s is readable by others (mode %03o): chmod 600 it",
+                path, (unsigned)(st.st_mode & 0777));
+    crypto_generichash(key, KPC_REMOTE_KEY_BYTES, buf, size, NULL, 0);
+    sodium_memzero(buf, size);
+    free(buf);
+    return KPC_OK;
+}
+
+/* "<ns>:2:<group>:" of a MAC key (NULL: the open group). */
+static void group_prefix(const char *ns, const uint8_t *key, char *out, size_t cap)
+{
+    char group[16] = "open";
+    if (key) {
+        uint8_t id[4];
+        crypto_generichash(id, sizeof id, (const unsigned char *)"kpc key group", 13, key, KPC_REMOTE_KEY_BYTES);
+        kpc__hex(id, sizeof id, group);
+    }
+    snprintf(out, cap, "%s:2:%s:", ns, group);
+}
+
+kpc_status kpc_remote_auth_load(kpc_remote *r, const char *files)
+{
+    r->has_secret = r->has_old = false;
+    if (files && *files) {
+        char paths[4096];
+        snprintf(paths, sizeof paths, "%s", files);
+        char *old = strchr(paths, ':');
+        if (old)
+            *old++ = '\0';
+        kpc_status s = load_one(paths, r->secret);
+        if (s == KPC_OK && old && *old)
+            s = load_one(old, r->old_secret);
+        if (s != KPC_OK)
+            return s;
+        r->has_secret = true;
+        r->has_old = old && *old;
+    }
+    group_prefix(r->ns, r->has_secret ? r->secret : NULL, r->prefix, sizeof r->prefix);
+    if (r->has_old)
+        group_prefix(r->ns, r->old_secret, r->old_prefix, sizeof r->old_prefix);
+    return KPC_OK;
+}
+
+void kpc_remote_name(const kpc_remote *r, bool old, const kpc_key *key, const char *suffix, char *out, size_t cap)
+{
+    char hex[KPC_KEY_HEX];
+    kpc__hex(key->bytes, sizeof key->bytes, hex);
+    snprintf(out, cap, "%s{%s}:%s", old ? r->old_prefix : r->prefix, hex, suffix);
+}
+
+void kpc_remote_mac(const uint8_t key[KPC_REMOTE_KEY_BYTES], const char *name, const void *bytes, size_t size,
+                    uint8_t tag[KPC_REMOTE_TAG_BYTES])
+{
+    crypto_auth_hmacsha512256_state st;
+    crypto_auth_hmacsha512256_init(&st, key, KPC_REMOTE_KEY_BYTES);
+    crypto_auth_hmacsha512256_update(&st, (const unsigned char *)name, strlen(name) + 1);
+    crypto_auth_hmacsha512256_update(&st, bytes, size);
+    crypto_auth_hmacsha512256_final(&st, tag);
+}
+
+void *kpc_remote_seal(kpc_remote *r, const char *name, const void *bytes, size_t size, size_t *out_size)
+{
+    *out_size = size;
+    if (!r->has_secret)
+        return (void *)bytes;
+    uint8_t *val = malloc(size + KPC_REMOTE_TAG_BYTES);
+    if (val == NULL)
+        return NULL;
+    memcpy(val, bytes, size);
+    kpc_remote_mac(r->secret, name, bytes, size, val + size);
+    *out_size = size + KPC_REMOTE_TAG_BYTES;
+    return val;
+}
+
+const char *kpc_remote_open_value(kpc_remote *r, bool old, const char *name, const char *v, size_t len,
+                                  size_t *size)
+{
+    *size = len;
+    if (!r->has_secret)
+        return NULL;
+    if (len < KPC_REMOTE_TAG_BYTES)
+        return "no authentication tag";
+    uint8_t tag[KPC_REMOTE_TAG_BYTES];
+    kpc_remote_mac(old ? r->old_secret : r->secret, name, v, len - KPC_REMOTE_TAG_BYTES, tag);
+    if (sodium_memcmp(tag, v + len - KPC_REMOTE_TAG_BYTES, KPC_REMOTE_TAG_BYTES) != 0)
+        return "authentication tag does not match (written without the secret, or altered)";
+    *size = len - KPC_REMOTE_TAG_BYTES;
+    return NULL;
+}
+
+static void lease_mac(const kpc_remote *r, const char *lease_name, const char *body, size_t n, char hex[2 * LEASE_MAC_BYTES + 1])
+{
+    uint8_t tag[KPC_REMOTE_TAG_BYTES];
+    kpc_remote_mac(r->secret, lease_name, body, n, tag);
+    kpc__hex(tag, LEASE_MAC_BYTES, hex);
+}
+
+void kpc_remote_lease_value(kpc_remote *r, const char *lease_name, char *out, size_t cap)
+{
+    uint8_t rnd[16];
+    char token[33];
+    randombytes_buf(rnd, sizeof rnd);
+    kpc__hex(rnd, sizeof rnd, token);
+    int n = snprintf(out, cap, "host=%s pid=%d start=%llu token=%s", r->host_id, (int)getpid(),
+                     (unsigned long long)r->start_time, token);
+    if (r->has_secret && n > 0 && (size_t)n < cap) {
+        char mac[2 * LEASE_MAC_BYTES + 1];
+        lease_mac(r, lease_name, out, (size_t)n, mac);
+        snprintf(out + n, cap - (size_t)n, " mac=%s", mac);
+    }
+}
+
+bool kpc_remote_lease_authentic(kpc_remote *r, const char *lease_name, const char *value)
+{
+    if (!r->has_secret)
+        return true;
+    const char *m = strstr(value, " mac=");
+    if (m == NULL || strlen(m + 5) != 2 * LEASE_MAC_BYTES)
+        return false;
+    char want[2 * LEASE_MAC_BYTES + 1];
+    lease_mac(r, lease_name, value, (size_t)(m - value), want);
+    return sodium_memcmp(want, m + 5, 2 * LEASE_MAC_BYTES) == 0;
+}

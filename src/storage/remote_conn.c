@@ -1,0 +1,270 @@
+/*
+ * remote_conn.c - the cluster tier's connections to Redis (remote_private.h).
+ *
+ * Every connect and every reply has a deadline (hiredis's connect timeout and socket
+ * timeout: KPC_REMOTE_TIMEOUT_MS, and a blocking wait's own slice on top). SIGPIPE is
+ * blocked in the calling thread around each call, and one it raised is consumed: a
+ * server that closed the connection must not kill a rank (hiredis uses write()).
+ * Connecting goes through the fault seam (base/fault.h), so the fault test can fail it.
+ *
+ * Connections: a process connects only when it needs Redis (the host's claimant of a
+ * key, a waiter watching the cluster, a read), and does not keep idle connections:
+ * one is kept only while this process holds a lease (its keeper renews through it), so
+ * a storm of H hosts x P ranks holds about as many connections as there are processes
+ * in a Redis call at once, not H x P.
+ *
+ * After a failure the tier is off for this process for KPC_REMOTE_BACKOFF_MS; the first
+ * failure of the process is said at the default log level (error), later ones at warning
+ * (once per back-off period) or debug.
+ */
+#define _GNU_SOURCE
+#include "storage/remote_private.h"
+#include "base/fault.h"
+#include "base/log.h"
+
+#include <errno.h>
+#include <fcntl.h>
+#include <signal.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+static struct timeval tv_ms(unsigned ms) { return (struct timeval){.tv_sec = ms / 1000, .tv_usec = (ms % 1000) * 1000}; }
+
+typedef struct pipe_guard {
+    sigset_t old;
+    bool pending;
+} pipe_guard;
+
+static void pipe_block(pipe_guard *g)
+{
+    sigset_t set, pend;
+    sigemptyset(&set);
+    sigaddset(&set, SIGPIPE);
+    pthread_sigmask(SIG_BLOCK, &set, &g->old);
+    g->pending = sigpending(&pend) == 0 && sigismember(&pend, SIGPIPE);
+}
+
+static void pipe_restore(pipe_guard *g)
+{
+    sigset_t set, pend;
+    sigemptyset(&set);
+    sigaddset(&set, SIGPIPE);
+    if (!g->pending && sigpending(&pend) == 0 && sigismember(&pend, SIGPIPE)) {
+        struct timespec zero = {0, 0};
+        while (sigtimedwait(&set, NULL, &zero) < 0 && errno == EINTR)
+            ;
+    }
+    pthread_sigmask(SIG_SETMASK, &g->old, NULL);
+}
+
+void kpc_remote_warn(kpc_remote *r, int kind, int later, const char *fmt, ...)
+{
+    char msg[1024];
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(msg, sizeof msg, fmt, ap);
+    va_end(ap);
+    static atomic_flag said[KPC_RW_COUNT];
+    (void)r;
+    int level = atomic_flag_test_and_set(&said[kind]) ? later : KPC_LOG_ERROR;
+    KPC_LOG(level, "%s", msg);
+}
+
+void kpc_remote_failed(kpc_remote *r, const char *what, const char *detail)
+{
+    kpc_remote_count(r, KPC_RC_ERRORS);
+    uint64_t now = kpc__now_ns();
+    uint64_t prev = atomic_load(&r->off_until_ns);
+    uint64_t until = now + (uint64_t)r->backoff_ms * 1000000ull;
+    bool was_on = prev <= now && atomic_compare_exchange_strong(&r->off_until_ns, &prev, until);
+    kpc_remote_warn(r, KPC_RW_DOWN, was_on ? KPC_LOG_WARN : KPC_LOG_DEBUG,
+                    "remote tier %s: %s: %s; off for %u ms, building host-local", r->shown, what,
+                    detail ? detail : "failed", r->backoff_ms);
+}
+
+bool kpc_remote_on(kpc_remote *r) { return atomic_load(&r->off_until_ns) <= kpc__now_ns(); }
+
+/* An error reply, said so that the administrator knows what to change. */
+static const char *explain(const char *err)
+{
+    if (strncmp(err, "MOVED ", 6) == 0 || strncmp(err, "ASK ", 4) == 0)
+        return " (a Redis Cluster node redirected the request: kpc talks to one Redis server; "
+               "point KPC_REMOTE at a standalone server or at a proxy in front of the cluster)";
+    if (strncmp(err, "READONLY", 8) == 0)
+        return " (this Redis is a read-only replica: point KPC_REMOTE at the primary)";
+    if (strncmp(err, "NOAUTH", 6) == 0 || strncmp(err, "WRONGPASS", 9) == 0)
+        return " (the password in KPC_REMOTE is missing or wrong)";
+    if (strncmp(err, "NOPERM", 6) == 0)
+        return " (the Redis ACL user may not run this: see the ACL line in docs/cluster.md)";
+    if (strncmp(err, "OOM", 3) == 0)
+        return " (Redis is at maxmemory with a policy that evicts nothing: see docs/cluster.md)";
+    return "";
+}
+
+redisReply *kpc_remote_command(kpc_remote *r, redisContext *c, int argc, const char **argv, const size_t *lens,
+                               unsigned wait_ms, const char **why)
+{
+    if (wait_ms)
+        redisSetTimeout(c, tv_ms(wait_ms + r->timeout_ms));
+    pipe_guard g;
+    pipe_block(&g);
+    redisReply *rep = redisCommandArgv(c, argc, argv, lens);
+    int saved = errno;
+    pipe_restore(&g);
+    if (wait_ms && rep)
+        redisSetTimeout(c, tv_ms(r->timeout_ms));
+    if (rep == NULL) {
+        static _Thread_local char err[160];
+        if (c->err == REDIS_ERR_IO && (saved == EAGAIN || saved == EWOULDBLOCK))
+            snprintf(err, sizeof err, "no reply within %u ms (KPC_REMOTE_TIMEOUT_MS)", wait_ms + r->timeout_ms);
+        else
+            snprintf(err, sizeof err, "%s", c->errstr[0] ? c->errstr : "no reply");
+        *why = err;
+        return NULL;
+    }
+    if (rep->type == REDIS_REPLY_ERROR) {
+        static _Thread_local char err[512];
+        snprintf(err, sizeof err, "%.160s%s", rep->str, explain(rep->str));
+        *why = err;
+        freeReplyObject(rep);
+        return NULL;
+    }
+    return rep;
+}
+
+redisReply *kpc_remote_eval(kpc_remote *r, redisContext *c, const char *script, int nkeys,
+                            const char *const *keys, int nargs, const char *const *args, const size_t *arg_lens,
+                            const char **why)
+{
+    const char *argv[16];
+    size_t lens[16];
+    char nk[8];
+    snprintf(nk, sizeof nk, "%d", nkeys);
+    int n = 0;
+    argv[n] = "EVAL", lens[n++] = 4;
+    argv[n] = script, lens[n++] = strlen(script);
+    argv[n] = nk, lens[n++] = strlen(nk);
+    for (int i = 0; i < nkeys; i++)
+        argv[n] = keys[i], lens[n++] = strlen(keys[i]);
+    for (int i = 0; i < nargs; i++)
+        argv[n] = args[i], lens[n++] = arg_lens ? arg_lens[i] : strlen(args[i]);
+    return kpc_remote_command(r, c, n, argv, lens, 0, why);
+}
+
+/* AUTH and SELECT on a new connection. */
+static bool introduce(kpc_remote *r, redisContext *c, const char **why)
+{
+    redisReply *rep;
+    if (r->url.password[0]) {
+        bool user = r->url.user[0] != '\0';
+        const char *av[3] = {"AUTH", user ? r->url.user : r->url.password, r->url.password};
+        size_t lv[3] = {4, strlen(av[1]), strlen(av[2])};
+        if ((rep = kpc_remote_command(r, c, user ? 3 : 2, av, lv, 0, why)) == NULL)
+            return false;
+        freeReplyObject(rep);
+    }
+    if (r->url.db) {
+        char db[16];
+        snprintf(db, sizeof db, "%d", r->url.db);
+        const char *av[2] = {"SELECT", db};
+        size_t lv[2] = {6, strlen(db)};
+        if ((rep = kpc_remote_command(r, c, 2, av, lv, 0, why)) == NULL)
+            return false;
+        freeReplyObject(rep);
+    }
+    return true;
+}
+
+redisContext *kpc_remote_connect(kpc_remote *r, const char **why)
+{
+    static _Thread_local char err[200];
+    if (kpc__sys_fault(KPC_SYS_CONNECT) != 0) {
+        snprintf(err, sizeof err, "connect: %s", strerror(errno));
+        *why = err;
+        return NULL;
+    }
+    struct timeval tv = tv_ms(r->timeout_ms);
+    pipe_guard g;
+    pipe_block(&g);
+    redisContext *c = r->url.unix_path[0] ? redisConnectUnixWithTimeout(r->url.unix_path, tv)
+                                          : redisConnectWithTimeout(r->url.host, r->url.port, tv);
+    pipe_restore(&g);
+    if (c == NULL || c->err) {
+        snprintf(err, sizeof err, "connect: %s", c ? c->errstr : "out of memory");
+        *why = err;
+        if (c)
+            redisFree(c);
+        return NULL;
+    }
+    int fl = fcntl(c->fd, F_GETFD);
+    if (fl >= 0)
+        fcntl(c->fd, F_SETFD, fl | FD_CLOEXEC);
+    if (redisSetTimeout(c, tv) != REDIS_OK) {
+        *why = "setting the socket timeout failed";
+        redisFree(c);
+        return NULL;
+    }
+    if (!introduce(r, c, why)) {
+        redisFree(c);
+        return NULL;
+    }
+    return c;
+}
+
+struct kpc_remote_conn *kpc_remote_conn_get(kpc_remote *r)
+{
+    pthread_mutex_lock(&r->pool_lock);
+    struct kpc_remote_conn *cn = r->idle;
+    if (cn)
+        r->idle = cn->next;
+    pthread_mutex_unlock(&r->pool_lock);
+    if (cn)
+        return cn;
+    const char *why = NULL;
+    redisContext *c = kpc_remote_connect(r, &why);
+    if (c == NULL) {
+        kpc_remote_failed(r, "connect", why);
+        return NULL;
+    }
+    if ((cn = calloc(1, sizeof *cn)) == NULL) {
+        redisFree(c);
+        return NULL;
+    }
+    cn->c = c;
+    return cn;
+}
+
+void kpc_remote_conn_put(kpc_remote *r, struct kpc_remote_conn *cn, bool broken)
+{
+    if (cn == NULL)
+        return;
+    pthread_mutex_lock(&r->pool_lock);
+    bool keep = !broken && r->idle == NULL && atomic_load(&r->leases) > 0;
+    if (keep) {
+        cn->next = NULL;
+        r->idle = cn;
+    }
+    pthread_mutex_unlock(&r->pool_lock);
+    if (!keep) { /* broken (its stream may be mid-reply), or idle: closed */
+        pipe_guard g;
+        pipe_block(&g);
+        redisFree(cn->c);
+        pipe_restore(&g);
+        free(cn);
+    }
+}
+
+void kpc_remote_conn_close_idle(kpc_remote *r)
+{
+    pthread_mutex_lock(&r->pool_lock);
+    struct kpc_remote_conn *cn = r->idle;
+    r->idle = NULL;
+    pthread_mutex_unlock(&r->pool_lock);
+    while (cn) {
+        struct kpc_remote_conn *next = cn->next;
+        kpc_remote_conn_put(r, cn, true);
+        cn = next;
+    }
+}

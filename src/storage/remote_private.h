@@ -1,0 +1,113 @@
+/*
+ * remote_private.h - what the files of the cluster tier share (remote.h says what the
+ * tier is): the handle, its counters, and the calls between its parts.
+ *
+ *   remote_conn.c   connections: bounded connect and reply (hiredis timeouts), SIGPIPE,
+ *                   the back-off, error replies said plainly, idle connections closed
+ *   remote_auth.c   the secrets: loading, the group's key prefix, record and lease MACs
+ *   remote.c        the lease protocol: begin, publish, release, renew, read
+ *   remote_open.c   settings, open and close, the counters (process and cluster-wide)
+ *   remote_admin.c  what `kpc remote` does: list, prune and clear the group's keys
+ *
+ * Locks: pool_lock guards idle; a connection is used by one thread at a time (taken
+ * from the list, given back after the call). Everything else is set at open and read
+ * only, or atomic.
+ */
+#ifndef KPC_STORAGE_REMOTE_PRIVATE_H
+#define KPC_STORAGE_REMOTE_PRIVATE_H
+
+#include "storage/remote.h"
+
+#include <hiredis/hiredis.h>
+#include <pthread.h>
+#include <sodium.h>
+#include <stdatomic.h>
+
+#define KPC_REMOTE_TAG_BYTES crypto_auth_hmacsha512256_BYTES
+#define KPC_REMOTE_KEY_BYTES crypto_auth_hmacsha512256_KEYBYTES
+
+/* This process's counters, in the order of kpc_remote_counters and of the cluster-wide
+ * hash's field names (remote_open.c). */
+enum { KPC_RC_HITS, KPC_RC_MISSES, KPC_RC_BUILDS, KPC_RC_WAITS, KPC_RC_TAKEOVERS, KPC_RC_ERRORS,
+       KPC_RC_REFUSED, KPC_RC_WAIT_TIMEOUTS, KPC_RC_UNSERVED, KPC_RC_COUNT };
+
+/* The warnings said at the default log level once per process (then at a lower one). */
+enum { KPC_RW_DOWN, KPC_RW_REFUSED, KPC_RW_UNAUTHENTICATED, KPC_RW_LEASE, KPC_RW_COUNT };
+
+struct kpc_remote_conn {
+    redisContext *c;
+    struct kpc_remote_conn *next;
+};
+
+struct kpc_remote {
+    kpc_remote_url url;
+    char shown[1600]; /* redacted URL */
+    char host_id[320];
+    unsigned timeout_ms, lease_ms, backoff_ms, wait_max_ms;
+    unsigned long long ttl_ms;   /* records expire unless used (0: never) */
+    char ns[72];                 /* KPC_REMOTE_NAMESPACE */
+    char prefix[160];            /* "<ns>:2:<group>:": every key of this group of hosts */
+    char old_prefix[160];        /* the previous secret's group, while a rotation runs */
+    bool has_secret, has_old, serve; /* serve: records are served (authenticated or trusted) */
+    uint8_t secret[KPC_REMOTE_KEY_BYTES], old_secret[KPC_REMOTE_KEY_BYTES];
+    uint64_t start_time; /* of this process, for lease values */
+    pthread_mutex_t pool_lock; /* guards idle */
+    struct kpc_remote_conn *idle;
+    _Atomic int leases; /* held now: while any is, one idle connection is kept for its renewals */
+    _Atomic uint64_t off_until_ns; /* CLOCK_MONOTONIC; the tier is off before it */
+    _Atomic uint64_t n[KPC_RC_COUNT];
+};
+
+static inline void kpc_remote_count(kpc_remote *r, int which)
+{
+    atomic_fetch_add_explicit(&r->n[which], 1, memory_order_relaxed);
+}
+
+/* ---- remote_conn.c ---- */
+/* A warning at the default log level the first time of its kind in this process (not
+ * per handle: a process that opens many caches says it once), at `later` after that. */
+void kpc_remote_warn(kpc_remote *r, int kind, int later, const char *fmt, ...) __attribute__((format(printf, 4, 5)));
+/* The tier failed: counted, said, and off for the back-off period. */
+void kpc_remote_failed(kpc_remote *r, const char *what, const char *detail);
+bool kpc_remote_on(kpc_remote *r);
+/* A connection (an idle one, else a new one: NULL after kpc_remote_failed); give it
+ * back with put (broken: closed; else kept only while this process holds a lease). */
+struct kpc_remote_conn *kpc_remote_conn_get(kpc_remote *r);
+void kpc_remote_conn_put(kpc_remote *r, struct kpc_remote_conn *cn, bool broken);
+/* Close the idle connections (the last lease went, or the tier closes). */
+void kpc_remote_conn_close_idle(kpc_remote *r);
+/* A new connection outside the pool (NULL and *why on failure). */
+redisContext *kpc_remote_connect(kpc_remote *r, const char **why);
+/* One command; NULL and *why on a transport error or an error reply (said plainly:
+ * a cluster redirect, a replica, a refused password). A socket timeout of wait_ms more
+ * than the command timeout for a blocking command (0 for others). */
+redisReply *kpc_remote_command(kpc_remote *r, redisContext *c, int argc, const char **argv, const size_t *lens,
+                               unsigned wait_ms, const char **why);
+/* EVAL script with keys and args (strings; lens NULL: strlen). */
+redisReply *kpc_remote_eval(kpc_remote *r, redisContext *c, const char *script, int nkeys,
+                            const char *const *keys, int nargs, const char *const *args, const size_t *arg_lens,
+                            const char **why);
+
+/* ---- remote_auth.c ---- */
+/* Load KPC_REMOTE_SECRET_FILE ("NEW" or "NEW:OLD", each a file of any length of
+ * secret); set the key prefixes of the group. */
+kpc_status kpc_remote_auth_load(kpc_remote *r, const char *files);
+void kpc_remote_mac(const uint8_t key[KPC_REMOTE_KEY_BYTES], const char *name, const void *bytes, size_t size,
+                    uint8_t tag[KPC_REMOTE_TAG_BYTES]);
+/* The value as stored under name: bytes with the MAC appended (malloc'd) when there is a
+ * secret, else bytes themselves; NULL when out of memory. */
+void *kpc_remote_seal(kpc_remote *r, const char *name, const void *bytes, size_t size, size_t *out_size);
+/* The bytes of a value read from name under prefix (the current or the old group): NULL
+ * and *why when it does not authenticate (a group with a secret). */
+const char *kpc_remote_open_value(kpc_remote *r, bool old, const char *name, const char *v, size_t len,
+                                  size_t *size);
+/* A lease value ("host=H pid=P start=T token=R" and, with a secret, " mac=M"). */
+void kpc_remote_lease_value(kpc_remote *r, const char *lease_name, char *out, size_t cap);
+/* True when a lease value found under lease_name was written by a member of the group
+ * (always, without a secret: nothing to check). */
+bool kpc_remote_lease_authentic(kpc_remote *r, const char *lease_name, const char *value);
+
+/* The key of kpc key `key` with suffix under the current (old: previous) group. */
+void kpc_remote_name(const kpc_remote *r, bool old, const kpc_key *key, const char *suffix, char *out, size_t cap);
+
+#endif /* KPC_STORAGE_REMOTE_PRIVATE_H */

@@ -1,0 +1,150 @@
+/*
+ * remote.c - `kpc remote keygen|stats|ls|prune|clear`: the cluster tier's secret and its
+ * Redis, for an administrator (docs/cluster.md, "Operations"). Only the keys of this
+ * group (KPC_REMOTE_NAMESPACE and the secret of KPC_REMOTE_SECRET_FILE) are touched.
+ */
+#define _GNU_SOURCE
+#include "storage/remote.h"
+#include "tools/tool.h"
+
+#include <errno.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+int kpc_tool_remote_option(kpc_tool *t, int c, const char *arg)
+{
+    if (c == KPC_TOOL_OPT_MAX_IDLE)
+        t->max_idle = arg;
+    return KPC_TOOL_OK;
+}
+
+static int open_remote(kpc_tool *t, kpc_remote **r)
+{
+    const char *url = getenv("KPC_REMOTE");
+    if (!kpc_remote_built()) {
+        fprintf(stderr, "kpc remote: this kpc was built without hiredis: no cluster tier\n");
+        return KPC_TOOL_FAIL;
+    }
+    if (url == NULL || url[0] == '\0')
+        return kpc_tool_usage_error(t, "KPC_REMOTE is not set (redis://HOST[:PORT][/DB])");
+    if (kpc_remote_open(url, r) != KPC_OK)
+        return kpc_tool_usage_error(t, "the cluster tier's settings are not valid (see the message above)");
+    return KPC_TOOL_OK;
+}
+
+static void ls_row(const char *name, uint64_t size, long long ttl_ms, long long idle_s, void *arg)
+{
+    cJSON *rows = arg;
+    if (rows) {
+        cJSON *o = cJSON_CreateObject();
+        cJSON_AddStringToObject(o, "key", name);
+        cJSON_AddNumberToObject(o, "size", (double)size);
+        cJSON_AddNumberToObject(o, "ttl_ms", (double)ttl_ms);
+        cJSON_AddNumberToObject(o, "idle_s", (double)idle_s);
+        cJSON_AddItemToArray(rows, o);
+        return;
+    }
+    char hs[16], ttl[32];
+    kpc_tool_human(hs, sizeof hs, size);
+    if (ttl_ms < 0)
+        snprintf(ttl, sizeof ttl, "never");
+    else
+        snprintf(ttl, sizeof ttl, "%.1fd", (double)ttl_ms / 86400e3);
+    printf("%-6s %-8s %-8llds %s\n", hs, ttl, idle_s, name);
+}
+
+static int stats(kpc_tool *t, kpc_remote *r)
+{
+    kpc_remote_server sv;
+    kpc_remote_counters c;
+    if (kpc_remote_server_info(r, &sv) != KPC_OK || kpc_remote_cluster_counters(r, &c) != KPC_OK) {
+        fprintf(stderr, "kpc remote stats: %s cannot be asked (see the message above)\n", kpc_remote_describe(r));
+        return KPC_TOOL_FAIL;
+    }
+    if (t->json) {
+        cJSON *o = cJSON_CreateObject();
+        cJSON_AddStringToObject(o, "url", kpc_remote_describe(r));
+        cJSON_AddStringToObject(o, "prefix", kpc_remote_prefix(r));
+        cJSON_AddStringToObject(o, "records_trust", kpc_remote_trust(r));
+        cJSON_AddStringToObject(o, "redis_version", sv.version);
+        cJSON_AddStringToObject(o, "maxmemory_policy", sv.policy);
+        const struct { const char *k; uint64_t v; } f[] = {
+            {"records", sv.keys}, {"used_memory", sv.used_memory}, {"maxmemory", sv.maxmemory},
+            {"connected_clients", sv.connected_clients}, {"maxclients", sv.maxclients},
+            {"hits", c.hits}, {"misses", c.misses}, {"builds", c.builds}, {"waits", c.waits},
+            {"takeovers", c.takeovers}, {"errors", c.errors}, {"refused", c.refused},
+            {"wait_timeouts", c.wait_timeouts}, {"unserved", c.unserved}};
+        for (size_t i = 0; i < sizeof f / sizeof f[0]; i++)
+            cJSON_AddNumberToObject(o, f[i].k, (double)f[i].v);
+        return kpc_tool_print_json(o);
+    }
+    char used[16], max[16];
+    kpc_tool_human(used, sizeof used, sv.used_memory);
+    kpc_tool_human(max, sizeof max, sv.maxmemory);
+    printf("redis          %s (version %s)\nkeys           %s*\nrecords        %llu (%s)\n"
+           "memory         %s of %s (maxmemory-policy %s)\nclients        %llu of %llu\n",
+           kpc_remote_describe(r), sv.version, kpc_remote_prefix(r), (unsigned long long)sv.keys,
+           kpc_remote_trust(r), used, sv.maxmemory ? max : "no limit", sv.policy,
+           (unsigned long long)sv.connected_clients, (unsigned long long)sv.maxclients);
+    printf("cluster-wide   hits %llu, misses %llu, builds %llu, waits %llu, takeovers %llu, errors %llu, "
+           "refused %llu, wait timeouts %llu, unserved %llu\n",
+           (unsigned long long)c.hits, (unsigned long long)c.misses, (unsigned long long)c.builds,
+           (unsigned long long)c.waits, (unsigned long long)c.takeovers, (unsigned long long)c.errors,
+           (unsigned long long)c.refused, (unsigned long long)c.wait_timeouts, (unsigned long long)c.unserved);
+    if (!sv.maxmemory || strncmp(sv.policy, "noeviction", 10) == 0)
+        printf("note           set maxmemory and maxmemory-policy allkeys-lru (docs/cluster.md, Sizing)\n");
+    return KPC_TOOL_OK;
+}
+
+int kpc_tool_remote(kpc_tool *t)
+{
+    const char *verb = t->operands[0];
+    if (t->num_operands != 1)
+        return kpc_tool_usage_error(t, "remote takes one of keygen, stats, ls, prune, clear");
+    if (strcmp(verb, "keygen") == 0) {
+        char secret[80];
+        if (kpc_remote_keygen(secret, sizeof secret) != KPC_OK) {
+            fprintf(stderr, "kpc remote keygen: this kpc was built without libsodium\n");
+            return KPC_TOOL_FAIL;
+        }
+        printf("%s\n", secret);
+        return KPC_TOOL_OK;
+    }
+    bool known = strcmp(verb, "stats") == 0 || strcmp(verb, "ls") == 0 || strcmp(verb, "prune") == 0 ||
+                 strcmp(verb, "clear") == 0;
+    if (!known)
+        return kpc_tool_usage_error(t, "unknown remote command \"%s\" (keygen, stats, ls, prune, clear)", verb);
+    long long max_idle = -1;
+    if (strcmp(verb, "prune") == 0) {
+        char *end = NULL;
+        errno = 0;
+        max_idle = t->max_idle ? strtoll(t->max_idle, &end, 10) : -1;
+        if (t->max_idle == NULL || errno || *end || max_idle < 0)
+            return kpc_tool_usage_error(t, "prune needs --max-idle SECONDS (a whole number)");
+    }
+    kpc_remote *r = NULL;
+    int rc = open_remote(t, &r);
+    if (rc != KPC_TOOL_OK)
+        return rc;
+    kpc_status s = KPC_OK;
+    uint64_t removed = 0;
+    if (strcmp(verb, "stats") == 0)
+        rc = stats(t, r);
+    else if (strcmp(verb, "ls") == 0) {
+        cJSON *rows = t->json ? cJSON_CreateArray() : NULL;
+        s = kpc_remote_list(r, ls_row, rows);
+        if (rows)
+            rc = s == KPC_OK ? kpc_tool_print_json(rows) : (cJSON_Delete(rows), KPC_TOOL_FAIL);
+    } else if (strcmp(verb, "prune") == 0) {
+        if ((s = kpc_remote_prune(r, max_idle, &removed)) == KPC_OK)
+            printf("removed %llu %s not read for %lld s\n", (unsigned long long)removed,
+                   kpc_tool_plural(removed, "record", "records"), max_idle);
+    } else if ((s = kpc_remote_clear(r, &removed)) == KPC_OK)
+        printf("removed %llu %s under %s\n", (unsigned long long)removed, kpc_tool_plural(removed, "key", "keys"),
+               kpc_remote_prefix(r));
+    kpc_remote_close(r);
+    if (s != KPC_OK)
+        rc = KPC_TOOL_FAIL;
+    return rc;
+}
