@@ -135,7 +135,7 @@ static void wait_for(kpc_grace_rec *r)
 
 void kpc_grace_wait(void)
 {
-    atomic_thread_fence(memory_order_seq_cst);
+    /* no fence needed: the unlink is a seq_cst store and the reads below seq_cst loads */
     for (kpc_grace_rec *r = atomic_load(&records); r; r = r->next)
         wait_for(r);
     while (atomic_load_explicit(&spare_sections, memory_order_seq_cst) != 0)
