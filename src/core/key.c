@@ -37,7 +37,7 @@
 #include <unistd.h>
 #define XXH_STATIC_LINKING_ONLY /* XXH3_state_t on the stack */
 #include <xxhash.h>
-#if defined(__x86_64__)
+#if defined(KPC_HAVE_XXH_DISPATCH)
 /* libxxhash's run-time dispatch: the AVX2 or AVX-512 loop where the CPU has it, the
  * same hash values (XXH3 is defined independently of the vector width). The source's
  * digest is most of a hit's cost: SSE2 hashes ~10 bytes per ns on the device machine. */
