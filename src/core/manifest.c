@@ -459,6 +459,21 @@ static const char *const path_options[] = {
     "--sysroot=", "-isystem", "-iquote", "-idirafter", "-iwithprefixbefore", "-iwithprefix",
     "-iprefix", "-isysroot", "-imacros", "-include", "-I", NULL};
 
+/* Whether the source or an in-memory header has the word "include" at all: a request
+ * whose texts have none reads nothing from the source's directory (conservative: a
+ * comment counts too). */
+static bool mentions_include(const kpc_source *src)
+{
+    static const char word[] = "include";
+    size_t len = src->code_len ? src->code_len : strlen(src->code);
+    if (memmem(src->code, len, word, sizeof word - 1) != NULL)
+        return true;
+    for (size_t i = 0; i < src->num_headers; i++)
+        if (strstr(src->header_sources[i], word) != NULL)
+            return true;
+    return false;
+}
+
 bool kpc_manifest_needs_cwd(const kpc_source *src, bool source_dir_searched)
 {
     bool no_source_include = false;
@@ -482,5 +497,6 @@ bool kpc_manifest_needs_cwd(const kpc_source *src, bool source_dir_searched)
             break;
         }
     }
-    return source_dir_searched && !no_source_include && (src->name == NULL || src->name[0] != '/');
+    return source_dir_searched && !no_source_include && (src->name == NULL || src->name[0] != '/') &&
+           mentions_include(src);
 }

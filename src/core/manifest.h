@@ -112,7 +112,9 @@ kpc_status kpc_manifest_add(kpc_manifest *m, const kpc_key *object, uint32_t out
  * quoted #include never resolves against the working directory under hipRTC (the
  * source is compiled from comgr's own directory); a platform where it does (NVRTC adds
  * the source's directory) says so with source_dir_searched, and then a relative source
- * name counts too.
+ * name counts too, if the source or an in-memory header says "include" anywhere (texts
+ * that include nothing read nothing from that directory: such a request's key, and so
+ * its hit, does not depend on a getcwd per request).
  */
 bool kpc_manifest_needs_cwd(const kpc_source *src, bool source_dir_searched);
 
