@@ -6,18 +6,20 @@
  * Three ways to get K cubins of K distinct sources (bn_slow_source, template depth D):
  *   none:  NVRTC with --no-cache (its cache off; every compile is a compile)
  *   nvrtc: NVRTC as it comes (its cache on by default since 12.9)
- *   kpc:   kpc_program_get on a compile-only context (sm_90)
+ *   kpc:   kpc_program_get_many on a compile-only context (sm_90): the K at once, so that
+ *          processes asking for the same K at the same time build them side by side
  * and for each, with that way's caches empty at the start:
- *   cold:             one new process gets the K cubins (process wall time, start included)
- *   in-process warm:  the same process asks for the K again (time of the second pass)
+ *   cold:             one new process gets the K cubins (process wall time, start included,
+ *                     less its second pass)
+ *   in-process warm:  the same process asks for the K again (time of that second pass)
  *   new-process warm: another new process gets the K (process wall time)
- *   P cold:           P new processes at once, each asking for the same K (wall time)
+ *   P cold:           P new processes at once, each asking for the same K once (wall time)
  * The NVRTC cache's storage: each phase runs its processes with HOME and XDG_CACHE_HOME
  * pointing at a fresh directory (so a disk cache kept under either starts empty); what
  * NVRTC wrote there is listed on stderr, so the table says where that cache lives.
  *
  * usage: bench_nvrtc_cache [--k K] [--depth D] [--procs P]
- *        bench_nvrtc_cache --child WAY K D   (one process's part: prints "ns1 ns2")
+ *        bench_nvrtc_cache --child WAY K D PASSES   (one process's part: prints "ns1 ns2")
  */
 #define _GNU_SOURCE
 #include "bench.h"
@@ -59,12 +61,20 @@ static void nvrtc_load(nvrtc_api *a)
 static uint64_t pass(const char *way, nvrtc_api *a, kpc_context *ctx, char **srcs, int k)
 {
     uint64_t t0 = bn_now_ns();
+    if (ctx) {
+        kpc_source *s = calloc((size_t)k, sizeof *s);
+        kpc_program **p = calloc((size_t)k, sizeof *p);
+        for (int i = 0; i < k; i++)
+            s[i] = (kpc_source){.code = srcs[i], .name = "k.cu"};
+        if (kpc_program_get_many(ctx, s, (size_t)k, p, NULL) != KPC_OK)
+            bn_die("kpc_program_get_many failed");
+        for (int i = 0; i < k; i++)
+            kpc_program_release(p[i]);
+        free(s);
+        free(p);
+        return bn_now_ns() - t0;
+    }
     for (int i = 0; i < k; i++) {
-        if (ctx) {
-            kpc_source s = {.code = srcs[i], .name = "k.cu"};
-            bn_get(ctx, &s);
-            continue;
-        }
         const char *opts[] = {"-arch=sm_90", "--no-cache"};
         int nopts = strcmp(way, "none") == 0 ? 2 : 1;
         void *p = NULL;
@@ -77,7 +87,7 @@ static uint64_t pass(const char *way, nvrtc_api *a, kpc_context *ctx, char **src
     return bn_now_ns() - t0;
 }
 
-static int child(const char *way, int k, int depth)
+static int child(const char *way, int k, int depth, int passes)
 {
     char **srcs = calloc((size_t)k, sizeof *srcs);
     for (int i = 0; i < k; i++)
@@ -91,7 +101,7 @@ static int child(const char *way, int k, int depth)
     } else {
         nvrtc_load(&a);
     }
-    uint64_t t1 = pass(way, &a, ctx, srcs, k), t2 = pass(way, &a, ctx, srcs, k);
+    uint64_t t1 = pass(way, &a, ctx, srcs, k), t2 = passes > 1 ? pass(way, &a, ctx, srcs, k) : 0;
     printf("%llu %llu\n", (unsigned long long)t1, (unsigned long long)t2);
     if (ctx) {
         kpc_context_destroy(ctx);
@@ -105,10 +115,12 @@ typedef struct run_result {
     double first, second;  /* of the first child: its two passes, seconds */
 } run_result;
 
-/* P children of way at once, with home as HOME, XDG_CACHE_HOME and (kpc) the cache. */
-static run_result spawn(const char *way, int p, int k, int depth, const char *home)
+/* P children of way at once (each making `passes` passes), with home as HOME,
+ * XDG_CACHE_HOME and (kpc) the cache. */
+static run_result spawn(const char *way, int p, int k, int depth, int passes, const char *home)
 {
-    char self[4096], ks[16], ds[16];
+    char self[4096], ks[16], ds[16], ps[16];
+    snprintf(ps, sizeof ps, "%d", passes);
     snprintf(self, sizeof self, "%s/bench_nvrtc_cache", bn_self_dir());
     snprintf(ks, sizeof ks, "%d", k);
     snprintf(ds, sizeof ds, "%d", depth);
@@ -125,7 +137,7 @@ static run_result spawn(const char *way, int p, int k, int depth, const char *ho
             setenv("XDG_CACHE_HOME", home, 1);
             setenv("KPC_CACHE_DIR", cache, 1);
             dup2(fds[i][1], 1);
-            execl(self, self, "--child", way, ks, ds, (char *)NULL);
+            execl(self, self, "--child", way, ks, ds, ps, (char *)NULL);
             _exit(127);
         }
         close(fds[i][1]);
@@ -178,8 +190,8 @@ static void row(const char *id, const char *fig, double v, double ref, const cha
 
 int main(int argc, char **argv)
 {
-    if (argc == 5 && strcmp(argv[1], "--child") == 0)
-        return child(argv[2], atoi(argv[3]), atoi(argv[4]));
+    if (argc == 6 && strcmp(argv[1], "--child") == 0)
+        return child(argv[2], atoi(argv[3]), atoi(argv[4]), atoi(argv[5]));
     int k = 8, depth = 190, procs = 16;
     for (int i = 1; i + 1 < argc; i += 2) {
         if (strcmp(argv[i], "--k") == 0)
@@ -202,8 +214,9 @@ int main(int argc, char **argv)
     run_result cold[3], warm[3], storm[3];
     for (int w = 0; w < 3; w++) {
         char *home = fresh_home();
-        cold[w] = spawn(ways[w], 1, k, depth, home);
-        warm[w] = spawn(ways[w], 1, k, depth, home);
+        cold[w] = spawn(ways[w], 1, k, depth, 2, home);
+        cold[w].wall -= cold[w].second; /* the second pass is the in-process warm figure */
+        warm[w] = spawn(ways[w], 1, k, depth, 1, home);
         char cmd[4400];
         snprintf(cmd, sizeof cmd, "cd '%s' && find . -type f | sed 's|^|bench: %s cache file: |' | head -5 >&2; "
                  "echo \"bench: %s: $(find . -type f | wc -l) files, $(du -sk . | cut -f1) KB under HOME\" >&2",
@@ -212,7 +225,7 @@ int main(int argc, char **argv)
             bn_say("could not list %s", home);
         drop_home(home);
         home = fresh_home();
-        storm[w] = spawn(ways[w], procs, k, depth, home);
+        storm[w] = spawn(ways[w], procs, k, depth, 1, home);
         drop_home(home);
         bn_say("%s: cold %.3f s (passes %.3f, %.3f); new-process warm %.3f s (%.3f); %d cold at once %.3f s",
                ways[w], cold[w].wall, cold[w].first, cold[w].second, warm[w].wall, warm[w].first, procs,
