@@ -112,6 +112,7 @@ kpc_status kpc_stats_get(kpc_cache *cache, kpc_stats *out)
     out->builds = atomic_load(&cache->builds);
     out->build_failures = atomic_load(&cache->build_failures);
     out->waits = atomic_load(&cache->waits);
+    out->cached_failures = atomic_load(&cache->cached_failures);
     if (cache->index) {
         kpc_index_counters c;
         kpc_index_counters_get(cache->index, &c);

@@ -30,7 +30,7 @@ struct kpc_cache {
     kpc_store *store;  /* the disk tier's tree (usage figures); NULL: disk level off */
     kpc_index *index;  /* NULL: host index off */
     /* process counters */
-    _Atomic uint64_t mem_misses, disk_hits, builds, build_failures, waits;
+    _Atomic uint64_t mem_misses, disk_hits, builds, build_failures, waits, cached_failures;
     atomic_int contexts;
     pid_t pid;          /* the process that opened it (kpc.h: a fork child must not use it) */
     unsigned fork_gen;  /* the process's fork generation then: see kpc_cache_check_process */

@@ -148,9 +148,16 @@ const void *kpc_program_code(const kpc_program *prog, size_t *size)
 /* A name is valid while the caller holds its reference. */
 const char *kpc_program_lowered_name(const kpc_program *prog, const char *name_expression)
 {
-    if (prog == NULL || name_expression == NULL || prog->names == NULL)
+    /* "" is no request's expression: its entry is the compile's log (platform/names.h) */
+    if (prog == NULL || name_expression == NULL || name_expression[0] == '\0' || prog->names == NULL)
         return NULL;
     return kpc_names_find(prog->names, prog->names_size, name_expression);
+}
+
+const char *kpc_program_build_log(const kpc_program *prog)
+{
+    const char *log = prog && prog->names ? kpc_names_find(prog->names, prog->names_size, KPC_NAMES_LOG) : NULL;
+    return log ? log : "";
 }
 
 const char *kpc_program_lowered_reason(const kpc_program *prog, const char *name_expression)

@@ -60,6 +60,10 @@ void kpc_program_hit(kpc_program *prog);
 /* The map lets go of prog; only once no read section can still hand it out (after
  * kpc_grace_wait). Frees it when nothing else holds it. */
 void kpc_program_map_drop(kpc_program *prog);
+/* The log of the successful compile that made prog (warnings, remarks), kept in its
+ * record; "" when the compiler said nothing. For the drop-ins, which hand it back as the
+ * real library would. */
+const char *kpc_program_build_log(const kpc_program *prog);
 /* The compiler's reason for an empty lowered name (platform/names.h), or NULL: for the
  * tools (`kpc compile` prints it). */
 const char *kpc_program_lowered_reason(const kpc_program *prog, const char *name_expression);

@@ -21,6 +21,7 @@
 
 #include "base/log.h"
 #include "base/util.h"
+#include "core/program.h"
 
 #include <bsd/string.h>
 #include <fcntl.h>
@@ -83,7 +84,12 @@ bool kpc_rtc_option_keyable(const char *opt)
         "--device-debug", "-restrict", "--restrict", "-maxrregcount=", "--maxrregcount=", "-ewp",
         "--extensible-whole-program", "-dopt=", "--dopt=", "-extra-device-vectorization",
         "--extra-device-vectorization", "--disable-warnings", "-rdc=false",
-        "--relocatable-device-code=false", "-dw", "--device-w", NULL};
+        "--relocatable-device-code=false", "-dw", "--device-w",
+        /* hipRTC: a launch bound, and optimization remarks (they go to the log, which is
+         * kept with the object) */
+        "--gpu-max-threads-per-block=", "-Rpass", NULL};
+    if (opt != NULL && opt[0] == '\0')
+        return true; /* an empty option: the compiler gets it as the real one would */
     if (opt == NULL || opt[0] != '-')
         return false;
     for (const char *const *r = refused; *r; r++)
@@ -205,8 +211,9 @@ int kpc_rtc_create(const rtc_vendor *v, void **prog, const char *src, const char
     const rtc_real *r;
     if (src == NULL && prog != NULL)
         return RTC_ERROR_INVALID_INPUT; /* hipRTC 5.2 aborts on a NULL source */
-    /* a NULL name is NVRTC's "default_program"; what hipRTC makes of it is its own affair */
-    bool odd = prog == NULL || (name == NULL && v->default_name == NULL) || num_headers < 0 ||
+    /* a NULL name is NVRTC's "default_program"; hipRTC compiles it as it compiles any
+     * (its diagnostics name the file "CompileSource" whatever the name): keyed as NULL */
+    bool odd = prog == NULL || num_headers < 0 ||
                (num_headers > 0 && (headers == NULL || include_names == NULL));
     for (int i = 0; !odd && i < num_headers; i++)
         odd = headers[i] == NULL || include_names[i] == NULL;
@@ -384,6 +391,9 @@ int kpc_rtc_code_size(const rtc_vendor *v, void *prog, int kind, size_t *size)
     if (p->state == P_KPC && p->kind == kind && size != NULL) {
         kpc_program_code(p->kprog, size);
         res = RTC_SUCCESS;
+    } else if (p->state == P_FAILED && v->empty_code_after_failure && size != NULL) {
+        *size = 0;
+        res = RTC_SUCCESS;
     } else {
         void *real = real_of(v, p, &res);
         if (real)
@@ -423,10 +433,16 @@ int kpc_rtc_lowered(const rtc_vendor *v, void *prog, const char *expr, const cha
         return (r = kpc_real_get(v)) ? r->lowered(prog, expr, lowered) : RTC_ERROR_INTERNAL_ERROR;
     int res;
     pthread_mutex_lock(&p->lock);
-    const char *name = p->state == P_KPC && expr && lowered ? kpc_program_lowered_name(p->kprog, expr) : NULL;
-    if (name != NULL && name[0] != '\0') { /* "" is a name the compiler could not lower */
-        *lowered = name;
-        res = RTC_SUCCESS;
+    if (p->state == P_KPC) {
+        /* the answers the real library gives, from the cached table: a name the compiler
+         * could not lower ("") and one never added (NULL) are NAME_EXPRESSION_NOT_VALID */
+        const char *name = expr && lowered ? kpc_program_lowered_name(p->kprog, expr) : NULL;
+        if (expr == NULL || lowered == NULL)
+            res = RTC_ERROR_INVALID_INPUT;
+        else if (name == NULL || name[0] == '\0')
+            res = RTC_ERROR_NAME_EXPRESSION_NOT_VALID;
+        else
+            *lowered = name, res = RTC_SUCCESS;
     } else {
         void *real = real_of(v, p, &res);
         if (real)
@@ -436,11 +452,16 @@ int kpc_rtc_lowered(const rtc_vendor *v, void *prog, const char *expr, const cha
     return res;
 }
 
-/* The log kpc answers with: the failed compile's text, or none after a success. */
+/* The log kpc answers with: the failed compile's text, or the successful one's (its
+ * warnings, kept in the record: "" when the compiler said nothing). */
+static const char *kpc_log_text(const rtc_prog *p)
+{
+    return p->state == P_FAILED ? p->log : kpc_program_build_log(p->kprog);
+}
+
 static size_t kpc_log_size(const rtc_vendor *v, const rtc_prog *p)
 {
-    size_t n = p->state == P_FAILED ? strlen(p->log) : 0;
-    return n + (v->log_counts_nul ? 1 : 0);
+    return strlen(kpc_log_text(p)) + (v->log_counts_nul ? 1 : 0);
 }
 
 int kpc_rtc_log_size(const rtc_vendor *v, void *prog, size_t *size)
@@ -474,7 +495,7 @@ int kpc_rtc_log(const rtc_vendor *v, void *prog, char *log)
     if ((p->state == P_KPC || p->state == P_FAILED) && log != NULL) {
         size_t n = kpc_log_size(v, p);
         if (n > 0)
-            memcpy(log, p->state == P_FAILED ? p->log : "", n); /* the NUL too where counted */
+            memcpy(log, kpc_log_text(p), n); /* the NUL too where counted */
         res = RTC_SUCCESS;
     } else {
         void *real = real_of(v, p, &res);

@@ -44,6 +44,8 @@ typedef struct rtc_vendor {
     const char *const *dirs;    /* then these directories, by absolute path ("$VAR/sub" expands) */
     const char *code_fns[2][2]; /* {size, get} symbol names per code kind, NULL for none */
     bool log_counts_nul;        /* the log size counts a terminating NUL (NVRTC) */
+    bool empty_code_after_failure; /* the code size after a failed compile is 0, with
+                                    * success (hipRTC 5.2, tried); else asked of the real one */
     const char *default_name;   /* the program name a NULL name stands for; NULL: forward it */
     const char *const *arch_prefixes; /* options naming the target: "--offload-arch=" ... */
     /* The target when no option names one: KPC_OK, or anything else to forward. */

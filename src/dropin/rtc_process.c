@@ -144,11 +144,12 @@ __attribute__((destructor)) static void write_stats(void)
     char line[512];
     int n = snprintf(line, sizeof line,
                      "%s pid=%d compiles=%llu kpc=%llu forwarded=%llu materialized=%llu builds=%llu "
-                     "build_failures=%llu disk_hits=%llu mem_hits=%llu waits=%llu\n",
+                     "build_failures=%llu cached_failures=%llu disk_hits=%llu mem_hits=%llu waits=%llu\n",
                      v->name, (int)getpid(), (unsigned long long)kpc_rtc_counters.compiles,
                      (unsigned long long)kpc_rtc_counters.kpc, (unsigned long long)kpc_rtc_counters.forwarded,
                      (unsigned long long)kpc_rtc_counters.materialized, (unsigned long long)st.builds,
-                     (unsigned long long)st.build_failures, (unsigned long long)st.disk_hits,
+                     (unsigned long long)st.build_failures, (unsigned long long)st.cached_failures,
+                     (unsigned long long)st.disk_hits,
                      (unsigned long long)st.mem_hits, (unsigned long long)st.waits);
     int fd = open(path, O_WRONLY | O_CREAT | O_APPEND | O_CLOEXEC, 0644);
     if (fd < 0 || n <= 0 || kpc__write_all(fd, line, (size_t)n) != 0)
