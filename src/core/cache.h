@@ -18,7 +18,8 @@
  * that every hitting thread fought over). */
 #define KPC_HIT_SLOTS 64
 typedef struct kpc_hit_counter {
-    _Atomic uint64_t n;
+    _Alignas(64) _Atomic uint64_t n; /* aligned: no counter shares the line of the fields
+                                      * every request reads (pid, fork_gen) */
     char pad[56];
 } kpc_hit_counter;
 

@@ -19,7 +19,7 @@ typedef struct kpc_kernel_slot {
 
 /* One thread slot's share of a mapped program's references (core/program.c). */
 typedef struct kpc_ref_slot {
-    _Atomic int64_t n;
+    _Alignas(64) _Atomic int64_t n;
     char pad[56];
 } kpc_ref_slot;
 #define KPC_REF_SLOTS 32
