@@ -293,11 +293,18 @@ START_TEST(last_log_is_per_thread)
 END_TEST
 
 /* ---- LRU ---- */
-START_TEST(lru_drops_the_map_reference_only)
+/* A cache on dir whose contexts keep at most 2 programs in memory. */
+static kpc_cache *open_two_in_memory(void)
 {
     kpc_config cfg = {.struct_size = sizeof cfg, .cache_dir = dir, .mem_max_programs = 2};
     kpc_cache *c;
     ck_assert_int_eq(kpc_cache_open(&cfg, &c), KPC_OK);
+    return c;
+}
+
+START_TEST(lru_drops_the_map_reference_only)
+{
+    kpc_cache *c = open_two_in_memory();
     kpc_context *ctx = ts_context(c);
     kpc_source s[3];
     kpc_program *p[3];
@@ -332,6 +339,7 @@ START_TEST(lru_drops_the_map_reference_only)
     kpc_cache_close(c);
 }
 END_TEST
+
 
 /* ---- targets and bad input ---- */
 START_TEST(targets_are_validated_and_normalized)

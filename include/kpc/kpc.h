@@ -140,6 +140,9 @@ typedef struct kpc_stats {
     /* this process: requests answered by a pack of KPC_PACK_PATH, and pack entries refused
      * as damaged (each then built) */
     uint64_t pack_hits, pack_refused;
+    /* this process: requests answered with a compile error kept in the cache (its log
+     * read back, no compile run; build_failures counts the compiles that failed) */
+    uint64_t cached_failures;
 } kpc_stats;
 
 typedef struct kpc_source {

@@ -43,7 +43,9 @@ kpc_status kpc_cache_open(const kpc_config *cfg, kpc_cache **out)
         return KPC_E_INVALID;
     }
     *out = NULL;
-    kpc_cache *c = calloc(1, sizeof *c);
+    kpc_cache *c = aligned_alloc(_Alignof(kpc_cache), sizeof *c); /* the hit counters' lines */
+    if (c)
+        memset(c, 0, sizeof *c);
     if (c == NULL)
         return KPC_E_NOMEM;
     static pthread_once_t once = PTHREAD_ONCE_INIT;
@@ -112,6 +114,7 @@ kpc_status kpc_stats_get(kpc_cache *cache, kpc_stats *out)
     out->builds = atomic_load(&cache->builds);
     out->build_failures = atomic_load(&cache->build_failures);
     out->waits = atomic_load(&cache->waits);
+    out->cached_failures = atomic_load(&cache->cached_failures);
     if (cache->index) {
         kpc_index_counters c;
         kpc_index_counters_get(cache->index, &c);

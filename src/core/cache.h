@@ -18,7 +18,8 @@
  * that every hitting thread fought over). */
 #define KPC_HIT_SLOTS 64
 typedef struct kpc_hit_counter {
-    _Atomic uint64_t n;
+    _Alignas(64) _Atomic uint64_t n; /* aligned: no counter shares the line of the fields
+                                      * every request reads (pid, fork_gen) */
     char pad[56];
 } kpc_hit_counter;
 
@@ -30,7 +31,7 @@ struct kpc_cache {
     kpc_store *store;  /* the disk tier's tree (usage figures); NULL: disk level off */
     kpc_index *index;  /* NULL: host index off */
     /* process counters */
-    _Atomic uint64_t mem_misses, disk_hits, builds, build_failures, waits;
+    _Atomic uint64_t mem_misses, disk_hits, builds, build_failures, waits, cached_failures;
     atomic_int contexts;
     pid_t pid;          /* the process that opened it (kpc.h: a fork child must not use it) */
     unsigned fork_gen;  /* the process's fork generation then: see kpc_cache_check_process */

@@ -37,6 +37,12 @@
 #include <unistd.h>
 #define XXH_STATIC_LINKING_ONLY /* XXH3_state_t on the stack */
 #include <xxhash.h>
+#if defined(KPC_HAVE_XXH_DISPATCH)
+/* libxxhash's run-time dispatch: the AVX2 or AVX-512 loop where the CPU has it, the
+ * same hash values (XXH3 is defined independently of the vector width). The source's
+ * digest is most of a hit's cost: SSE2 hashes ~10 bytes per ns on the device machine. */
+#include <xxh_x86dispatch.h>
+#endif
 
 /* -2: large fields by digest (-1 held them whole); -3: the hidden options out of the
  * compiler identity into a key identity of their own (kpc_key_identity); -4: files read
@@ -61,6 +67,7 @@ static __attribute__((noinline)) bool key_cwd(const kpc_source *src, const kpc_o
 }
 
 #define KEY_BUF 1024 /* the small fields of a request that is hashed in one shot */
+#define KEY_OPTS 32  /* options whose lengths the fast path remembers */
 
 typedef struct serializer {
     uint8_t buf[KEY_BUF];
@@ -196,34 +203,49 @@ static void compute_slow(const uint8_t compiler_id[16], const char *platform, co
     XXH128_canonicalFromHash((XXH128_canonical_t *)out->bytes, h);
 }
 
-kpc_status kpc_key_compute_prefixed(const kpc_key_prefix *pre, const kpc_source *src, kpc_key *out)
+/* with_cwd < 0: decide (the option scan of kpc_manifest_needs_cwd); 0: the key of the
+ * request as if it did not depend on the working directory (no scan, no system call).
+ * False when that key cannot be had on the fast path (the request is too large). */
+static bool compute_prefixed(const kpc_key_prefix *pre, const kpc_source *src, int with_cwd_wanted,
+                             kpc_key *out)
 {
     /* the size of what follows the prefix; a request that would not fit takes the
      * serializer (one strlen more per small field than the fast path: only there) */
     if (pre->len > KEY_BUF) {
+        if (with_cwd_wanted == 0)
+            return false;
         compute_slow(pre->compiler_id, pre->platform, pre->target, src, out);
-        return KPC_OK;
+        return true;
     }
     uint8_t cwd[16];
-    bool with_cwd = key_cwd(src, pre->options, cwd);
+    bool with_cwd = with_cwd_wanted != 0 && key_cwd(src, pre->options, cwd);
     size_t need = pre->len + 9 + 9 + (src->name ? strlen(src->name) : 0) + 9 + 16 + 9 + 9 +
                   (with_cwd ? 9 + sizeof cwd : 0);
-    for (size_t i = 0; i < src->num_options && need <= KEY_BUF; i++)
-        need += 9 + strlen(src->options[i]);
+    /* the options' lengths, measured once (a hit with 8 options spent a third of its
+     * option cost measuring them twice) */
+    size_t olen[KEY_OPTS];
+    for (size_t i = 0; i < src->num_options && need <= KEY_BUF; i++) {
+        size_t n = strlen(src->options[i]);
+        if (i < KEY_OPTS)
+            olen[i] = n;
+        need += 9 + n;
+    }
     for (size_t i = 0; i < src->num_headers && need <= KEY_BUF; i++)
         need += 9 + strlen(src->header_names[i]) + 9 + 16;
     for (size_t i = 0; i < src->num_name_expressions && need <= KEY_BUF; i++)
         need += 9 + strlen(src->name_expressions[i]);
     if (need > KEY_BUF) {
+        if (with_cwd_wanted == 0)
+            return false;
         compute_slow(pre->compiler_id, pre->platform, pre->target, src, out);
-        return KPC_OK;
+        return true;
     }
     uint8_t buf[KEY_BUF], *p = buf;
     memcpy(p, pre->bytes, pre->len);
     p += pre->len;
     p = w_head(p, 'o', src->num_options); /* a count: the head alone */
     for (size_t i = 0; i < src->num_options; i++)
-        p = w_str(p, 'O', src->options[i]);
+        p = i < KEY_OPTS ? w_put(p, 'O', src->options[i], olen[i]) : w_str(p, 'O', src->options[i]);
     p = w_str(p, 'N', src->name);
     p = w_digest(p, 'S', src->code, src->code_len ? src->code_len : strlen(src->code));
     p = w_head(p, 'h', src->num_headers);
@@ -237,7 +259,18 @@ kpc_status kpc_key_compute_prefixed(const kpc_key_prefix *pre, const kpc_source 
     if (with_cwd)
         p = w_put(p, 'W', cwd, sizeof cwd);
     XXH128_canonicalFromHash((XXH128_canonical_t *)out->bytes, XXH3_128bits(buf, (size_t)(p - buf)));
+    return true;
+}
+
+kpc_status kpc_key_compute_prefixed(const kpc_key_prefix *pre, const kpc_source *src, kpc_key *out)
+{
+    compute_prefixed(pre, src, -1, out);
     return KPC_OK;
+}
+
+bool kpc_key_compute_no_cwd(const kpc_key_prefix *pre, const kpc_source *src, kpc_key *out)
+{
+    return pre->len != SIZE_MAX && compute_prefixed(pre, src, 0, out);
 }
 
 kpc_status kpc_key_compute(const uint8_t compiler_id[16], const char *platform, const char *target,

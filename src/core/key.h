@@ -25,6 +25,12 @@ typedef struct kpc_key_prefix {
 void kpc_key_prefix_init(kpc_key_prefix *pre, const uint8_t compiler_id[16], const char *platform,
                          const char *target);
 kpc_status kpc_key_compute_prefixed(const kpc_key_prefix *pre, const kpc_source *src, kpc_key *out);
+/* The key of src as if its outcome did not depend on the working directory: its key
+ * exactly when kpc_manifest_needs_cwd is false, computed without that scan of the
+ * options. False (out unset) when the prefix or the request is too large for the fast
+ * path. The map's hit path uses it: a program is stored under such a key only by a
+ * request that was found not to depend on it (the same options, so the same finding). */
+bool kpc_key_compute_no_cwd(const kpc_key_prefix *pre, const kpc_source *src, kpc_key *out);
 /* The 16 bytes keys hash for a compiler identity: it with the values of pf->key_env now. */
 void kpc_key_identity(const kpc_platform *pf, const uint8_t compiler_id[16], uint8_t key_id[16]);
 

@@ -378,6 +378,21 @@ kpc_status kpc_manifest_add(kpc_manifest *m, const kpc_key *object, uint32_t out
 }
 
 /* ---- the working directory -------------------------------------------------------- */
+/* Whether the source or an in-memory header has the word "include" at all: a request
+ * whose texts have none reads nothing from the source's directory (conservative: a
+ * comment counts too). */
+static bool mentions_include(const kpc_source *src)
+{
+    static const char word[] = "include";
+    size_t len = src->code_len ? src->code_len : strlen(src->code);
+    if (memmem(src->code, len, word, sizeof word - 1) != NULL)
+        return true;
+    for (size_t i = 0; i < src->num_headers; i++)
+        if (strstr(src->header_sources[i], word) != NULL)
+            return true;
+    return false;
+}
+
 bool kpc_manifest_needs_cwd(const kpc_source *src, const kpc_option_table *options)
 {
     bool source_dir = kpc_options_source_dir_searched(options);
@@ -391,5 +406,5 @@ bool kpc_manifest_needs_cwd(const kpc_source *src, const kpc_option_table *optio
             return true;
         i += o.used - 1;
     }
-    return source_dir && (src->name == NULL || src->name[0] != '/');
+    return source_dir && (src->name == NULL || src->name[0] != '/') && mentions_include(src);
 }

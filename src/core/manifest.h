@@ -137,7 +137,10 @@ kpc_status kpc_manifest_add(kpc_manifest *m, const kpc_key *object, uint32_t out
  * platform/options.h, calls a search directory, a file read or a path). A quoted
  * #include never resolves against the working directory under hipRTC (the source is
  * compiled from comgr's own directory); a compiler that searches the source's own
- * directory (NVRTC) makes a relative source name count too, unless an option stops it.
+ * directory (NVRTC) makes a relative source name count too, unless an option stops it,
+ * and only if the source or an in-memory header says "include" anywhere (texts that
+ * include nothing read nothing from that directory: such a request's key, and so its
+ * hit, does not depend on a getcwd per request).
  */
 bool kpc_manifest_needs_cwd(const kpc_source *src, const kpc_option_table *options);
 

@@ -1,225 +1,283 @@
 /*
  * map.c - a context's in-memory program map (level 1).
  *
- * The map follows the in-progress-entry design of SYCL's KernelProgramCache: a lock is
- * held only for a table operation. The first thread to miss a key inserts a BUILDING
- * entry and builds outside any lock; later threads find the entry and sleep on the map's
- * condition variable until the builder publishes. Success makes the entry READY;
- * failure unlinks it at once, hands every waiter the same status and log, and lets the
- * next request try again.
+ * The map follows the in-progress-entry design of SYCL's KernelProgramCache: the first
+ * thread to miss a key inserts a BUILDING entry and builds outside any lock; later
+ * threads find the entry and sleep on the map's condition variable until the builder
+ * publishes. Success makes the entry READY; failure unlinks it at once, hands every
+ * waiter the same status and log, and lets the next request try again.
  *
- * Hits from many threads: the table is split into MAP_SHARDS shards by key, each with its
- * own reader-writer lock, and a hit takes only its shard's read lock: threads that get
- * different programs touch different locks, and threads that get the same one share a
- * read lock, never sleeping on each other (a mutex here made 16 threads on 16 cores slower
- * together than one alone: tests/bench/bench_hit, docs/benchmarks.md). A hit writes
- * nothing shared but the program's reference count: its recency is the map's epoch (a
- * counter bumped by each publication), stored in the entry only when it changed. Past
- * mem_max_programs the entry with the oldest epoch is dropped (the oldest of the first
- * EVICT_SAMPLE READY entries from a rotating shard, so a very large map costs a bounded
- * scan; below that many entries the choice is exact up to entries used since the same
- * publication).
+ * Hits take no lock and write no line another thread writes (the design of SBCL's method
+ * cache: many threads on one program cost 2.9-4.4x the one-thread hit at 8-16 threads
+ * while a hit took a read lock and bumped a shared count). The table is an open-addressed
+ * array of entry pointers (linear probing; a removed entry leaves a TOMBSTONE so probes
+ * run on), published with a release store and read with seq_cst loads (plain loads on
+ * x86). An entry's key never changes and its program is set before its state is stored
+ * READY (release), so a reader that sees READY sees the program. Writers (an insert,
+ * a publication, an eviction, a forget) take `lock`, one at a time; a table that fills
+ * up is copied into a bigger one and the pointer swapped.
  *
- * Locks: a shard's lock guards its buckets, count and every field of its entries except
- * state and last_use (atomics, read under the read lock); wait_lock guards nothing but the
- * sleep on `published`; evict_lock makes evictions one at a time. Order: evict_lock, then
- * one shard lock at a time; wait_lock is never held with a shard lock.
+ * Reclamation: what a writer unlinks (an entry, an old table) is freed only after a
+ * grace period (base/grace.c): every reader that was inside its read section when it was
+ * unlinked has left. A reader's section covers the probe and the program's reference
+ * (core/program.c: a count in the thread's own slot), nothing else. Why grace periods and
+ * not "never free while the context lives": evictions and changed files unlink entries
+ * for the life of a long-running context, and the programs they hold must go with them
+ * (mem_max_programs bounds the memory); why not hazard pointers: a hit would publish and
+ * re-check one per entry it looks at. A writer pays one scan of the threads' records.
  *
- * Lifetime: an entry is freed when it is out of the table and no waiter points at it;
- * the entry owns one program reference, dropped when the entry is freed. Only
- * publication (FAILED), eviction and kpc_map_forget (READY) unlink an entry; the last two
- * hold evict_lock.
+ * Recency: a hit stores the map's epoch (a counter bumped by each publication) in the
+ * entry only when it changed, so in a steady state a hit writes nothing shared. Past
+ * mem_max_programs the entry with the oldest epoch among EVICT_SAMPLE READY entries from
+ * a rotating position is dropped (exact below that many entries, up to entries used since
+ * the same publication).
+ *
+ * Lifetime: an entry is freed when it is out of the table, no waiter points at it and a
+ * grace period has passed; it owns the map's program reference, let go of then
+ * (kpc_program_map_drop). `lock` guards the table's contents, waiters, linked, status and
+ * log; state and last_use are atomics. wait_lock guards nothing but the sleep on
+ * `published`, and is never held with `lock`.
  */
 #define _GNU_SOURCE
 #include "core/map.h"
 #include "core/program.h"
+#include "base/grace.h"
 #include "base/log.h"
 
+#include <pthread.h>
+#include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
 enum entry_state { ENTRY_BUILDING, ENTRY_READY, ENTRY_FAILED };
 
-#define MAP_SHARDS 64     /* a power of two */
 #define EVICT_SAMPLE 64
+#define MIN_SLOTS 16
 
 struct kpc_map_entry {
-    kpc_key key;
-    atomic_int state;         /* enum entry_state; written under the write lock */
+    kpc_key key;               /* immutable */
+    atomic_int state;          /* enum entry_state; written under lock */
     _Atomic uint64_t last_use; /* the map's epoch when last published or got */
-    kpc_status status;        /* FAILED: the builder's status */
-    char *log;                /* FAILED: the builder's log */
-    kpc_program *prog;        /* READY: the map's reference */
-    unsigned waiters;         /* threads sleeping on this entry */
-    bool linked;              /* in the hash table */
-    kpc_map_entry *next;      /* hash chain */
+    kpc_program *prog;         /* READY: the map's reference; set before state */
+    kpc_status status;         /* FAILED: the builder's status */
+    char *log;                 /* FAILED: the builder's log */
+    unsigned waiters;          /* threads sleeping on this entry */
+    bool linked;               /* in the table */
 };
 
-typedef struct map_shard {
-    pthread_rwlock_t lock;    /* guards the fields below and its entries (see above) */
-    kpc_map_entry **buckets;
-    size_t nbuckets, count;
-    char pad[64];             /* keep the next shard's lock off this one's cache line */
-} map_shard;
+/* The removed entry's mark: probes go on past it. */
+static kpc_map_entry tombstone;
+#define TOMBSTONE (&tombstone)
+
+typedef struct map_table {
+    size_t mask;    /* slots - 1; slots is a power of two */
+    size_t used;    /* entries and tombstones: kept at most half the slots */
+    _Atomic(kpc_map_entry *) slot[];
+} map_table;
 
 struct kpc_map {
-    map_shard shards[MAP_SHARDS];
+    _Atomic(map_table *) table;
+    pthread_mutex_t lock;      /* writers; see the top comment */
+    size_t live;               /* entries in the table */
+    size_t hand;               /* where the next eviction's sample starts */
     size_t max_ready;
     atomic_size_t ready;       /* READY entries in the table */
     _Atomic uint64_t epoch;    /* bumped by every publication */
-    pthread_mutex_t evict_lock; /* one evictor at a time; guards evict_hand */
-    unsigned evict_hand;
     pthread_mutex_t wait_lock; /* the sleep on `published` */
     pthread_cond_t published;  /* broadcast whenever a build is published */
 };
 
-static map_shard *shard_of(kpc_map *m, const kpc_key *k)
-{
-    return &m->shards[k->bytes[15] & (MAP_SHARDS - 1)];
-}
-
-static size_t bucket_of(const map_shard *sh, const kpc_key *k)
+static size_t home_of(const map_table *t, const kpc_key *k)
 {
     uint64_t h;
     memcpy(&h, k->bytes, sizeof h); /* the key is already a good hash */
-    return (size_t)(h & (sh->nbuckets - 1));
+    return (size_t)h & t->mask;
 }
 
-static kpc_map_entry *find(const map_shard *sh, const kpc_key *key)
+/* The entry of key, or NULL: in a read section, or under lock. */
+static kpc_map_entry *find(const map_table *t, const kpc_key *key)
 {
-    kpc_map_entry *e = sh->buckets[bucket_of(sh, key)];
-    while (e && memcmp(e->key.bytes, key->bytes, sizeof key->bytes) != 0)
-        e = e->next;
-    return e;
+    for (size_t i = home_of(t, key);; i = (i + 1) & t->mask) {
+        kpc_map_entry *e = atomic_load_explicit(&((map_table *)t)->slot[i], memory_order_seq_cst);
+        if (e == NULL)
+            return NULL; /* a table is never more than half full: a probe ends */
+        if (e != TOMBSTONE && memcmp(e->key.bytes, key->bytes, sizeof key->bytes) == 0)
+            return e;
+    }
+}
+
+static map_table *table_new(size_t slots)
+{
+    map_table *t = calloc(1, sizeof *t + slots * sizeof t->slot[0]);
+    if (t)
+        t->mask = slots - 1;
+    return t;
 }
 
 kpc_status kpc_map_new(size_t max_programs, kpc_map **out)
 {
     kpc_map *m = calloc(1, sizeof *m);
-    if (m == NULL)
+    map_table *t = table_new(MIN_SLOTS);
+    if (m == NULL || t == NULL) {
+        free(m);
+        free(t);
         return KPC_E_NOMEM;
-    for (int i = 0; i < MAP_SHARDS; i++) {
-        map_shard *sh = &m->shards[i];
-        sh->nbuckets = 4;
-        sh->buckets = calloc(sh->nbuckets, sizeof *sh->buckets);
-        if (sh->buckets == NULL) {
-            while (i-- > 0)
-                free(m->shards[i].buckets);
-            free(m);
-            return KPC_E_NOMEM;
-        }
     }
-    for (int i = 0; i < MAP_SHARDS; i++)
-        pthread_rwlock_init(&m->shards[i].lock, NULL);
+    atomic_init(&m->table, t);
     m->max_ready = max_programs;
-    pthread_mutex_init(&m->evict_lock, NULL);
+    pthread_mutex_init(&m->lock, NULL);
     pthread_mutex_init(&m->wait_lock, NULL);
     pthread_cond_init(&m->published, NULL);
     *out = m;
     return KPC_OK;
 }
 
+/* After a grace period: no reader can still see e. */
 static void entry_free(kpc_map_entry *e)
 {
-    kpc_program_release(e->prog);
+    if (e->prog)
+        kpc_program_map_drop(e->prog);
     free(e->log);
     free(e);
 }
 
-/* Write lock held. */
-static void table_unlink(map_shard *sh, kpc_map_entry *e)
+/* Unlinked entries (and old tables) wait here for one grace period, outside the lock. */
+typedef struct retired {
+    kpc_map_entry *entry;
+    map_table *table;
+} retired;
+
+static void retire(retired *r)
 {
-    kpc_map_entry **pp = &sh->buckets[bucket_of(sh, &e->key)];
-    while (*pp != e)
-        pp = &(*pp)->next;
-    *pp = e->next;
-    e->next = NULL;
-    e->linked = false;
-    sh->count--;
+    if (r->entry == NULL && r->table == NULL)
+        return;
+    kpc_grace_wait();
+    if (r->entry)
+        entry_free(r->entry);
+    free(r->table);
 }
 
-/* Write lock held. */
-static void table_grow(map_shard *sh)
+/* lock held. */
+static void table_unlink(kpc_map *m, kpc_map_entry *e)
 {
-    size_t n = sh->nbuckets * 2;
-    kpc_map_entry **b = calloc(n, sizeof *b);
-    if (b == NULL)
-        return; /* longer chains, still correct */
-    kpc_map_entry **old = sh->buckets;
-    size_t old_n = sh->nbuckets;
-    sh->buckets = b;
-    sh->nbuckets = n;
-    for (size_t i = 0; i < old_n; i++)
-        for (kpc_map_entry *e = old[i], *next; e; e = next) {
-            next = e->next;
-            size_t j = bucket_of(sh, &e->key);
-            e->next = b[j];
-            b[j] = e;
+    map_table *t = atomic_load_explicit(&m->table, memory_order_relaxed);
+    for (size_t i = home_of(t, &e->key);; i = (i + 1) & t->mask)
+        if (atomic_load_explicit(&t->slot[i], memory_order_relaxed) == e) {
+            atomic_store_explicit(&t->slot[i], TOMBSTONE, memory_order_seq_cst);
+            break;
         }
-    free(old);
+    e->linked = false;
+    m->live--;
 }
 
-/* A READY entry found under either lock: the caller's reference. */
-static kpc_program *take(kpc_map *m, kpc_map_entry *e)
+/* lock held: room for one more entry. The old table, if replaced, goes to r. */
+static bool table_make_room(kpc_map *m, retired *r)
+{
+    map_table *t = atomic_load_explicit(&m->table, memory_order_relaxed);
+    if ((t->used + 1) * 2 <= t->mask + 1)
+        return true;
+    size_t slots = MIN_SLOTS;
+    while (slots < (m->live + 1) * 4)
+        slots *= 2;
+    map_table *n = table_new(slots);
+    if (n == NULL)
+        return false;
+    for (size_t i = 0; i <= t->mask; i++) {
+        kpc_map_entry *e = atomic_load_explicit(&t->slot[i], memory_order_relaxed);
+        if (e == NULL || e == TOMBSTONE)
+            continue;
+        size_t j = home_of(n, &e->key);
+        while (atomic_load_explicit(&n->slot[j], memory_order_relaxed) != NULL)
+            j = (j + 1) & n->mask;
+        atomic_store_explicit(&n->slot[j], e, memory_order_relaxed);
+        n->used++;
+    }
+    atomic_store_explicit(&m->table, n, memory_order_seq_cst); /* readers see it whole */
+    r->table = t;
+    return true;
+}
+
+/* lock held. */
+static void table_insert(kpc_map *m, kpc_map_entry *e)
+{
+    map_table *t = atomic_load_explicit(&m->table, memory_order_relaxed);
+    size_t i = home_of(t, &e->key);
+    kpc_map_entry *s;
+    while ((s = atomic_load_explicit(&t->slot[i], memory_order_relaxed)) != NULL && s != TOMBSTONE)
+        i = (i + 1) & t->mask;
+    if (s == NULL)
+        t->used++;
+    atomic_store_explicit(&t->slot[i], e, memory_order_seq_cst);
+    e->linked = true;
+    m->live++;
+}
+
+/* A READY entry's recency: stored only when it changed, so steady hits write nothing. */
+static void touch(kpc_map *m, kpc_map_entry *e)
 {
     uint64_t now = atomic_load_explicit(&m->epoch, memory_order_relaxed);
     if (atomic_load_explicit(&e->last_use, memory_order_relaxed) != now)
         atomic_store_explicit(&e->last_use, now, memory_order_relaxed);
-    kpc_program_retain(e->prog);
-    return e->prog;
+}
+
+bool kpc_map_hit(kpc_map *m, const kpc_key *key, kpc_program **prog)
+{
+    /* no lock, nothing shared written */
+    kpc_grace_rec *g = kpc_grace_enter();
+    kpc_map_entry *e = find(atomic_load_explicit(&m->table, memory_order_seq_cst), key);
+    bool hit = e && atomic_load_explicit(&e->state, memory_order_acquire) == ENTRY_READY;
+    if (hit) {
+        touch(m, e);
+        kpc_program_hit(e->prog);
+        *prog = e->prog;
+    }
+    kpc_grace_exit(g);
+    return hit;
 }
 
 kpc_status kpc_map_acquire(kpc_map *m, const kpc_key *key, kpc_program **prog, kpc_map_entry **entry,
                            bool *waited)
 {
     *waited = false;
-    map_shard *sh = shard_of(m, key);
-    /* the hit: the read lock only */
-    pthread_rwlock_rdlock(&sh->lock);
-    kpc_map_entry *e = find(sh, key);
-    if (e && atomic_load_explicit(&e->state, memory_order_acquire) == ENTRY_READY) {
-        *prog = take(m, e);
-        pthread_rwlock_unlock(&sh->lock);
+    if (kpc_map_hit(m, key, prog))
         return KPC_OK;
-    }
-    pthread_rwlock_unlock(&sh->lock);
-
-    pthread_rwlock_wrlock(&sh->lock);
-    e = find(sh, key);
+    retired r = {0};
+    pthread_mutex_lock(&m->lock);
+    kpc_map_entry *e = find(atomic_load_explicit(&m->table, memory_order_relaxed), key);
     if (e == NULL) {
         e = calloc(1, sizeof *e);
-        if (e == NULL) {
-            pthread_rwlock_unlock(&sh->lock);
+        if (e == NULL || !table_make_room(m, &r)) {
+            pthread_mutex_unlock(&m->lock);
+            free(e);
+            retire(&r);
             return KPC_E_NOMEM;
         }
         e->key = *key;
         atomic_init(&e->state, ENTRY_BUILDING);
-        size_t b = bucket_of(sh, key);
-        e->next = sh->buckets[b];
-        sh->buckets[b] = e;
-        e->linked = true;
-        if (++sh->count > sh->nbuckets)
-            table_grow(sh);
-        pthread_rwlock_unlock(&sh->lock);
+        table_insert(m, e);
+        pthread_mutex_unlock(&m->lock);
+        retire(&r);
         *entry = e;
         return KPC_E_NOT_FOUND; /* the caller builds */
     }
-    if (atomic_load(&e->state) == ENTRY_READY) { /* published since the read lock */
-        *prog = take(m, e);
-        pthread_rwlock_unlock(&sh->lock);
+    if (atomic_load(&e->state) == ENTRY_READY) { /* published since the probe */
+        touch(m, e);
+        kpc_program_retain(e->prog);
+        *prog = e->prog;
+        pthread_mutex_unlock(&m->lock);
         return KPC_OK;
     }
     /* BUILDING (a FAILED entry is never in the table): wait for the builder */
     *waited = true;
     e->waiters++;
-    pthread_rwlock_unlock(&sh->lock);
+    pthread_mutex_unlock(&m->lock);
     pthread_mutex_lock(&m->wait_lock);
     while (atomic_load(&e->state) == ENTRY_BUILDING)
         pthread_cond_wait(&m->published, &m->wait_lock);
     pthread_mutex_unlock(&m->wait_lock);
 
-    pthread_rwlock_wrlock(&sh->lock);
+    pthread_mutex_lock(&m->lock);
     e->waiters--;
     kpc_status st;
     if (atomic_load(&e->state) == ENTRY_READY) {
@@ -230,105 +288,99 @@ kpc_status kpc_map_acquire(kpc_map *m, const kpc_key *key, kpc_program **prog, k
         st = e->status;
         kpc__last_log_set(e->log);
     }
-    bool free_it = !e->linked && e->waiters == 0;
-    pthread_rwlock_unlock(&sh->lock);
-    if (free_it)
-        entry_free(e);
+    if (!e->linked && e->waiters == 0)
+        r.entry = e;
+    pthread_mutex_unlock(&m->lock);
+    retire(&r);
     return st;
+}
+
+/* lock held: a READY entry out of the table; freed after a grace period (r) unless a
+ * waiter still points at it (the last one frees it). */
+static void unlink_ready(kpc_map *m, kpc_map_entry *e, retired *r)
+{
+    table_unlink(m, e);
+    atomic_fetch_sub(&m->ready, 1);
+    if (e->waiters == 0)
+        r->entry = e;
 }
 
 /* Drop the least recently used READY entries while there are more than max_ready. */
 static void evict(kpc_map *m)
 {
-    pthread_mutex_lock(&m->evict_lock);
-    while (atomic_load(&m->ready) > m->max_ready) {
-        kpc_map_entry *victim = NULL;
-        map_shard *vsh = NULL;
-        uint64_t oldest = UINT64_MAX;
-        unsigned seen = 0, start = m->evict_hand;
-        for (unsigned n = 0; n < MAP_SHARDS && seen < EVICT_SAMPLE; n++) {
-            map_shard *sh = &m->shards[(start + n) & (MAP_SHARDS - 1)];
-            pthread_rwlock_rdlock(&sh->lock);
-            for (size_t b = 0; b < sh->nbuckets; b++)
-                for (kpc_map_entry *e = sh->buckets[b]; e; e = e->next) {
-                    if (atomic_load(&e->state) != ENTRY_READY)
-                        continue;
-                    seen++;
-                    uint64_t t = atomic_load_explicit(&e->last_use, memory_order_relaxed);
-                    if (t < oldest)
-                        oldest = t, victim = e, vsh = sh;
-                }
-            pthread_rwlock_unlock(&sh->lock);
-            m->evict_hand = (start + n + 1) & (MAP_SHARDS - 1);
+    for (;;) {
+        retired r = {0};
+        pthread_mutex_lock(&m->lock);
+        if (atomic_load(&m->ready) <= m->max_ready) {
+            pthread_mutex_unlock(&m->lock);
+            return;
         }
+        map_table *t = atomic_load_explicit(&m->table, memory_order_relaxed);
+        kpc_map_entry *victim = NULL;
+        uint64_t oldest = UINT64_MAX;
+        unsigned seen = 0;
+        size_t i = m->hand & t->mask;
+        for (size_t n = 0; n <= t->mask && seen < EVICT_SAMPLE; n++, i = (i + 1) & t->mask) {
+            kpc_map_entry *e = atomic_load_explicit(&t->slot[i], memory_order_relaxed);
+            if (e == NULL || e == TOMBSTONE || atomic_load(&e->state) != ENTRY_READY)
+                continue;
+            seen++;
+            uint64_t u = atomic_load_explicit(&e->last_use, memory_order_relaxed);
+            if (u < oldest)
+                oldest = u, victim = e;
+        }
+        m->hand = i;
+        if (victim) /* a program still referenced by a caller stays alive: this drops the map's */
+            unlink_ready(m, victim, &r);
+        pthread_mutex_unlock(&m->lock);
+        retire(&r);
         if (victim == NULL)
-            break;
-        /* still linked and READY: only an eviction unlinks a READY entry, and this is
-         * the only evictor */
-        pthread_rwlock_wrlock(&vsh->lock);
-        table_unlink(vsh, victim);
-        bool free_it = victim->waiters == 0;
-        pthread_rwlock_unlock(&vsh->lock);
-        atomic_fetch_sub(&m->ready, 1);
-        /* a program still referenced by a caller stays alive: this drops the map's */
-        if (free_it)
-            entry_free(victim);
+            return;
     }
-    pthread_mutex_unlock(&m->evict_lock);
 }
 
 void kpc_map_publish(kpc_map *m, kpc_map_entry *e, kpc_status st, kpc_program *prog, const char *log)
 {
     char *log_copy = st == KPC_OK ? NULL : kpc__strdup(log ? log : "");
-    map_shard *sh = shard_of(m, &e->key);
     uint64_t epoch = atomic_fetch_add(&m->epoch, 1) + 1;
     size_t ready = 0;
-    pthread_rwlock_wrlock(&sh->lock);
+    retired r = {0};
+    if (st == KPC_OK)
+        kpc_program_map_take(prog); /* before any reader can see it READY */
+    pthread_mutex_lock(&m->lock);
     if (st == KPC_OK) {
         e->prog = prog;
         atomic_store_explicit(&e->last_use, epoch, memory_order_relaxed);
         atomic_store_explicit(&e->state, ENTRY_READY, memory_order_release);
-        /* counted under the shard lock: kpc_map_forget, which takes it, never uncounts
-         * an entry before it was counted */
         ready = atomic_fetch_add(&m->ready, 1) + 1;
     } else {
         e->status = st;
         e->log = log_copy;
         atomic_store_explicit(&e->state, ENTRY_FAILED, memory_order_release);
-        table_unlink(sh, e); /* the next request tries again */
+        table_unlink(m, e); /* the next request tries again */
     }
-    bool free_it = !e->linked && e->waiters == 0;
-    pthread_rwlock_unlock(&sh->lock);
+    if (!e->linked && e->waiters == 0)
+        r.entry = e;
+    pthread_mutex_unlock(&m->lock);
     /* waiters test the state under wait_lock: taking it here orders the wake-up after
      * any test that saw BUILDING */
     pthread_mutex_lock(&m->wait_lock);
     pthread_cond_broadcast(&m->published);
     pthread_mutex_unlock(&m->wait_lock);
-    if (free_it)
-        entry_free(e);
+    retire(&r);
     if (st == KPC_OK && ready > m->max_ready)
         evict(m);
 }
 
 void kpc_map_forget(kpc_map *m, const kpc_key *key, const kpc_program *prog)
 {
-    map_shard *sh = shard_of(m, key);
-    /* evict_lock: an evictor picks its victim under a read lock and unlinks it later,
-     * trusting that no one else unlinks a READY entry meanwhile */
-    pthread_mutex_lock(&m->evict_lock);
-    pthread_rwlock_wrlock(&sh->lock);
-    kpc_map_entry *e = find(sh, key);
-    bool drop = e && atomic_load(&e->state) == ENTRY_READY && e->prog == prog;
-    bool free_it = false;
-    if (drop) {
-        table_unlink(sh, e);
-        free_it = e->waiters == 0;
-        atomic_fetch_sub(&m->ready, 1);
-    }
-    pthread_rwlock_unlock(&sh->lock);
-    pthread_mutex_unlock(&m->evict_lock);
-    if (free_it)
-        entry_free(e);
+    retired r = {0};
+    pthread_mutex_lock(&m->lock);
+    kpc_map_entry *e = find(atomic_load_explicit(&m->table, memory_order_relaxed), key);
+    if (e && atomic_load(&e->state) == ENTRY_READY && e->prog == prog)
+        unlink_ready(m, e, &r);
+    pthread_mutex_unlock(&m->lock);
+    retire(&r);
 }
 
 size_t kpc_map_count(kpc_map *m)
@@ -340,19 +392,16 @@ void kpc_map_free(kpc_map *m)
 {
     if (m == NULL)
         return;
-    for (int i = 0; i < MAP_SHARDS; i++) {
-        map_shard *sh = &m->shards[i];
-        for (size_t b = 0; b < sh->nbuckets; b++)
-            for (kpc_map_entry *e = sh->buckets[b], *next; e; e = next) {
-                next = e->next;
-                entry_free(e);
-            }
-        free(sh->buckets);
-        pthread_rwlock_destroy(&sh->lock);
+    /* no reader is left (kpc.h: a context is destroyed by its last user) */
+    map_table *t = atomic_load(&m->table);
+    for (size_t i = 0; i <= t->mask; i++) {
+        kpc_map_entry *e = atomic_load_explicit(&t->slot[i], memory_order_relaxed);
+        if (e != NULL && e != TOMBSTONE)
+            entry_free(e);
     }
+    free(t);
     pthread_cond_destroy(&m->published);
     pthread_mutex_destroy(&m->wait_lock);
-    pthread_mutex_destroy(&m->evict_lock);
+    pthread_mutex_destroy(&m->lock);
     free(m);
 }
-

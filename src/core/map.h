@@ -13,6 +13,8 @@ typedef struct kpc_map kpc_map;
 typedef struct kpc_map_entry kpc_map_entry;
 kpc_status kpc_map_new(size_t max_programs, kpc_map **out);
 void kpc_map_free(kpc_map *m);
+/* A hit: true with *prog (a reference) when key's entry is READY; takes no lock. */
+bool kpc_map_hit(kpc_map *m, const kpc_key *key, kpc_program **prog);
 /* KPC_OK with *prog (a hit, or a wait that ended in success), KPC_E_NOT_FOUND when the
  * caller must build (then it must call kpc_map_publish with *entry), or the failure a
  * waited-for build ended in. */

@@ -3,7 +3,21 @@
  * (platform/names.h) and, on a device context, its module and kernel table.
  * Reference-counted: the context's map holds one reference, every caller of
  * kpc_program_get another; the last release unloads the module and frees everything, so
- * a program outlives its eviction from the map.
+ * a program outlives its eviction from the map (kpc.h promises it).
+ *
+ * A hit must not write a line other threads write (many threads asking for one program
+ * fought over its count: 2.9-4.4x the one-thread hit at 8-16 threads), so the count is
+ * split while the program is in a map. refs is the shared part; slots holds one count per
+ * thread slot (base/grace.h), each on its own line. A hit adds 1 to its thread's slot; a
+ * release takes 1 from the releasing thread's slot (which may go below 0: only the sum
+ * means anything), retain and the misses use refs. The map's own reference is a large
+ * bias in refs, so refs cannot reach 0 while the slots are in use. When the map lets go
+ * (eviction, a changed file, the context destroyed; after a grace period, so that no hit
+ * can still be adding to a slot), it folds: every slot is swapped for POISONED and the
+ * sum, less the bias, goes into refs; if that makes 0, nobody holds the program and it
+ * is freed. A release that finds its slot POISONED takes its 1 from refs instead. So a
+ * hit and the release after it touch only the thread's own line, and the one who drops
+ * the count to 0 is exactly the last holder, as before.
  *
  * The kernel table: kernels_lock guards kernels, num_kernels and cap_kernels; a kernel
  * once looked up stays until the program is freed, so kpc_kernel_get hands out the
@@ -13,6 +27,7 @@
 #include "core/program.h"
 #include "core/cache.h"
 #include "core/context.h"
+#include "base/grace.h"
 #include "base/log.h"
 #include "platform/names.h"
 
@@ -38,6 +53,10 @@ kpc_status kpc_program_new(const kpc_key *key, kpc_build *b, kpc_program **out)
     return KPC_OK;
 }
 
+#define MAP_BIAS ((int64_t)1 << 40)          /* the map's reference, while the slots count */
+#define POISONED (INT64_MIN / 2)              /* a slot folded into refs */
+#define IS_POISONED(v) ((v) < INT64_MIN / 4)
+
 kpc_status kpc_program_retain(kpc_program *prog)
 {
     if (prog == NULL)
@@ -46,10 +65,66 @@ kpc_status kpc_program_retain(kpc_program *prog)
     return KPC_OK;
 }
 
+static void program_free(kpc_program *prog);
+
+static void drop_shared(kpc_program *prog, int64_t n)
+{
+    if (atomic_fetch_sub_explicit(&prog->refs, n, memory_order_acq_rel) == n)
+        program_free(prog);
+}
+
+void kpc_program_map_take(kpc_program *prog)
+{
+    kpc_ref_slot *slots = aligned_alloc(64, KPC_REF_SLOTS * sizeof *slots);
+    if (slots == NULL)
+        return; /* the shared count only: correct, only slower under many threads */
+    for (int i = 0; i < KPC_REF_SLOTS; i++)
+        atomic_init(&slots[i].n, 0);
+    /* the bias first: a release that sees the slots may take from them at once */
+    atomic_fetch_add_explicit(&prog->refs, MAP_BIAS - 1, memory_order_relaxed);
+    atomic_store_explicit(&prog->slots, slots, memory_order_release);
+}
+
+void kpc_program_hit(kpc_program *prog)
+{
+    kpc_ref_slot *slots = atomic_load_explicit(&prog->slots, memory_order_acquire);
+    if (slots)
+        atomic_fetch_add_explicit(&slots[kpc_thread_slot() % KPC_REF_SLOTS].n, 1, memory_order_relaxed);
+    else
+        atomic_fetch_add_explicit(&prog->refs, 1, memory_order_relaxed);
+}
+
+void kpc_program_map_drop(kpc_program *prog)
+{
+    kpc_ref_slot *slots = atomic_load_explicit(&prog->slots, memory_order_acquire);
+    if (slots == NULL) {
+        drop_shared(prog, 1);
+        return;
+    }
+    int64_t sum = 0;
+    for (int i = 0; i < KPC_REF_SLOTS; i++)
+        sum += atomic_exchange_explicit(&slots[i].n, POISONED, memory_order_acq_rel);
+    drop_shared(prog, MAP_BIAS - sum);
+}
+
 void kpc_program_release(kpc_program *prog)
 {
-    if (prog == NULL || atomic_fetch_sub_explicit(&prog->refs, 1, memory_order_acq_rel) != 1)
+    if (prog == NULL)
         return;
+    kpc_ref_slot *slots = atomic_load_explicit(&prog->slots, memory_order_acquire);
+    if (slots) {
+        _Atomic int64_t *n = &slots[kpc_thread_slot() % KPC_REF_SLOTS].n;
+        int64_t v = atomic_load_explicit(n, memory_order_relaxed);
+        while (!IS_POISONED(v))
+            if (atomic_compare_exchange_weak_explicit(n, &v, v - 1, memory_order_release,
+                                                      memory_order_relaxed))
+                return;
+    }
+    drop_shared(prog, 1);
+}
+
+static void program_free(kpc_program *prog)
+{
     if (prog->module)
         kpc_platform_get()->module_unload(prog->device, prog->module);
     for (size_t i = 0; i < prog->num_kernels; i++)
@@ -59,6 +134,7 @@ void kpc_program_release(kpc_program *prog)
     free(prog->code);
     free(prog->names);
     kpc_manifest_deps_free(prog->deps);
+    free(atomic_load(&prog->slots));
     free(prog);
 }
 
@@ -72,9 +148,16 @@ const void *kpc_program_code(const kpc_program *prog, size_t *size)
 /* A name is valid while the caller holds its reference. */
 const char *kpc_program_lowered_name(const kpc_program *prog, const char *name_expression)
 {
-    if (prog == NULL || name_expression == NULL || prog->names == NULL)
+    /* "" is no request's expression: its entry is the compile's log (platform/names.h) */
+    if (prog == NULL || name_expression == NULL || name_expression[0] == '\0' || prog->names == NULL)
         return NULL;
     return kpc_names_find(prog->names, prog->names_size, name_expression);
+}
+
+const char *kpc_program_build_log(const kpc_program *prog)
+{
+    const char *log = prog && prog->names ? kpc_names_find(prog->names, prog->names_size, KPC_NAMES_LOG) : NULL;
+    return log ? log : "";
 }
 
 const char *kpc_program_lowered_reason(const kpc_program *prog, const char *name_expression)

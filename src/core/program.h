@@ -17,8 +17,18 @@ typedef struct kpc_kernel_slot {
     void *fn;
 } kpc_kernel_slot;
 
+/* One thread slot's share of a mapped program's references (core/program.c). */
+typedef struct kpc_ref_slot {
+    _Alignas(64) _Atomic int64_t n;
+    char pad[56];
+} kpc_ref_slot;
+#define KPC_REF_SLOTS 32
+
 struct kpc_program {
-    atomic_uint refs;
+    /* References: see the top comment of core/program.c. slots is NULL until the program
+     * enters a context's map. */
+    _Atomic int64_t refs;
+    _Atomic(kpc_ref_slot *) slots;
     kpc_key key;    /* the request's */
     kpc_key object; /* its record's: the key itself, or a manifest entry's object key */
     /* The files its compile read (core/manifest.h), checked on every hit of the map; NULL
@@ -42,6 +52,18 @@ struct kpc_program {
 /* A program of b's code and names (ownership taken; b's are NULL after); its object key
  * is key until the caller sets another. */
 kpc_status kpc_program_new(const kpc_key *key, kpc_build *b, kpc_program **out);
+/* The map takes the reference it was given (kpc_map_publish, before the entry is seen
+ * READY); from then on a hit may count in the thread's slot. */
+void kpc_program_map_take(kpc_program *prog);
+/* A hit's reference, taken inside the map's read section: no shared line written. */
+void kpc_program_hit(kpc_program *prog);
+/* The map lets go of prog; only once no read section can still hand it out (after
+ * kpc_grace_wait). Frees it when nothing else holds it. */
+void kpc_program_map_drop(kpc_program *prog);
+/* The log of the successful compile that made prog (warnings, remarks), kept in its
+ * record; "" when the compiler said nothing. For the drop-ins, which hand it back as the
+ * real library would. */
+const char *kpc_program_build_log(const kpc_program *prog);
 /* The compiler's reason for an empty lowered name (platform/names.h), or NULL: for the
  * tools (`kpc compile` prints it). */
 const char *kpc_program_lowered_reason(const kpc_program *prog, const char *name_expression);

@@ -8,6 +8,16 @@
  * kpc_program_get_many (core/batch.c) goes through the same two steps
  * (kpc_request_acquire, kpc_request_publish), so a batch checks what a single request
  * checks and keeps what it keeps.
+ *
+ * What a request's options decide is decided once per program, not on every hit: the
+ * string compares that refuse an option naming the target and find the options that make
+ * the working directory part of the key (kpc_manifest_needs_cwd) cost as much as the rest
+ * of a hit for a handful of options. So a request first checks only its pointers, computes
+ * its key as if it did not depend on the working directory and asks the map: a program
+ * is stored under such a key only by a request with the same options that passed those
+ * checks and did not depend on it. Only a miss there runs the checks and, where the
+ * working directory counts, computes the key with it (those requests pay the scan on
+ * every hit, as before: they also pay a getcwd).
  */
 #define _GNU_SOURCE
 #include "core/cache.h"
@@ -18,13 +28,15 @@
 #include "core/program.h"
 #include "core/request.h"
 #include "core/resolve.h"
+#include "base/grace.h"
 #include "base/log.h"
 #include "platform/options.h"
 
 #include <stdlib.h>
 #include <string.h>
 
-kpc_status kpc_request_check_source(const kpc_source *src)
+/* The checks without which the key cannot even be computed: no string compared. */
+static kpc_status check_pointers(const kpc_source *src)
 {
     if (src->code == NULL || (src->code_len == 0 && src->code[0] == '\0')) {
         KPC_LOG(KPC_LOG_ERROR, "kpc_program_get: the source is NULL or empty");
@@ -36,24 +48,38 @@ kpc_status kpc_request_check_source(const kpc_source *src)
         KPC_LOG(KPC_LOG_ERROR, "kpc_program_get: a count is set but its array is NULL");
         return KPC_E_INVALID;
     }
-    for (size_t i = 0; i < src->num_options; i++) {
+    for (size_t i = 0; i < src->num_options; i++)
         if (src->options[i] == NULL) {
             KPC_LOG(KPC_LOG_ERROR, "kpc_program_get: option %zu is NULL", i);
             return KPC_E_INVALID;
         }
-        if (kpc_option_sets_target(src->options[i])) {
-            KPC_LOG(KPC_LOG_ERROR, "kpc_program_get: option \"%s\" sets the target; the context "
-                    "decides it", src->options[i]);
-            return KPC_E_INVALID;
-        }
-    }
     for (size_t i = 0; i < src->num_headers; i++)
         if (src->header_names[i] == NULL || src->header_sources[i] == NULL) {
             KPC_LOG(KPC_LOG_ERROR, "kpc_program_get: header %zu has a NULL name or text", i);
             return KPC_E_INVALID;
         }
     for (size_t i = 0; i < src->num_name_expressions; i++)
-        if (src->name_expressions[i] == NULL || src->name_expressions[i][0] == '\0') {
+        if (src->name_expressions[i] == NULL) {
+            KPC_LOG(KPC_LOG_ERROR, "kpc_program_get: name expression %zu is NULL or empty", i);
+            return KPC_E_INVALID;
+        }
+    return KPC_OK;
+}
+
+kpc_status kpc_request_check_source(const kpc_source *src)
+{
+    kpc_status s = check_pointers(src);
+    if (s != KPC_OK)
+        return s;
+    for (size_t i = 0; i < src->num_options; i++) {
+        if (kpc_option_sets_target(src->options[i])) {
+            KPC_LOG(KPC_LOG_ERROR, "kpc_program_get: option \"%s\" sets the target; the context "
+                    "decides it", src->options[i]);
+            return KPC_E_INVALID;
+        }
+    }
+    for (size_t i = 0; i < src->num_name_expressions; i++)
+        if (src->name_expressions[i][0] == '\0') {
             KPC_LOG(KPC_LOG_ERROR, "kpc_program_get: name expression %zu is NULL or empty", i);
             return KPC_E_INVALID;
         }
@@ -61,13 +87,26 @@ kpc_status kpc_request_check_source(const kpc_source *src)
 }
 
 /* This thread's counter among the cache's memory-hit counters (see struct kpc_cache). */
-static unsigned hit_slot(void)
+static void count_hit(kpc_cache *cache)
 {
-    static atomic_uint next;
-    static _Thread_local unsigned slot; /* 1 + the slot; 0: not chosen yet */
-    if (slot == 0)
-        slot = atomic_fetch_add_explicit(&next, 1, memory_order_relaxed) % KPC_HIT_SLOTS + 1;
-    return slot - 1;
+    atomic_fetch_add_explicit(&cache->mem_hits[kpc_thread_slot() % KPC_HIT_SLOTS].n, 1,
+                              memory_order_relaxed);
+}
+
+/* The hit path: KPC_OK with *out, or KPC_E_NOT_FOUND to take the whole path. */
+static kpc_status quick_hit(kpc_context *ctx, const kpc_source *src, kpc_program **out)
+{
+    kpc_key key;
+    if (!kpc_key_compute_no_cwd(&ctx->key_prefix, src, &key) || !kpc_map_hit(ctx->map, &key, out))
+        return KPC_E_NOT_FOUND;
+    if ((*out)->deps == NULL || kpc_manifest_deps_match((*out)->deps)) {
+        count_hit(ctx->cache);
+        return KPC_OK;
+    }
+    kpc_map_forget(ctx->map, &key, *out); /* a file changed: the whole path misses */
+    kpc_program_release(*out);
+    *out = NULL;
+    return KPC_E_NOT_FOUND;
 }
 
 kpc_status kpc_request_acquire(kpc_context *ctx, const kpc_key *key, kpc_program **out,
@@ -90,7 +129,7 @@ kpc_status kpc_request_acquire(kpc_context *ctx, const kpc_key *key, kpc_program
     else if (waited)
         atomic_fetch_add_explicit(&cache->waits, 1, memory_order_relaxed);
     else if (s == KPC_OK)
-        atomic_fetch_add_explicit(&cache->mem_hits[hit_slot()].n, 1, memory_order_relaxed);
+        count_hit(cache);
     return s;
 }
 
@@ -122,6 +161,8 @@ kpc_status kpc_program_get(kpc_context *ctx, const kpc_source *src, kpc_program 
     }
     kpc_status s = kpc_cache_check_process(ctx->cache, "kpc_program_get");
     if (s != KPC_OK)
+        return s;
+    if ((s = check_pointers(src)) != KPC_OK || (s = quick_hit(ctx, src, out)) != KPC_E_NOT_FOUND)
         return s;
     s = kpc_request_check_source(src);
     if (s != KPC_OK)

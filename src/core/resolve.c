@@ -412,8 +412,10 @@ static kpc_status obtain(kpc_context *ctx, const kpc_key *key, const kpc_source 
             return KPC_E_NOT_FOUND;
         }
         if (verdict == KPC_INDEX_FAILED) {
-            if ((*log = failed_log(ctx, key)) != NULL)
+            if ((*log = failed_log(ctx, key)) != NULL) {
+                atomic_fetch_add_explicit(&cache->cached_failures, 1, memory_order_relaxed);
                 return KPC_E_COMPILE;
+            }
             flags = KPC_INDEX_STALE | nowait; /* its log is gone (pruned): compile it again */
             continue;
         }
@@ -433,6 +435,7 @@ static kpc_status obtain(kpc_context *ctx, const kpc_key *key, const kpc_source 
                 kpc_record_free(&rec);
                 kpc_manifest_deps_free(deps);
                 kpc_claim_finish(&claim, KPC_CLAIM_FAILED, NULL, NULL, NULL);
+                atomic_fetch_add_explicit(&cache->cached_failures, 1, memory_order_relaxed);
                 return KPC_E_COMPILE;
             }
             if (verdict == KPC_INDEX_READY) {

@@ -68,6 +68,7 @@ static const rtc_vendor hip = {
     .dirs = hip_dirs,
     .code_fns = {{"hiprtcGetCodeSize", "hiprtcGetCode"}, {NULL, NULL}},
     .log_counts_nul = false, /* hipRTC's log is not NUL-terminated */
+    .empty_code_after_failure = true,
     .default_target = hip_default_target,
     .code_kind = hip_code_kind,
 };

@@ -13,16 +13,15 @@
  * States: NEW (recorded) -> KPC (compiled by kpc: code, lowered names from the cache),
  * FAILED (kpc's compile failed: status COMPILATION and the compiler's log), or REAL
  * (every call goes to prog->real). Each program has its own lock (hipRTC and NVRTC let
- * threads use different programs at once); the cache and the context list have one.
- *
- * Over 500 lines for one responsibility: the drop-in engine shared by hipRTC and NVRTC
- * (hiprtc.c and nvrtc.c are only their exported API over it).
+ * threads use different programs at once). The process's side (the cache, a context per
+ * target, the counters, the set of our handles) is rtc_process.c's.
  */
 #define _GNU_SOURCE
 #include "dropin/rtc.h"
 
 #include "base/log.h"
 #include "base/util.h"
+#include "core/program.h"
 #include "platform/options.h"
 
 #include <bsd/string.h>
@@ -34,13 +33,10 @@
 #include <string.h>
 #include <unistd.h>
 
-#define PROG_MAGIC 0x6b7063726463ull /* "kpcrdc": tells our handles from the real library's */
-#define MAX_CONTEXTS 16
 
 enum prog_state { P_NEW, P_KPC, P_FAILED, P_REAL };
 
 typedef struct rtc_prog {
-    uint64_t magic;
     pthread_mutex_t lock; /* guards everything below */
     enum prog_state state;
     char *src, *name;
@@ -56,126 +52,10 @@ typedef struct rtc_prog {
     char *log;          /* P_FAILED: the compiler's log */
 } rtc_prog;
 
-/* Process state: guarded by lock; reset in a forked child (kpc handles do not cross fork). */
-static struct {
-    pthread_mutex_t lock;
-    kpc_cache *cache;
-    bool cache_failed;
-    size_t num_contexts;
-    struct {
-        char target[128];
-        kpc_context *ctx;
-    } contexts[MAX_CONTEXTS];
-} g = {.lock = PTHREAD_MUTEX_INITIALIZER};
-
-static atomic_int disabled = -1; /* KPC_DISABLE=1: every call goes to the real library */
-static _Atomic(const rtc_vendor *) stats_vendor; /* set by the first create: stats at exit */
-static _Atomic uint64_t n_compiles, n_kpc, n_forwarded, n_materialized;
-
-static void atfork_prepare(void) { pthread_mutex_lock(&g.lock); }
-static void atfork_parent(void) { pthread_mutex_unlock(&g.lock); }
-static void atfork_child(void)
-{
-    /* the parent's cache and contexts are not valid here: leak them, open anew */
-    g.cache = NULL;
-    g.cache_failed = false;
-    g.num_contexts = 0;
-    pthread_mutex_unlock(&g.lock);
-}
-static pthread_once_t fork_once = PTHREAD_ONCE_INIT;
-static void install_atfork(void) { pthread_atfork(atfork_prepare, atfork_parent, atfork_child); }
-
-static bool is_disabled(void)
-{
-    int d = atomic_load(&disabled);
-    if (d < 0) { /* threads racing here all read the same environment */
-        d = kpc__setting_number(KPC_SET_DISABLE) != 0;
-        atomic_store(&disabled, d);
-    }
-    return d;
-}
-
+/* One of our handles, else NULL (a real program, or garbage: never read through). */
 static rtc_prog *ours(void *prog)
 {
-    rtc_prog *p = prog;
-    return p != NULL && p->magic == PROG_MAGIC ? p : NULL;
-}
-
-/* ---- kpc: the cache and one compile-only context per target ----------------------- */
-static kpc_cache *cache_get(const rtc_vendor *v) /* g.lock held */
-{
-    pthread_once(&fork_once, install_atfork);
-    if (g.cache == NULL && !g.cache_failed) {
-        kpc_status s = kpc_cache_open(NULL, &g.cache);
-        if (s != KPC_OK) {
-            KPC_LOG(KPC_LOG_ERROR, "%s: kpc_cache_open: %s; forwarding every compile", v->name,
-                    kpc_status_str(s));
-            g.cache_failed = true;
-        }
-    }
-    return g.cache;
-}
-
-/* The compile-only context for target, or (target NULL) for the vendor's default. */
-static kpc_context *context_for(const rtc_vendor *v, const char *target)
-{
-    kpc_context *ctx = NULL;
-    char tbuf[128];
-    pthread_mutex_lock(&g.lock);
-    kpc_cache *cache = cache_get(v);
-    if (cache && target == NULL) {
-        kpc_status s = v->default_target(cache, tbuf, sizeof tbuf);
-        if (s == KPC_OK)
-            target = tbuf;
-        else
-            KPC_LOG(KPC_LOG_INFO, "%s: no option names the target and there is no default (%s): "
-                    "forwarding", v->name, kpc_status_str(s));
-    }
-    for (size_t i = 0; cache && target && ctx == NULL && i < g.num_contexts; i++)
-        if (strcmp(g.contexts[i].target, target) == 0)
-            ctx = g.contexts[i].ctx;
-    if (cache && target && ctx == NULL && g.num_contexts < MAX_CONTEXTS &&
-        strlen(target) < sizeof g.contexts[0].target) {
-        kpc_status s = kpc_context_create_for_target(cache, target, &ctx);
-        if (s == KPC_OK) {
-            strlcpy(g.contexts[g.num_contexts].target, target, sizeof g.contexts[0].target);
-            g.contexts[g.num_contexts++].ctx = ctx;
-        } else {
-            KPC_LOG(KPC_LOG_INFO, "%s: no kpc context for target %s (%s): forwarding", v->name,
-                    target, kpc_status_str(s));
-            ctx = NULL;
-        }
-    }
-    pthread_mutex_unlock(&g.lock);
-    return ctx;
-}
-
-/* KPC_DROPIN_STATS=FILE: each process appends a line of its figures at exit. */
-__attribute__((destructor)) static void write_stats(void)
-{
-    const char *path = kpc__setting_text(KPC_SET_DROPIN_STATS);
-    const rtc_vendor *v = atomic_load(&stats_vendor);
-    if (path == NULL || v == NULL)
-        return;
-    kpc_stats st = {0};
-    pthread_mutex_lock(&g.lock);
-    if (g.cache)
-        kpc_stats_get(g.cache, &st);
-    pthread_mutex_unlock(&g.lock);
-    char line[512];
-    int n = snprintf(line, sizeof line,
-                     "%s pid=%d compiles=%llu kpc=%llu forwarded=%llu materialized=%llu builds=%llu "
-                     "build_failures=%llu disk_hits=%llu mem_hits=%llu waits=%llu\n",
-                     v->name, (int)getpid(), (unsigned long long)n_compiles,
-                     (unsigned long long)n_kpc, (unsigned long long)n_forwarded,
-                     (unsigned long long)n_materialized, (unsigned long long)st.builds,
-                     (unsigned long long)st.build_failures, (unsigned long long)st.disk_hits,
-                     (unsigned long long)st.mem_hits, (unsigned long long)st.waits);
-    int fd = open(path, O_WRONLY | O_CREAT | O_APPEND | O_CLOEXEC, 0644);
-    if (fd < 0 || n <= 0 || kpc__write_all(fd, line, (size_t)n) != 0)
-        KPC_LOG(KPC_LOG_ERROR, "%s: cannot write KPC_DROPIN_STATS=%s", v->name, path);
-    if (fd >= 0)
-        close(fd);
+    return kpc_rtc_handle_known(prog) ? prog : NULL;
 }
 
 /* ---- options -------------------------------------------------------------------------- */
@@ -219,7 +99,6 @@ static void prog_free(rtc_prog *p)
     free(p->log);
     kpc_program_release(p->kprog);
     pthread_mutex_destroy(&p->lock);
-    p->magic = 0;
     free(p);
 }
 
@@ -249,7 +128,7 @@ static int materialize(const rtc_vendor *v, rtc_prog *p)
     kpc_program_release(p->kprog);
     p->kprog = NULL;
     if (compiled) {
-        atomic_fetch_add(&n_materialized, 1);
+        atomic_fetch_add(&kpc_rtc_counters.materialized, 1);
         r->compile(real, p->num_opts, (const char *const *)p->opts);
     }
     return RTC_SUCCESS;
@@ -278,30 +157,30 @@ void *kpc_rtc_real_program(const rtc_vendor *v, void *prog)
 int kpc_rtc_create(const rtc_vendor *v, void **prog, const char *src, const char *name, int num_headers,
                const char *const *headers, const char *const *include_names)
 {
-    atomic_store(&stats_vendor, v);
+    atomic_store(&kpc_rtc_counters.vendor, v);
     const rtc_real *r;
     if (src == NULL && prog != NULL)
         return RTC_ERROR_INVALID_INPUT; /* hipRTC 5.2 aborts on a NULL source */
-    /* a NULL name is NVRTC's "default_program"; what hipRTC makes of it is its own affair */
-    bool odd = prog == NULL || (name == NULL && v->default_name == NULL) || num_headers < 0 ||
+    /* a NULL name is NVRTC's "default_program"; hipRTC compiles it as it compiles any
+     * (its diagnostics name the file "CompileSource" whatever the name): keyed as NULL */
+    bool odd = prog == NULL || num_headers < 0 ||
                (num_headers > 0 && (headers == NULL || include_names == NULL));
     for (int i = 0; !odd && i < num_headers; i++)
         odd = headers[i] == NULL || include_names[i] == NULL;
-    if (is_disabled() || odd) /* the real library's own program, and its own answer */
+    if (kpc_rtc_disabled() || odd) /* the real library's own program, and its own answer */
         return (r = kpc_real_get(v)) ? r->create(prog, src, name, num_headers, headers, include_names)
                                      : RTC_ERROR_INTERNAL_ERROR;
     rtc_prog *p = calloc(1, sizeof *p);
     if (p == NULL)
         return RTC_ERROR_OUT_OF_MEMORY;
     bool ok = true;
-    p->magic = PROG_MAGIC;
     pthread_mutex_init(&p->lock, NULL);
     p->src = strdup(src);
     p->name = name ? strdup(name) : NULL; /* materialize hands the real library the same */
     p->num_headers = num_headers;
     p->headers = dup_strv(headers, (size_t)num_headers, &ok);
     p->include_names = dup_strv(include_names, (size_t)num_headers, &ok);
-    if (!ok || p->src == NULL || (name && p->name == NULL)) {
+    if (!ok || p->src == NULL || (name && p->name == NULL) || !kpc_rtc_handle_add(p)) {
         prog_free(p);
         return RTC_ERROR_OUT_OF_MEMORY;
     }
@@ -342,6 +221,10 @@ static bool split_options(const rtc_vendor *v, int n, const char *const *opts, c
     *target = NULL;
     *num_rest = 0;
     for (int i = 0; i < n; i++) {
+        if (opts[i][0] == '\0') { /* an empty option: the compiler gets it as the real one would */
+            rest[(*num_rest)++] = opts[i];
+            continue;
+        }
         kpc_option o;
         kpc_option_classify(table, opts, (size_t)n, (size_t)i, &o);
         bool path = o.cls == KPC_OPTION_SEARCH_DIR || o.cls == KPC_OPTION_READ_FILE;
@@ -373,7 +256,7 @@ static int compile_kpc(const rtc_vendor *v, rtc_prog *p)
     int res = -1;
     if (rest == NULL || !split_options(v, p->num_opts, (const char *const *)p->opts, &target, rest, &num_rest))
         goto out;
-    kpc_context *ctx = context_for(v, target);
+    kpc_context *ctx = kpc_rtc_context_for(v, target);
     if (ctx == NULL)
         goto out;
     kpc_source src = {
@@ -416,9 +299,9 @@ int kpc_rtc_compile(const rtc_vendor *v, void *prog, int num_options, const char
 {
     rtc_prog *p = ours(prog);
     const rtc_real *r;
-    atomic_fetch_add(&n_compiles, 1);
+    atomic_fetch_add(&kpc_rtc_counters.compiles, 1);
     if (p == NULL) { /* the real library's own program (KPC_DISABLE=1, odd create arguments) */
-        atomic_fetch_add(&n_forwarded, 1);
+        atomic_fetch_add(&kpc_rtc_counters.forwarded, 1);
         return (r = kpc_real_get(v)) ? r->compile(prog, num_options, options) : RTC_ERROR_INTERNAL_ERROR;
     }
     bool odd = num_options < 0 || (num_options > 0 && options == NULL);
@@ -432,19 +315,19 @@ int kpc_rtc_compile(const rtc_vendor *v, void *prog, int num_options, const char
         p->num_opts = num_options;
         res = ok ? compile_kpc(v, p) : RTC_ERROR_OUT_OF_MEMORY;
         if (res == RTC_SUCCESS || res == RTC_ERROR_COMPILATION)
-            atomic_fetch_add(&n_kpc, 1);
+            atomic_fetch_add(&kpc_rtc_counters.kpc, 1);
         else if (res < 0) { /* forward: the real program, compiled with the same options */
             p->state = P_NEW;
             res = materialize(v, p);
             if (res == RTC_SUCCESS)
                 res = kpc_real_get(v)->compile(p->real, num_options, options);
-            atomic_fetch_add(&n_forwarded, 1);
+            atomic_fetch_add(&kpc_rtc_counters.forwarded, 1);
         }
     } else {
         void *real = real_of(v, p, &res);
         if (real)
             res = kpc_real_get(v)->compile(real, num_options, options);
-        atomic_fetch_add(&n_forwarded, 1);
+        atomic_fetch_add(&kpc_rtc_counters.forwarded, 1);
     }
     pthread_mutex_unlock(&p->lock);
     return res;
@@ -460,6 +343,9 @@ int kpc_rtc_code_size(const rtc_vendor *v, void *prog, int kind, size_t *size)
     pthread_mutex_lock(&p->lock);
     if (p->state == P_KPC && p->kind == kind && size != NULL) {
         kpc_program_code(p->kprog, size);
+        res = RTC_SUCCESS;
+    } else if (p->state == P_FAILED && v->empty_code_after_failure && size != NULL) {
+        *size = 0;
         res = RTC_SUCCESS;
     } else {
         void *real = real_of(v, p, &res);
@@ -500,10 +386,16 @@ int kpc_rtc_lowered(const rtc_vendor *v, void *prog, const char *expr, const cha
         return (r = kpc_real_get(v)) ? r->lowered(prog, expr, lowered) : RTC_ERROR_INTERNAL_ERROR;
     int res;
     pthread_mutex_lock(&p->lock);
-    const char *name = p->state == P_KPC && expr && lowered ? kpc_program_lowered_name(p->kprog, expr) : NULL;
-    if (name != NULL && name[0] != '\0') { /* "" is a name the compiler could not lower */
-        *lowered = name;
-        res = RTC_SUCCESS;
+    if (p->state == P_KPC) {
+        /* the answers the real library gives, from the cached table: a name the compiler
+         * could not lower ("") and one never added (NULL) are NAME_EXPRESSION_NOT_VALID */
+        const char *name = expr && lowered ? kpc_program_lowered_name(p->kprog, expr) : NULL;
+        if (expr == NULL || lowered == NULL)
+            res = RTC_ERROR_INVALID_INPUT;
+        else if (name == NULL || name[0] == '\0')
+            res = RTC_ERROR_NAME_EXPRESSION_NOT_VALID;
+        else
+            *lowered = name, res = RTC_SUCCESS;
     } else {
         void *real = real_of(v, p, &res);
         if (real)
@@ -513,11 +405,16 @@ int kpc_rtc_lowered(const rtc_vendor *v, void *prog, const char *expr, const cha
     return res;
 }
 
-/* The log kpc answers with: the failed compile's text, or none after a success. */
+/* The log kpc answers with: the failed compile's text, or the successful one's (its
+ * warnings, kept in the record: "" when the compiler said nothing). */
+static const char *kpc_log_text(const rtc_prog *p)
+{
+    return p->state == P_FAILED ? p->log : kpc_program_build_log(p->kprog);
+}
+
 static size_t kpc_log_size(const rtc_vendor *v, const rtc_prog *p)
 {
-    size_t n = p->state == P_FAILED ? strlen(p->log) : 0;
-    return n + (v->log_counts_nul ? 1 : 0);
+    return strlen(kpc_log_text(p)) + (v->log_counts_nul ? 1 : 0);
 }
 
 int kpc_rtc_log_size(const rtc_vendor *v, void *prog, size_t *size)
@@ -551,7 +448,7 @@ int kpc_rtc_log(const rtc_vendor *v, void *prog, char *log)
     if ((p->state == P_KPC || p->state == P_FAILED) && log != NULL) {
         size_t n = kpc_log_size(v, p);
         if (n > 0)
-            memcpy(log, p->state == P_FAILED ? p->log : "", n); /* the NUL too where counted */
+            memcpy(log, kpc_log_text(p), n); /* the NUL too where counted */
         res = RTC_SUCCESS;
     } else {
         void *real = real_of(v, p, &res);
@@ -569,6 +466,7 @@ int kpc_rtc_destroy(const rtc_vendor *v, void **prog)
     if (p == NULL)
         return (r = kpc_real_get(v)) ? r->destroy(prog) : RTC_ERROR_INTERNAL_ERROR;
     int res = RTC_SUCCESS;
+    kpc_rtc_handle_remove(p);
     if (p->real)
         res = kpc_real_get(v)->destroy(&p->real);
     prog_free(p);

@@ -15,8 +15,10 @@
 #include "dropin/rtc_abi.h"
 #include "base/settings.h"
 
+#include <stdatomic.h>
 #include <stdbool.h>
 #include <stddef.h>
+#include <stdint.h>
 
 /* The real library's program API, bound by dlsym on its own handle (real.c). */
 typedef struct rtc_real {
@@ -43,6 +45,8 @@ typedef struct rtc_vendor {
     const char *const *dirs;    /* then these directories, by absolute path ("$VAR/sub" expands) */
     const char *code_fns[2][2]; /* {size, get} symbol names per code kind, NULL for none */
     bool log_counts_nul;        /* the log size counts a terminating NUL (NVRTC) */
+    bool empty_code_after_failure; /* the code size after a failed compile is 0, with
+                                    * success (hipRTC 5.2, tried); else asked of the real one */
     const char *default_name;   /* the program name a NULL name stands for; NULL: forward it */
     /* The target when no option names one: KPC_OK, or anything else to forward. */
     kpc_status (*default_target)(kpc_cache *cache, char *out, size_t cap);
@@ -54,6 +58,22 @@ typedef struct rtc_vendor {
 const rtc_real *kpc_real_get(const rtc_vendor *v);
 /* A symbol of the real library (dlsym on its handle); NULL when absent (logged). */
 void *kpc_real_sym(const rtc_vendor *v, const char *name);
+
+/* rtc_process.c: the process's side of the engine. */
+typedef struct rtc_counters {
+    _Atomic(const rtc_vendor *) vendor; /* set by the first create: the stats line at exit */
+    _Atomic uint64_t compiles, kpc, forwarded, materialized;
+} rtc_counters;
+extern rtc_counters kpc_rtc_counters;
+bool kpc_rtc_disabled(void); /* KPC_DISABLE=1: every call goes to the real library */
+/* The compile-only context for target, or (target NULL) for the vendor's default; NULL
+ * when kpc cannot serve it (logged): forward. */
+kpc_context *kpc_rtc_context_for(const rtc_vendor *v, const char *target);
+/* The set of the engine's program handles: add (false: out of memory), remove, and
+ * whether p is one of them (p itself is never read). */
+bool kpc_rtc_handle_add(void *p);
+void kpc_rtc_handle_remove(void *p);
+bool kpc_rtc_handle_known(const void *p);
 
 /* rtc.c: the program API. prog handles made by rtc_create are the engine's; a handle it
  * did not make (KPC_DISABLE=1 makes none) is passed to the real library as it is. */

@@ -110,6 +110,29 @@ static kpc_status missed_lookups(const kpc_option_table *t, const kpc_source *sr
     return KPC_OK;
 }
 
+/* The names table of a success: the lowered names and, where the compiler said something
+ * (warnings, remarks), its log under the empty expression (platform/names.h), so that a
+ * hit gives back the log the compile gave. */
+static kpc_status encode_names(const kpc_source *src, const char **lowered, const char **reasons,
+                               const char *log, kpc_build *b)
+{
+    size_t n = src->num_name_expressions;
+    bool with_log = has_diagnostics(log);
+    const char **exprs = calloc(n + 1, sizeof *exprs);
+    if (exprs == NULL)
+        return KPC_E_NOMEM;
+    for (size_t i = 0; i < n; i++)
+        exprs[i] = src->name_expressions[i];
+    if (with_log) {
+        exprs[n] = KPC_NAMES_LOG;
+        lowered[n] = log;
+        reasons[n] = NULL;
+    }
+    kpc_status s = kpc_names_encode_reasons(exprs, lowered, reasons, n + with_log, &b->names, &b->names_size);
+    free(exprs);
+    return s;
+}
+
 kpc_status kpc_compile_run(const kpc_compiler *c, const char *target, const kpc_source *src, kpc_build *b)
 {
     memset(b, 0, sizeof *b);
@@ -194,8 +217,7 @@ kpc_status kpc_compile_run(const kpc_compiler *c, const char *target, const kpc_
             }
         }
         if (r == 0 && s == KPC_OK)
-            s = kpc_names_encode_reasons(src->name_expressions, lowered, reasons,
-                                         src->num_name_expressions, &b->names, &b->names_size);
+            s = encode_names(src, lowered, reasons, b->log, b);
         if (r != 0 && s == KPC_OK && c->classify(r) == KPC_COMPILE_NOMEM)
             s = KPC_E_NOMEM; /* not the source's fault: never recorded as a compile error */
         else if (r != 0 && s == KPC_OK) {

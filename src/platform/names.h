@@ -7,6 +7,12 @@
  * expression, u32 length + bytes of its lowered name; little-endian; each string's bytes
  * include its terminating NUL, so a lowered name is returned in place. An empty lowered
  * name may carry the compiler's reason after its NUL ("\0reason\0").
+ *
+ * The entry of the empty expression (KPC_NAMES_LOG), where there is one, holds the log of
+ * the successful compile that made the table (warnings, remarks): no request may name the
+ * empty expression, so it is never taken for a lowered name, and a reader that predates
+ * it finds the names where they were. A table without it: the compiler said nothing (or
+ * the record predates kept logs).
  */
 #ifndef KPC_PLATFORM_NAMES_H
 #define KPC_PLATFORM_NAMES_H
@@ -31,5 +37,8 @@ const char *kpc_names_find(const void *names, size_t size, const char *expr);
 /* The compiler's reason for an empty lowered name of expr; NULL when none was stored
  * (a name was given, or the table predates reasons, or expr is not in it). */
 const char *kpc_names_reason(const void *names, size_t size, const char *expr);
+
+/* The expression whose entry holds the log of a successful compile (see above). */
+#define KPC_NAMES_LOG ""
 
 #endif /* KPC_PLATFORM_NAMES_H */

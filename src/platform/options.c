@@ -75,6 +75,8 @@ static const row hiprtc_rows[] = {
     /* known to change only the compile, said wholly in the option's text */
     KEY("-D"), KEY("-U"), KEY("-O"), KEY("-std="), KEY("--std="), KEY("-W"), KEY("-w"), KEY("-f"),
     KEY("-m"), KEY("-g"), KEY("--define-macro="), KEY("--undefine-macro="),
+    /* a launch bound, and optimization remarks (they go to the log, kept with the object) */
+    KEY("--gpu-max-threads-per-block="), KEY("-Rpass"),
     {NULL, EXACT, KPC_OPTION_OTHER, 0}};
 
 static const row nvrtc_rows[] = {

@@ -14,7 +14,12 @@
 #   6. 16 processes at once on an empty cache: one build per source in all;
 #   7. KPC_DISABLE=1: pure pass-through, nothing built;
 #   8. the link API goes to the real library untouched (a fake hipRTC with a link API,
-#      named by KPC_REAL_HIPRTC: 5.2 has none).
+#      named by KPC_REAL_HIPRTC: 5.2 has none);
+#   9. the corpus of cases a warm run answers without a compile (a -Wall warning log,
+#      -Rpass remarks, a name hipRTC cannot lower, names never added or NULL,
+#      --gpu-max-threads-per-block, an empty option, a compile error, a NULL name): cold
+#      one build each, warm none and nothing forwarded; reports, code and logs equal
+#      the real hipRTC's.
 # usage: hiprtc.sh BUILD_DIR APP APP_LINKED FAKE_HIPRTC
 set -euo pipefail
 build=$1 app=$2 app_linked=$3 fake=$4
@@ -67,7 +72,7 @@ for e in e1 e2; do
 done
 expect e1 build_failures 1; expect e2 builds 0; expect e2 build_failures 0; expect e2 forwarded 0
 
-echo "== 4. -I ./headers: keyed, checked on every hit; an unknown option is forwarded"
+echo "== 4. -I ./headers: keyed, checked on every hit; -imacros is forwarded"
 newcache include
 mkdir -p "$tmp/w/headers"
 echo '#define K 9' >"$tmp/w/headers/params.h"
@@ -102,7 +107,12 @@ newcache forward
 run real_fw forward "$app"
 run f1 forward env LD_PRELOAD="$preload" "$app"
 same real_fw f1
-expect f1 forwarded 1; expect f1 builds 1 # -Rpass forwarded; -imacros keyed (its file is in -MD's list)
+# -Rpass is keyed (its remarks are the log, kept with the object); -imacros is keyed
+# too (its file is in -MD's list)
+expect f1 forwarded 0; expect f1 builds 2
+for f in "$tmp/real_fw"/*.log; do
+  cmp <(norm_log "$f") <(norm_log "$tmp/f1/$(basename "$f")") || fail "f1: $(basename "$f") differs from the real log"
+done
 grep -q "0 compile 0 " "$tmp/real_fw/report" || fail "the -Rpass compile failed"
 grep -q "1 compile 0 " "$tmp/real_fw/report" || fail "the -imacros compile failed: $(cat "$tmp/real_fw/report")"
 
@@ -147,4 +157,23 @@ run real_link link env LD_PRELOAD="${san:+$san:}$fake" "$app"
 grep -q "link complete 0" "$tmp/real_link/report" || fail "the fake link API failed: $(cat "$tmp/real_link/report")"
 run k1 link env KPC_REAL_HIPRTC="$fake" LD_PRELOAD="$preload" "$app"
 same real_link k1
+echo "== 9. the corpus: a warm run compiles nothing, with the real hipRTC's answers"
+newcache corpus
+run real_c corpus "$app"
+grep -q "^0 log 0 non-empty" "$tmp/real_c/report" || fail "no warning log under -Wall: $(cat "$tmp/real_c/report")"
+grep -q "^2 lowered (void .* 10 -$" "$tmp/real_c/report" || fail "the cast was lowered: $(cat "$tmp/real_c/report")"
+run c1 corpus env LD_PRELOAD="$preload" "$app"
+run c2 corpus env LD_PRELOAD="$preload" "$app"
+for c in c1 c2; do
+  same real_c "$c"
+  for f in "$tmp/real_c"/*.log; do
+    cmp <(norm_log "$f") <(norm_log "$tmp/$c/$(basename "$f")") || fail "$c: $(basename "$f") differs from the real log"
+  done
+done
+expect c1 compiles 7; expect c1 kpc 7; expect c1 builds 6; expect c1 build_failures 1
+expect c1 forwarded 0; expect c1 materialized 0
+expect c2 compiles 7; expect c2 kpc 7; expect c2 builds 0; expect c2 build_failures 0
+expect c2 cached_failures 1; expect c2 forwarded 0; expect c2 materialized 0
+echo "corpus: cold $(cat "$tmp/c1.stats")"
+echo "corpus: warm $(cat "$tmp/c2.stats")"
 echo "dropin hiprtc: passed"

@@ -10,7 +10,11 @@
  * header), error (a compile error), include (-I ./headers, two-token and attached,
  * relative to the working directory), forward (an option kpc does not know; -imacros, keyed),
  * nogpu (no target option: the current device's), edge (odd calls, statuses only),
- * storm (4 sources, for many processes at once), link (the link API, by dlsym).
+ * storm (4 sources, for many processes at once), link (the link API, by dlsym),
+ * corpus (the cases a warm run must answer without a compile: a warning log under -Wall,
+ * -Rpass remarks, a name expression hipRTC cannot lower, names asked that were not added
+ * or NULL, --gpu-max-threads-per-block, an empty option, a compile error, a NULL
+ * program name).
  */
 #define __HIP_PLATFORM_AMD__ 1
 #include <hip/hiprtc.h>
@@ -23,6 +27,7 @@
 
 static FILE *report;
 static const char *outdir;
+static int probe_names; /* corpus: also ask for a name never added, and a NULL one */
 
 static const char *saxpy =
     "extern \"C\" __global__ void saxpy(float a, const float *x, float *y, int n)\n"
@@ -34,6 +39,11 @@ static const char *templ =
 static const char *with_header =
     "#include \"params.h\"\n"
     "extern \"C\" __global__ void add_k(int *x) { x[threadIdx.x] += K; }\n";
+static const char *unused_var =
+    "extern \"C\" __global__ void unused(float *x) { int spare = 3; x[threadIdx.x] = 1.0f; }\n";
+static const char *loop =
+    "extern \"C\" __global__ void sum(float *x, int n)\n"
+    "{ float s = 0; for (int i = 0; i < 64; i++) s += x[i * n]; x[threadIdx.x] = s; }\n";
 static const char *broken =
     "extern \"C\" __global__ void broken(int *x) { x[0] = undeclared_thing; }\n";
 
@@ -82,6 +92,12 @@ static int compile(int n, const char *src, const char *name, int nh, const char 
         const char *lowered = NULL;
         r = hiprtcGetLoweredName(p, exprs[i], &lowered);
         fprintf(report, "%d lowered %s %d %s\n", n, exprs[i], r, r == HIPRTC_SUCCESS ? lowered : "-");
+    }
+    if (probe_names && c == HIPRTC_SUCCESS && ne > 0) {
+        const char *lowered = NULL;
+        fprintf(report, "%d lowered never-added %d\n", n, hiprtcGetLoweredName(p, "scale<short>", &lowered));
+        fprintf(report, "%d lowered NULL %d\n", n, hiprtcGetLoweredName(p, NULL, &lowered));
+        fprintf(report, "%d lowered NULL out %d\n", n, hiprtcGetLoweredName(p, exprs[0], NULL));
     }
     fprintf(report, "%d destroy %d\n", n, hiprtcDestroyProgram(&p));
     return c;
@@ -197,6 +213,20 @@ int main(int argc, char **argv)
             const char *opts[] = {"--offload-arch=gfx90a", seed};
             compile(i, saxpy, "saxpy.hip", 0, NULL, NULL, NULL, 0, opts, 2);
         }
+    } else if (strcmp(mode, "corpus") == 0) {
+        probe_names = 1;
+        const char *wall[] = {"--offload-arch=gfx90a", "-Wall"};
+        const char *rpass[] = {"--offload-arch=gfx90a", "-O3", "-Rpass=loop-unroll"};
+        const char *maxt[] = {"--offload-arch=gfx90a", "--gpu-max-threads-per-block=256"};
+        const char *empty[] = {"--offload-arch=gfx90a", ""};
+        const char *exprs[] = {"scale<float>", "(void (*)(double *, double, int))scale<double>", "ns::fill<7>"};
+        compile(0, unused_var, "unused.hip", 0, NULL, NULL, NULL, 0, wall, 2);
+        compile(1, loop, "loop.hip", 0, NULL, NULL, NULL, 0, rpass, 3);
+        compile(2, templ, "templ.hip", 0, NULL, NULL, exprs, 3, arch2, 2);
+        compile(3, saxpy, "saxpy.hip", 0, NULL, NULL, NULL, 0, maxt, 2);
+        compile(4, saxpy, "saxpy.hip", 0, NULL, NULL, NULL, 0, empty, 2);
+        compile(5, broken, "broken.hip", 0, NULL, NULL, NULL, 0, wall, 2);
+        compile(6, saxpy, NULL, 0, NULL, NULL, NULL, 0, arch, 3);
     } else if (strcmp(mode, "link") == 0) {
         link_api();
     } else {
