@@ -18,3 +18,5 @@ if(NOT KPC_PLATFORM STREQUAL "nvidia")
     COMMAND ${CMAKE_CURRENT_SOURCE_DIR}/house/check_nvidia_compiles.sh ${PROJECT_SOURCE_DIR} ${CMAKE_C_COMPILER})
   set_tests_properties(check_nvidia_compiles PROPERTIES LABELS "house" TIMEOUT 60)
 endif()
+# The one byte codec every format is read and written through (base/bytes.c).
+kpc_check_test(test_bytes LABELS "house" TIMEOUT 60)
