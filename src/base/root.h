@@ -9,7 +9,7 @@
  *   <root>/v1/<name>.lock        flock files: prune.lock, identity.lock
  *   <root>/v1/<memo>             what a process remembers for the next one: the
  *                                compiler's identity, the targets validated (platform/)
- *   /dev/shm/kpc-<uid>-<16 hex>  the host index's segment (storage/index.c)
+ *   /dev/shm/kpc-<uid>-<16 hex>  the host index's segment (shm/index.c)
  *
  * The root directory and v1/ are held open (kpc_root_fd, kpc_root_v1_fd): every path
  * built here is <root>/v1/<rel>, and kpc_root_rel gives <rel>, so a caller can resolve it

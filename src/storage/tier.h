@@ -12,7 +12,7 @@
  * (j < i), so the next process on the host reads it from disk. Writes (a fresh build, a
  * compile-failure log) go to every writable tier from the top.
  *
- * Coordination. The host index (storage/index.h) elects one process per key and host;
+ * Coordination. The host index (shm/index.h) elects one process per key and host;
  * only that process (it holds a kpc_claim, storage/claim.h) talks to a coordinating tier
  * about the key, through begin:
  *   HIT     the record (checked like any read): back-fill it, done.

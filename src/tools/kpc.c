@@ -21,7 +21,7 @@
 #include "base/log.h"
 #include "base/root.h"
 #include "core/config.h"
-#include "storage/index.h"
+#include "shm/index.h"
 #include "storage/remote.h"
 #include "storage/store.h"
 #include "tools/tool.h"

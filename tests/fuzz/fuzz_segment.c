@@ -21,7 +21,7 @@
 #define _GNU_SOURCE
 #include "fuzz_common.h"
 #include "base/root.h"
-#include "storage/index.h"
+#include "shm/index.h"
 
 #include <sys/mman.h>
 

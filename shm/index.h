@@ -6,8 +6,8 @@
  * which process), or FAILED to compile; it elects one builder per key and lets the
  * others sleep until the builder publishes. Layout and protocol: docs/design.md.
  */
-#ifndef KPC_STORAGE_INDEX_H
-#define KPC_STORAGE_INDEX_H
+#ifndef KPC_SHM_INDEX_H
+#define KPC_SHM_INDEX_H
 
 #include "base/log.h"
 #include "base/util.h"
@@ -106,4 +106,4 @@ void kpc_index_test_wait_slice(kpc_index *ix, uint64_t ns);
 bool kpc_index_check(kpc_index *ix);
 #endif /* KPC_TEST_HOOKS */
 
-#endif /* KPC_STORAGE_INDEX_H */
+#endif /* KPC_SHM_INDEX_H */

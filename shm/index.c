@@ -34,7 +34,7 @@
  * repair (attach checks, deadlines, EOWNERDEAD wipes, futex waits) is read together.
  */
 #define _GNU_SOURCE
-#include "storage/index.h"
+#include "shm/index.h"
 #include "base/fault.h"
 #include "base/root.h"
 

@@ -12,7 +12,7 @@
 #define _GNU_SOURCE
 #include "base/root.h"
 #include "core/config.h"
-#include "storage/index.h"
+#include "shm/index.h"
 
 #include <getopt.h>
 #include <stdio.h>
