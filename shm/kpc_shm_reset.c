@@ -107,7 +107,7 @@ int main(int argc, char **argv)
         return 0;
     }
     char name[96];
-    kpc_root_segment_name(root, name, sizeof name);
+    kpc_index_segment_name(root, name, sizeof name);
     kpc_index_sweep_temps(root, print_temp, NULL);
     kpc_index *ix;
     kpc_status s = force ? KPC_E_CORRUPT : kpc_index_open_existing(root, &ix);

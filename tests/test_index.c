@@ -100,7 +100,7 @@ static void case_teardown(void)
         if (e->d_name[0] == '.' || realpath(path, root) == NULL)
             continue;
         kpc_index_unlink(root);
-        kpc_root_segment_name(root, name, sizeof name);
+        kpc_index_segment_name(root, name, sizeof name);
         snprintf(path, sizeof path, "/dev/shm%s.real", name); /* the symlink case */
         unlink(path);
         char prefix[128]; /* temporary segments the fault tests planted */
@@ -199,7 +199,7 @@ static char *root_of(const char *d)
 static void segment_path(const char *d, char *out, size_t cap)
 {
     char *r = root_of(d), name[96];
-    kpc_root_segment_name(r, name, sizeof name);
+    kpc_index_segment_name(r, name, sizeof name);
     snprintf(out, cap, "/dev/shm%s", name);
     free(r);
 }
@@ -1523,6 +1523,71 @@ static int run_bounded(const char *tool_var, const char *env, const char *args, 
 /* Point 2: a lock word overwritten with a thread that does not exist. Requests time out
  * on the lock (KPC_SHM_LOCK_TIMEOUT_MS), log it once per process and go on with the disk;
  * `kpc stats` ends; `kpc-shm-reset --force` removes the segment without its locks. */
+/* The segment's name carries its layout: a kpc of another layout (an older one, whose
+ * names had no layout at all, or one of another "-L" layout) left a segment for this
+ * directory, and this kpc never maps it: its own index is created beside it and used,
+ * and the other's bytes are untouched. (With one name for every layout the attach would
+ * refuse the foreign format and turn the index off: disk only.) */
+static void *file_bytes(const char *path, size_t *size)
+{
+    int fd = open(path, O_RDONLY | O_CLOEXEC);
+    ck_assert_msg(fd >= 0, "open(%s)", path);
+    void *buf = NULL;
+    ck_assert_int_eq(kpc__read_fd(fd, 1u << 30, &buf, size), KPC_OK);
+    close(fd);
+    return buf;
+}
+
+START_TEST(other_layout_segment_never_mapped)
+{
+    precreate(64);
+    char ours[256];
+    segment_path(dir, ours, sizeof ours);
+    size_t size;
+    uint8_t *bytes = file_bytes(ours, &size); /* a sound segment of this layout */
+    char *r = root_of(dir);
+    ck_assert_int_eq(kpc_index_unlink(r), KPC_OK);
+    ck_assert(!segment_exists());
+    char older[256], other[256], base[96];
+    kpc_root_segment_name(r, base, sizeof base);
+    ck_assert_msg(strncmp(ours, "/dev/shm", 8) == 0 && strncmp(ours + 8, base, strlen(base)) == 0 &&
+                      strncmp(ours + 8 + strlen(base), "-L", 2) == 0 && strlen(ours + 8 + strlen(base)) == 18,
+                  "the segment name %s is not the directory's %s with -L and 16 hex digits", ours, base);
+    snprintf(older, sizeof older, "/dev/shm%s", base);
+    snprintf(other, sizeof other, "/dev/shm%s-L0123456789abcdef", base);
+    uint64_t format;
+    memcpy(&format, bytes + 8, 8); /* ixh_format: another layout's */
+    format ^= 1;
+    memcpy(bytes + 8, &format, 8);
+    const char *foreign[] = {older, other};
+    for (int i = 0; i < 2; i++) {
+        int fd = open(foreign[i], O_RDWR | O_CREAT | O_EXCL | O_CLOEXEC, 0600);
+        ck_assert_msg(fd >= 0, "create %s", foreign[i]);
+        ck_assert_int_eq(kpc__write_all(fd, bytes, size), 0);
+        close(fd);
+    }
+    kpc_cache *c = ts_open(dir, 0, 64);
+    bool used = c->index != NULL && kpc_index_usable(c->index);
+    kpc_stats st;
+    ck_assert_int_eq(kpc_stats_get(c, &st), KPC_OK);
+    kpc_cache_close(c);
+    bool created = segment_exists();
+    bool untouched = true;
+    for (int i = 0; i < 2; i++) {
+        size_t n;
+        uint8_t *now = file_bytes(foreign[i], &n);
+        untouched = untouched && n == size && memcmp(now, bytes, size) == 0;
+        free(now);
+        unlink(foreign[i]);
+    }
+    free(bytes);
+    free(r);
+    ck_assert_msg(used && st.capacity == 64, "the index of this layout was not used beside another's");
+    ck_assert_msg(created, "no segment of this layout was created");
+    ck_assert_msg(untouched, "a segment of another layout was written to");
+}
+END_TEST
+
 START_TEST(damaged_lock_word_falls_back_to_disk)
 {
     enum { N = 3 };
@@ -1730,7 +1795,7 @@ static pid_t dead_pid(void)
 static void plant_temps(char stale[2][256], char *live, size_t cap)
 {
     char *r = root_of(dir), name[96];
-    kpc_root_segment_name(r, name, sizeof name);
+    kpc_index_segment_name(r, name, sizeof name);
     free(r);
     pid_t dead = dead_pid();
     for (int i = 0; i < 2; i++) {
@@ -1988,6 +2053,7 @@ static Suite *process_suite(void)
     tcase_add_loop_test(tc, bad_segment_falls_back_to_disk, 0, (int)(sizeof damages / sizeof damages[0]));
     tcase_add_test(tc, eviction_64_entries_200_keys);
     tcase_add_test(tc, eviction_concurrent_processes);
+    tcase_add_test(tc, other_layout_segment_never_mapped);
     tc = tcase(s, "reset", 60);
     tcase_add_test(tc, shm_reset_refuses_while_attached);
     tcase_add_test(tc, shm_reset_after_exit_and_after_kill);

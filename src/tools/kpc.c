@@ -170,7 +170,7 @@ static int cmd_stats(kpc_tool *t)
     uint64_t bytes = 0, files = 0;
     if (t->root[0]) {
         kpc_index *ix = NULL;
-        kpc_root_segment_name(t->root, name, sizeof name);
+        kpc_index_segment_name(t->root, name, sizeof name);
         kpc_status s = kpc_index_open_existing(t->root, &ix);
         if (s == KPC_OK) {
             kpc_index_counters_get(ix, &ic);

@@ -58,7 +58,7 @@ int LLVMFuzzerInitialize(int *argc, char ***argv)
     fuzz_tmpdir(dir, sizeof dir);
     if (mkdir(dir, 0700) != 0 || realpath(dir, root) == NULL)
         abort();
-    kpc_root_segment_name(root, name, sizeof name);
+    kpc_index_segment_name(root, name, sizeof name);
     atexit(unlink_segment);
     const char *d = getenv("KPC_FUZZ_SEGMENT_DEEP");
     deep = d && strcmp(d, "1") == 0;
