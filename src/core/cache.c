@@ -10,6 +10,7 @@
 
 #include <pthread.h>
 #include <stdlib.h>
+#include <stddef.h>
 #include <string.h>
 #include <unistd.h>
 
@@ -100,10 +101,9 @@ void kpc_cache_close(kpc_cache *cache)
     free(cache);
 }
 
-kpc_status kpc_stats_get(kpc_cache *cache, kpc_stats *out)
+/* Every counter into *out (the library's own, full size). */
+static void stats_fill(kpc_cache *cache, kpc_stats *out)
 {
-    if (cache == NULL || out == NULL)
-        return KPC_E_INVALID;
     memset(out, 0, sizeof *out);
     for (int i = 0; i < KPC_HIT_SLOTS; i++)
         out->mem_hits += atomic_load_explicit(&cache->mem_hits[i].n, memory_order_relaxed);
@@ -145,5 +145,27 @@ kpc_status kpc_stats_get(kpc_cache *cache, kpc_stats *out)
         out->remote_errors = rc.errors;
         out->remote_refused = rc.refused;
     }
+}
+
+/* The caller's struct may be older (smaller: a program built against an older kpc.h) or
+ * newer (larger) than ours: write exactly size bytes, never more (the ABI rule, kpc.h). */
+kpc_status kpc_stats_get_sized(kpc_cache *cache, kpc_stats *out, size_t size)
+{
+    if (cache == NULL || out == NULL || size == 0)
+        return KPC_E_INVALID;
+    kpc_stats all;
+    stats_fill(cache, &all);
+    size_t n = size < sizeof all ? size : sizeof all;
+    memcpy(out, &all, n);
+    if (size > n)
+        memset((char *)out + n, 0, size - n);
     return KPC_OK;
+}
+
+_Static_assert(offsetof(kpc_stats, disk_files) + sizeof(uint64_t) == KPC_STATS_SIZE_1_0,
+               "the 1.0.0 fields of kpc_stats never move");
+#undef kpc_stats_get
+kpc_status kpc_stats_get(kpc_cache *cache, kpc_stats *out)
+{
+    return kpc_stats_get_sized(cache, out, KPC_STATS_SIZE_1_0);
 }
