@@ -104,8 +104,6 @@ const char *kpc_remote_url_configured(const kpc_config *cfg);
 /* The tier (storage/tier.h, remote_tier.c): KPC_E_NOT_FOUND when neither kpc_config.remote nor
  * KPC_REMOTE names a server (or this build has no hiredis: logged once). */
 kpc_status kpc_remote_tier_open(const kpc_tier_env *env, kpc_tier **out);
-/* The tier's remote, for the counters; NULL for another tier or NULL. */
-kpc_remote *kpc_remote_tier_client(kpc_tier *t);
 
 /* The Redis key of a kpc key: "kpc:1:{<32 hex>}:<suffix>" (suffix co, log, lease, done). */
 void kpc_remote_key_name(const kpc_key *key, const char *suffix, char *out, size_t cap);

@@ -67,8 +67,3 @@ kpc_status kpc_remote_tier_open(const kpc_tier_env *env, kpc_tier **out)
         KPC_LOG(KPC_LOG_WARN, "KPC_REMOTE is set but this kpc was built without hiredis: no remote tier");
     return KPC_E_NOT_FOUND;
 }
-kpc_remote *kpc_remote_tier_client(kpc_tier *t)
-{
-    (void)t;
-    return NULL;
-}

@@ -395,8 +395,6 @@ kpc_status kpc_store_tier_open(const kpc_tier_env *env, kpc_tier **out)
         return s;
     }
     d->t.ops = &disk_ops;
-    d->t.name = "disk";
-    d->t.flags = KPC_TIER_WRITABLE;
     *out = &d->t;
     return KPC_OK;
 }

@@ -8,6 +8,9 @@ add_test(NAME release_exports
   COMMAND ${CMAKE_CURRENT_SOURCE_DIR}/house/check_exports.sh $<TARGET_FILE:kpc> $<TARGET_FILE:kpc_static>
           $<TARGET_FILE:kpc_test_static> ${PROJECT_SOURCE_DIR}/include/kpc/kpc.h)
 set_tests_properties(check_includes check_includes_refuses release_exports PROPERTIES LABELS "house" TIMEOUT 60)
+# the size rule: no source file over 600 lines (one file, one job)
+add_test(NAME check_size COMMAND ${CMAKE_CURRENT_SOURCE_DIR}/house/check_size.sh ${PROJECT_SOURCE_DIR})
+set_tests_properties(check_size PROPERTIES LABELS "house" TIMEOUT 60)
 # eight runs of the check, each a few seconds on a loaded machine
 set_tests_properties(check_includes_refuses PROPERTIES TIMEOUT 300)
 # The seams (tiers with a fake pack and a fake cluster tier, the cache directory's
