@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# bench-device.sh - issue 7, item 7: kpc's benchmarks on a many-core machine.
+# bench-device.sh - kpc's benchmarks on a many-core machine.
 #
 # Written for the 16-core machine lent through the device tool (Ubuntu 24.04, CUDA 13, no
 # ROCm, no network): run it there from the repository root. It builds a Release tree in

@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# bench.sh - kpc's benchmarks (issue 7), end to end, in one run.
+# bench.sh - kpc's benchmarks, end to end, in one run.
 #
 # Installs what they need (scripts/setup.sh for the build, plus hipcc and ccache), builds a Release
 # tree in build-bench/, runs every program of tests/bench/ and prints one table: figure,

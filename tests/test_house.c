@@ -316,7 +316,7 @@ START_TEST(coordinating_tier_failures)
 }
 END_TEST
 
-/* ---- a failure of one process's own is not shared (issue 13, point 10) -------------- */
+/* ---- a failure of one process's own is not shared ------------------------------------ */
 static int local_fault_child(int i, void *arg)
 {
     (void)i, (void)arg;
@@ -394,7 +394,7 @@ START_TEST(broken_tmpdir_does_not_poison_real)
 }
 END_TEST
 
-/* ---- a request the compiler refuses before compiling (issue 13, point 1) ------------ */
+/* ---- a request the compiler refuses before compiling ---------------------------------- */
 START_TEST(nul_first_byte_is_invalid_real)
 {
     static const char nul_src[] = {'\0', 'x'};

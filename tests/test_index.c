@@ -14,7 +14,7 @@
  *             200 and 450 keys (eviction)
  *   reset     kpc-shm-reset against attached, exited and killed processes
  *   protocol  the index API directly: STALE after a wait, shared failures, dead builders
- *   faults    issue 13: a damaged lock word, a table without an empty slot, sizes
+ *   faults    a damaged lock word, a table without an empty slot, sizes
  *             overwritten before a repair, a truncated segment, a full table of dead
  *             builders, stale temporary segments, a fork child, a stopped builder
  *   threads   the same scenarios (and the faults that involve concurrency) in threads of one process (run as its own CTest test,
@@ -1448,7 +1448,7 @@ START_TEST(threads_eviction)
 }
 END_TEST
 
-/* ---- faults (issue 13): a damaged or truncated segment, dead and stopped builders ------- */
+/* ---- faults: a damaged or truncated segment, dead and stopped builders ------- */
 /* Offsets of docs/design.md ("The host index segment") that the fault tests write. */
 enum {
     OFF_NSLOTS = 28, OFF_LOCK = 48, OFF_PROCS_LOCK = 88, OFF_ENTRIES = 184, OFF_SLOTS = 4352,
@@ -1520,7 +1520,7 @@ static int run_bounded(const char *tool_var, const char *env, const char *args, 
 
 #define LOCK_TIMEOUT_MSG "did not answer within"
 
-/* Point 2: a lock word overwritten with a thread that does not exist. Requests time out
+/* a lock word overwritten with a thread that does not exist. Requests time out
  * on the lock (KPC_SHM_LOCK_TIMEOUT_MS), log it once per process and go on with the disk;
  * `kpc stats` ends; `kpc-shm-reset --force` removes the segment without its locks. */
 /* The segment's name carries its layout: a kpc of another layout (an older one, whose
@@ -1669,7 +1669,7 @@ static int full_table_child(int i, void *arg)
     return 0;
 }
 
-/* Point 3: the backward-shift delete on a table without an empty slot (damaged) ends. */
+/* the backward-shift delete on a table without an empty slot (damaged) ends. */
 START_TEST(table_without_empty_slot_does_not_spin)
 {
     precreate(1); /* capacity 1: 16 slots */
@@ -1686,7 +1686,7 @@ START_TEST(table_without_empty_slot_does_not_spin)
 }
 END_TEST
 
-/* Point 4: the slot count and capacity in the header are overwritten while processes are
+/* the slot count and capacity in the header are overwritten while processes are
  * attached, then the lock holder dies: the EOWNERDEAD wipe uses the sizes validated at
  * attach, so no repairer crashes (before: each one died in turn, 6 of 6). */
 START_TEST(sizes_overwritten_repair_survives)
@@ -1719,7 +1719,7 @@ START_TEST(sizes_overwritten_repair_survives)
 }
 END_TEST
 
-/* Point 5: the segment is truncated under attached processes: they go on with the disk
+/* the segment is truncated under attached processes: they go on with the disk
  * (before: SIGBUS). */
 START_TEST(truncated_segment_attached_processes_fall_back)
 {
@@ -1747,7 +1747,7 @@ START_TEST(truncated_segment_attached_processes_fall_back)
 }
 END_TEST
 
-/* Point 7: a full table of slots whose builders died is reclaimed by eviction: a new key
+/* a full table of slots whose builders died is reclaimed by eviction: a new key
  * is coordinated again (before: "full of builds in progress", built without the index). */
 START_TEST(dead_builders_evicted_from_full_table)
 {
@@ -1812,7 +1812,7 @@ static void plant_temps(char stale[2][256], char *live, size_t cap)
     close(fd);
 }
 
-/* Point 8: creators killed mid-creation leave temporary segments; the next creation
+/* creators killed mid-creation leave temporary segments; the next creation
  * sweeps those whose creator is dead, and kpc-shm-reset lists and removes them. */
 START_TEST(stale_temp_segments_swept)
 {
@@ -1847,7 +1847,7 @@ START_TEST(stale_temp_segments_swept)
 }
 END_TEST
 
-/* Point 9a: a fork child using its parent's cache gets KPC_E_INVALID, logged; closing the
+/* a fork child using its parent's cache gets KPC_E_INVALID, logged; closing the
  * parent's cache in the child leaves the parent's registration alone. */
 START_TEST(fork_child_using_parent_cache_refused)
 {
@@ -1886,7 +1886,7 @@ START_TEST(fork_child_using_parent_cache_refused)
 }
 END_TEST
 
-/* Point 9b: a builder stopped (SIGSTOP) in the middle of a real compile is not waited for
+/* a builder stopped (SIGSTOP) in the middle of a real compile is not waited for
  * past KPC_BUILD_WAIT_MAX_MS: the waiters build for themselves, counted. */
 START_TEST(stopped_builder_waiters_give_up)
 {
@@ -1954,7 +1954,7 @@ static void threads_past_damage(kpc_cache *c, const char *needle)
     kpc_cache_close(c);
 }
 
-/* Point 2 in threads: the table lock's word overwritten under an open cache. */
+/* In threads: the table lock's word overwritten under an open cache. */
 START_TEST(threads_damaged_lock_word)
 {
     setenv("KPC_SHM_LOCK_TIMEOUT_MS", "300", 1);
@@ -1967,7 +1967,7 @@ START_TEST(threads_damaged_lock_word)
 }
 END_TEST
 
-/* Point 5 in threads: the segment truncated under an open cache. */
+/* In threads: the segment truncated under an open cache. */
 START_TEST(threads_truncated_segment)
 {
     precreate(0);
@@ -1997,7 +1997,7 @@ static void *begin_thread(void *p)
     return NULL;
 }
 
-/* Point 9b in threads: threads waiting on a stopped builder process give up. */
+/* In threads: threads waiting on a stopped builder process give up. */
 START_TEST(threads_stopped_builder)
 {
     enum { N = 4 };

@@ -73,7 +73,7 @@ static kpc_status check_owner(const char *dir)
 
 /* Refuse a cache dir that another user could swap: an ancestor of its real path that
  * others may write without the sticky bit (they could rename the cache away and put a
- * look-alike tree in its place, issue 13 point 6), or that a user other than us and root
+ * look-alike tree in its place, to be read as ours), or that a user other than us and root
  * owns (they could make it so). As ssh checks the directories above its keys. /tmp
  * (sticky) is fine. A held directory protects a process that already opened the cache;
  * this check protects the processes that open it next. */
@@ -151,7 +151,7 @@ kpc_status kpc_root_open(const char *dir, kpc_root **out)
         return KPC_E_IO;
     }
     /* the directory held is the one checked: a swap between the checks and the open is
-     * caught here (issue 13 point 6) */
+     * caught here (a look-alike tree must never be read as ours) */
     struct stat held;
     if (fstat(r->fd, &held) != 0 || held.st_uid != geteuid() || !S_ISDIR(held.st_mode)) {
         KPC_LOG(KPC_LOG_ERROR, "cache directory %s changed while it was opened: refused", r->path);

@@ -71,7 +71,7 @@ kpc_status kpc_store_open_root(kpc_root *root, uint64_t max_bytes, kpc_store **o
     store->root = root;
     store->max_bytes = max_bytes;
     kpc_store_share_usage(store, &store->local_bytes, &store->local_files, &store->local_known);
-    kpc_store_sweep_tmp(store, false); /* what killed writers left (issue 13, point 12) */
+    kpc_store_sweep_tmp(store, false); /* what killed writers left: nobody else removes it */
     *out = store;
     return KPC_OK;
 }
@@ -215,7 +215,7 @@ kpc_status kpc_store_read(kpc_store *st, const kpc_key *key, const char *target,
     const char *why = kpc_store_read_fd(fd, key, target, kind, out, &s, &sb);
     if (why != NULL) {
         if (s == KPC_E_CORRUPT) {
-            /* logged after the removal, as it went (issue 13 point 11) */
+            /* logged after the removal, as it went (a failure is reported, not hidden) */
             struct stat cur;
             bool have = fstat(fd, &cur) == 0;
             enum kpc_store_removal r = kpc_store_remove_if_same(st, path, fd);

@@ -44,7 +44,8 @@ static bool record_name(const char *name, uint32_t *kind)
 }
 
 /* A directory of the tree opened for reading below at (held fds only: no path is walked
- * again from the root, issue 13 point 6), never through a symbolic link. */
+ * again from the root: a directory swapped for a link mid-walk must not lead
+ * elsewhere), never through a symbolic link. */
 static DIR *open_dir_at(int at, const char *name)
 {
     int fd = openat(at, name, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
@@ -60,7 +61,8 @@ static DIR *open_dir_at(int at, const char *name)
 }
 
 /* An error the walk met (not a file that vanished meanwhile): logged with the call and
- * the path, counted; the walk goes on with the rest and then fails (issue 13 point 11). */
+ * the path, counted; the walk goes on with the rest and then fails (one unreadable entry
+ * must neither hide the others nor pass unreported). */
 static void walk_error(unsigned *errors, const char *call, const char *dir, const char *name)
 {
     KPC_LOG(KPC_LOG_ERROR, "%s(%s%s%s): %s", call, dir, name ? "/" : "", name ? name : "", strerror(errno));

@@ -1,5 +1,5 @@
 /*
- * bench_cluster.c - figure 8: the cluster tier (issue 14).
+ * bench_cluster.c - figure 8: the cluster tier.
  *
  * 8a, the cluster storm: H simulated hosts (each a mount namespace with its own /dev/shm
  * and cache dir: tests/cluster_support.c; root only) x P processes each need the same

@@ -14,7 +14,7 @@ set_tests_properties(check_size PROPERTIES LABELS "house" TIMEOUT 60)
 # eight runs of the check, each a few seconds on a loaded machine
 set_tests_properties(check_includes_refuses PROPERTIES TIMEOUT 300)
 # The seams (tiers with a fake pack and a fake cluster tier, the cache directory's
-# owner) and the failures that must not be shared (issue 13, points 1 and 10).
+# owner) and the failures that must not be shared (a refused request, a local fault).
 kpc_check_test(test_house LABELS "house;threads" TIMEOUT 300)
 # The NVIDIA platform compiles against the seams here too, where CUDA is absent (stub
 # headers; the real build is scripts/test-nvidia.sh's).
