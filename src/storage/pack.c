@@ -22,6 +22,7 @@
 #define _GNU_SOURCE
 #include "storage/pack.h"
 #include "base/bytes.h"
+#include "base/fault.h"
 #include "base/log.h"
 
 #include <errno.h>
@@ -127,7 +128,7 @@ static ssize_t pread_full(int fd, void *buf, size_t n, uint64_t off)
 {
     size_t got = 0;
     while (got < n) {
-        ssize_t r = pread(fd, (char *)buf + got, n - got, (off_t)(off + got));
+        ssize_t r = kpc__pread(fd, (char *)buf + got, n - got, (off_t)(off + got));
         if (r < 0 && errno == EINTR)
             continue;
         if (r < 0)
@@ -191,7 +192,7 @@ kpc_status kpc_pack_open(const char *path, kpc_pack **out)
     if (p == NULL)
         return KPC_E_NOMEM;
     snprintf(p->path, sizeof p->path, "%s", path);
-    p->fd = open(path, O_RDONLY | O_CLOEXEC | O_NONBLOCK);
+    p->fd = kpc__open(path, O_RDONLY | O_CLOEXEC | O_NONBLOCK, 0);
     if (p->fd < 0) {
         KPC_LOG(KPC_LOG_ERROR, "open(%s): %s: pack not used", path, strerror(errno));
         free(p);
@@ -202,7 +203,7 @@ kpc_status kpc_pack_open(const char *path, kpc_pack **out)
     pack_header ph;
     kpc_status s = KPC_OK;
     ssize_t got;
-    if (fstat(p->fd, &sb) != 0) {
+    if (kpc__fstat(p->fd, &sb) != 0) {
         KPC_LOG(KPC_LOG_ERROR, "fstat(%s): %s: pack not used", path, strerror(errno));
         s = KPC_E_IO;
     } else if (!S_ISREG(sb.st_mode))
