@@ -106,7 +106,7 @@ int main(int argc, char **argv)
         printf("no cache directory %s: nothing to reset\n", set.cache_dir);
         return 0;
     }
-    char name[96];
+    char name[KPC_INDEX_NAME_MAX];
     kpc_index_segment_name(root, name, sizeof name);
     kpc_index_sweep_temps(root, print_temp, NULL);
     kpc_index *ix;

@@ -228,7 +228,7 @@ static size_t sweep_temps(const char *name, kpc_index_temp_fn fn, void *arg)
 
 size_t kpc_index_sweep_temps(const char *cache_root, kpc_index_temp_fn fn, void *arg)
 {
-    char name[96];
+    char name[KPC_INDEX_NAME_MAX];
     kpc_index_segment_name(cache_root, name, sizeof name);
     return sweep_temps(name, fn, arg);
 }
@@ -355,7 +355,7 @@ static kpc_status open_index(const char *cache_root, size_t entries, bool create
                              kpc_index **out)
 {
     *out = NULL;
-    char name[96];
+    char name[KPC_INDEX_NAME_MAX];
     kpc_index_segment_name(cache_root, name, sizeof name);
     kpc_index *ix = calloc(1, sizeof *ix);
     if (ix == NULL)
@@ -409,7 +409,7 @@ void kpc_index_close(kpc_index *ix)
 
 kpc_status kpc_index_unlink(const char *cache_root)
 {
-    char name[96];
+    char name[KPC_INDEX_NAME_MAX];
     kpc_index_segment_name(cache_root, name, sizeof name);
     /* with the segment go the temporary ones its dead creators left: no later create of
      * this root may come to sweep them */

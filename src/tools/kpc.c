@@ -165,7 +165,7 @@ static int cmd_stats(kpc_tool *t)
     if (rc != KPC_TOOL_OK)
         return rc;
     kpc_index_counters ic = {0};
-    char name[96] = "";
+    char name[KPC_INDEX_NAME_MAX] = "";
     const char *index_state = "absent";
     uint64_t bytes = 0, files = 0;
     if (t->root[0]) {
