@@ -1,13 +1,13 @@
 #!/usr/bin/env bash
-# bench-device.sh - issue 7, item 7: kpc's benchmarks on a many-core machine.
+# bench-device.sh - kpc's benchmarks on a many-core machine.
 #
 # Written for the 16-core machine lent through the device tool (Ubuntu 24.04, CUDA 13, no
 # ROCm, no network): run it there from the repository root. It builds a Release tree in
 # build-device/ and runs the benchmarks that make sense there, writing what
-# scripts/bench.sh --render needs into $OUT (default bench-results/device/):
+# scripts/bench.sh --render needs into $OUT (default tests/bench/results/device/):
 #   rows.tsv (the rows), machine.txt, command.txt, section.txt, log.txt.
 # Back here: scripts/bench.sh --render <that folder> prints the table, writes
-# bench-results/bench-device.json and the "device" section of docs/benchmarks.md.
+# tests/bench/results/bench-device.json and the "device" section of docs/benchmarks.md.
 #
 # The compiler: with CUDA's nvrtc.h and src/platform/nvidia.c present it builds the
 # NVIDIA platform and the storm compiles real sources with NVRTC (no global lock: the
@@ -22,7 +22,7 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 root=$PWD
-out=${OUT:-$root/bench-results/device}
+out=${OUT:-$root/tests/bench/results/device}
 mkdir -p "$out"
 exec > >(tee "$out/log.txt") 2>&1
 

@@ -1,10 +1,10 @@
 #!/usr/bin/env bash
-# bench.sh - kpc's benchmarks (issue 7), end to end, in one run.
+# bench.sh - kpc's benchmarks, end to end, in one run.
 #
 # Installs what they need (scripts/setup.sh for the build, plus hipcc and ccache), builds a Release
 # tree in build-bench/, runs every program of tests/bench/ and prints one table: figure,
 # value, the reference it is held against, the reference's value, the ratio, the goal
-# and whether it was met. It writes the rows as JSON to bench-results/bench.json and puts
+# and whether it was met. It writes the rows as JSON to tests/bench/results/bench.json and puts
 # the table, the machine and the exact command into docs/benchmarks.md (the section of
 # this machine, between its markers). Nothing here asserts a timing; a missed goal is a
 # row marked "no".
@@ -171,7 +171,7 @@ if [ -n "$render" ]; then
   [ -f "$render/rows.tsv" ] || { echo "bench.sh: no $render/rows.tsv" >&2; exit 1; }
   section=$(cat "$render/section.txt" 2>/dev/null || echo device)
   render "$render/rows.tsv" "$(cat "$render/machine.txt")" "$(cat "$render/command.txt")" "$section" \
-    "bench-results/bench-$section.json"
+    "tests/bench/results/bench-$section.json"
   exit 0
 fi
 
@@ -191,7 +191,7 @@ work=$(mktemp -d)
 trap 'rm -rf "$work"' EXIT
 export KPC_BENCH_ROWS=$work/rows.tsv
 : >"$KPC_BENCH_ROWS"
-mkdir -p bench-results
+mkdir -p tests/bench/results
 log=$root/$build/bench.log # the programs' progress and their own lines; build-*/ is not tracked
 : >"$log"
 start=$(date +%s)
@@ -230,4 +230,4 @@ fi
 echo "bench: all done in $(($(date +%s) - start)) s; load average now $(cut -d' ' -f1-3 /proc/loadavg)" \
   | tee -a "$log" >&2
 
-render "$KPC_BENCH_ROWS" "$(machine_text)" "$command_line" "local" bench-results/bench.json
+render "$KPC_BENCH_ROWS" "$(machine_text)" "$command_line" "local" tests/bench/results/bench.json

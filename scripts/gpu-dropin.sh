@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# gpu-dropin.sh - the drop-in libkpc-nvrtc on a machine with an NVIDIA GPU (issue 16):
+# gpu-dropin.sh - the drop-in libkpc-nvrtc on a machine with an NVIDIA GPU:
 #   1. build the NVIDIA platform's drop-ins and run their suite (fake NVRTC, real NVRTC);
 #   2. tests/dropin/cuda_app.c (NVRTC + the CUDA driver API, no kpc in its source):
 #      without kpc, then under LD_PRELOAD cold and warm, linked with -lkpc-nvrtc, and

@@ -20,7 +20,7 @@
 #include "platform/names.h"
 #include "platform/platform.h"
 #include "storage/claim.h"
-#include "storage/index.h"
+#include "shm/index.h"
 #include "storage/record.h"
 #include "storage/store.h"
 #include "storage/tier.h"

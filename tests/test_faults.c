@@ -1,5 +1,5 @@
 /*
- * test_faults.c - issue 13's file-system faults, each through the public API:
+ * test_faults.c - the file-system faults, each through the public API:
  *
  *   6  cross-user poisoning through a writable parent directory: a cache dir whose
  *      ancestors others may write (no sticky bit) is refused at open, logged; and a

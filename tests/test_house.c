@@ -12,6 +12,7 @@
 
 #include <errno.h>
 #include <fcntl.h>
+#include <stddef.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -315,7 +316,7 @@ START_TEST(coordinating_tier_failures)
 }
 END_TEST
 
-/* ---- a failure of one process's own is not shared (issue 13, point 10) -------------- */
+/* ---- a failure of one process's own is not shared ------------------------------------ */
 static int local_fault_child(int i, void *arg)
 {
     (void)i, (void)arg;
@@ -393,7 +394,7 @@ START_TEST(broken_tmpdir_does_not_poison_real)
 }
 END_TEST
 
-/* ---- a request the compiler refuses before compiling (issue 13, point 1) ------------ */
+/* ---- a request the compiler refuses before compiling ---------------------------------- */
 START_TEST(nul_first_byte_is_invalid_real)
 {
     static const char nul_src[] = {'\0', 'x'};
@@ -607,6 +608,50 @@ START_TEST(root_owns_the_paths)
 }
 END_TEST
 
+/* ---- the ABI: a program built against 1.0.0's kpc.h --------------------------------------- */
+/* kpc_stats as 1.0.0 declared it (17 counters), and a canary where the struct ended: the
+ * 1.0.0 symbol and a sized call with the old size must fill the fields and never touch
+ * the canary (the struct has grown since; memset(sizeof) of the new one overran it). */
+typedef struct stats_1_0 {
+    uint64_t fields[17];
+    uint64_t canary;
+} stats_1_0;
+#define CANARY 0x5a5a5a5aa5a5a5a5ull
+
+START_TEST(old_size_stats_caller_not_overrun)
+{
+    _Static_assert(sizeof(((stats_1_0 *)0)->fields) == KPC_STATS_SIZE_1_0, "the 1.0.0 size");
+    kpc_cache *c = ts_open(dir, 0, 64);
+    kpc_stats now = stats_of(c);
+    ck_assert_uint_eq(now.capacity, 64); /* a field of 1.0.0 that is not 0 */
+    stats_1_0 old = {.canary = CANARY};
+    ck_assert_int_eq((kpc_stats_get)(c, (kpc_stats *)&old), KPC_OK); /* the 1.0.0 symbol */
+    ck_assert_uint_eq(old.canary, CANARY);
+    ck_assert_uint_eq(old.fields[offsetof(kpc_stats, capacity) / 8], 64);
+    memset(&old, 0xff, sizeof old.fields);
+    old.canary = CANARY;
+    ck_assert_int_eq(kpc_stats_get_sized(c, (kpc_stats *)&old, sizeof old.fields), KPC_OK);
+    ck_assert_uint_eq(old.canary, CANARY);
+    ck_assert_uint_eq(old.fields[offsetof(kpc_stats, capacity) / 8], 64);
+    ck_assert_uint_eq(old.fields[offsetof(kpc_stats, mem_hits) / 8], 0);
+    /* a newer caller's larger struct: the tail the library does not know reads 0 */
+    struct {
+        kpc_stats s;
+        uint64_t newer[2];
+        uint64_t canary;
+    } big;
+    memset(&big, 0xff, sizeof big);
+    big.canary = CANARY;
+    ck_assert_int_eq(kpc_stats_get_sized(c, &big.s, sizeof big.s + sizeof big.newer), KPC_OK);
+    ck_assert_uint_eq(big.s.capacity, 64);
+    ck_assert_uint_eq(big.newer[0], 0);
+    ck_assert_uint_eq(big.newer[1], 0);
+    ck_assert_uint_eq(big.canary, CANARY);
+    ck_assert_int_eq(kpc_stats_get_sized(c, &big.s, 0), KPC_E_INVALID);
+    kpc_cache_close(c);
+}
+END_TEST
+
 int main(void)
 {
     Suite *s = suite_create("house");
@@ -631,6 +676,7 @@ int main(void)
     TCase *root = tcase_create("root");
     tcase_add_checked_fixture(root, setup, teardown);
     tcase_add_test(root, root_owns_the_paths);
+    tcase_add_test(root, old_size_stats_caller_not_overrun);
     suite_add_tcase(s, root);
     return ts_run_suite(s);
 }

@@ -14,7 +14,7 @@
  *             200 and 450 keys (eviction)
  *   reset     kpc-shm-reset against attached, exited and killed processes
  *   protocol  the index API directly: STALE after a wait, shared failures, dead builders
- *   faults    issue 13: a damaged lock word, a table without an empty slot, sizes
+ *   faults    a damaged lock word, a table without an empty slot, sizes
  *             overwritten before a repair, a truncated segment, a full table of dead
  *             builders, stale temporary segments, a fork child, a stopped builder
  *   threads   the same scenarios (and the faults that involve concurrency) in threads of one process (run as its own CTest test,
@@ -100,7 +100,7 @@ static void case_teardown(void)
         if (e->d_name[0] == '.' || realpath(path, root) == NULL)
             continue;
         kpc_index_unlink(root);
-        kpc_root_segment_name(root, name, sizeof name);
+        kpc_index_segment_name(root, name, sizeof name);
         snprintf(path, sizeof path, "/dev/shm%s.real", name); /* the symlink case */
         unlink(path);
         char prefix[128]; /* temporary segments the fault tests planted */
@@ -199,7 +199,7 @@ static char *root_of(const char *d)
 static void segment_path(const char *d, char *out, size_t cap)
 {
     char *r = root_of(d), name[96];
-    kpc_root_segment_name(r, name, sizeof name);
+    kpc_index_segment_name(r, name, sizeof name);
     snprintf(out, cap, "/dev/shm%s", name);
     free(r);
 }
@@ -1448,7 +1448,7 @@ START_TEST(threads_eviction)
 }
 END_TEST
 
-/* ---- faults (issue 13): a damaged or truncated segment, dead and stopped builders ------- */
+/* ---- faults: a damaged or truncated segment, dead and stopped builders ------- */
 /* Offsets of docs/design.md ("The host index segment") that the fault tests write. */
 enum {
     OFF_NSLOTS = 28, OFF_LOCK = 48, OFF_PROCS_LOCK = 88, OFF_ENTRIES = 184, OFF_SLOTS = 4352,
@@ -1520,9 +1520,74 @@ static int run_bounded(const char *tool_var, const char *env, const char *args, 
 
 #define LOCK_TIMEOUT_MSG "did not answer within"
 
-/* Point 2: a lock word overwritten with a thread that does not exist. Requests time out
+/* a lock word overwritten with a thread that does not exist. Requests time out
  * on the lock (KPC_SHM_LOCK_TIMEOUT_MS), log it once per process and go on with the disk;
  * `kpc stats` ends; `kpc-shm-reset --force` removes the segment without its locks. */
+/* The segment's name carries its layout: a kpc of another layout (an older one, whose
+ * names had no layout at all, or one of another "-L" layout) left a segment for this
+ * directory, and this kpc never maps it: its own index is created beside it and used,
+ * and the other's bytes are untouched. (With one name for every layout the attach would
+ * refuse the foreign format and turn the index off: disk only.) */
+static void *file_bytes(const char *path, size_t *size)
+{
+    int fd = open(path, O_RDONLY | O_CLOEXEC);
+    ck_assert_msg(fd >= 0, "open(%s)", path);
+    void *buf = NULL;
+    ck_assert_int_eq(kpc__read_fd(fd, 1u << 30, &buf, size), KPC_OK);
+    close(fd);
+    return buf;
+}
+
+START_TEST(other_layout_segment_never_mapped)
+{
+    precreate(64);
+    char ours[256];
+    segment_path(dir, ours, sizeof ours);
+    size_t size;
+    uint8_t *bytes = file_bytes(ours, &size); /* a sound segment of this layout */
+    char *r = root_of(dir);
+    ck_assert_int_eq(kpc_index_unlink(r), KPC_OK);
+    ck_assert(!segment_exists());
+    char older[256], other[256], base[96];
+    kpc_root_segment_name(r, base, sizeof base);
+    ck_assert_msg(strncmp(ours, "/dev/shm", 8) == 0 && strncmp(ours + 8, base, strlen(base)) == 0 &&
+                      strncmp(ours + 8 + strlen(base), "-L", 2) == 0 && strlen(ours + 8 + strlen(base)) == 18,
+                  "the segment name %s is not the directory's %s with -L and 16 hex digits", ours, base);
+    snprintf(older, sizeof older, "/dev/shm%s", base);
+    snprintf(other, sizeof other, "/dev/shm%s-L0123456789abcdef", base);
+    uint64_t format;
+    memcpy(&format, bytes + 8, 8); /* ixh_format: another layout's */
+    format ^= 1;
+    memcpy(bytes + 8, &format, 8);
+    const char *foreign[] = {older, other};
+    for (int i = 0; i < 2; i++) {
+        int fd = open(foreign[i], O_RDWR | O_CREAT | O_EXCL | O_CLOEXEC, 0600);
+        ck_assert_msg(fd >= 0, "create %s", foreign[i]);
+        ck_assert_int_eq(kpc__write_all(fd, bytes, size), 0);
+        close(fd);
+    }
+    kpc_cache *c = ts_open(dir, 0, 64);
+    bool used = c->index != NULL && kpc_index_usable(c->index);
+    kpc_stats st;
+    ck_assert_int_eq(kpc_stats_get(c, &st), KPC_OK);
+    kpc_cache_close(c);
+    bool created = segment_exists();
+    bool untouched = true;
+    for (int i = 0; i < 2; i++) {
+        size_t n;
+        uint8_t *now = file_bytes(foreign[i], &n);
+        untouched = untouched && n == size && memcmp(now, bytes, size) == 0;
+        free(now);
+        unlink(foreign[i]);
+    }
+    free(bytes);
+    free(r);
+    ck_assert_msg(used && st.capacity == 64, "the index of this layout was not used beside another's");
+    ck_assert_msg(created, "no segment of this layout was created");
+    ck_assert_msg(untouched, "a segment of another layout was written to");
+}
+END_TEST
+
 START_TEST(damaged_lock_word_falls_back_to_disk)
 {
     enum { N = 3 };
@@ -1604,7 +1669,7 @@ static int full_table_child(int i, void *arg)
     return 0;
 }
 
-/* Point 3: the backward-shift delete on a table without an empty slot (damaged) ends. */
+/* the backward-shift delete on a table without an empty slot (damaged) ends. */
 START_TEST(table_without_empty_slot_does_not_spin)
 {
     precreate(1); /* capacity 1: 16 slots */
@@ -1621,7 +1686,7 @@ START_TEST(table_without_empty_slot_does_not_spin)
 }
 END_TEST
 
-/* Point 4: the slot count and capacity in the header are overwritten while processes are
+/* the slot count and capacity in the header are overwritten while processes are
  * attached, then the lock holder dies: the EOWNERDEAD wipe uses the sizes validated at
  * attach, so no repairer crashes (before: each one died in turn, 6 of 6). */
 START_TEST(sizes_overwritten_repair_survives)
@@ -1654,7 +1719,7 @@ START_TEST(sizes_overwritten_repair_survives)
 }
 END_TEST
 
-/* Point 5: the segment is truncated under attached processes: they go on with the disk
+/* the segment is truncated under attached processes: they go on with the disk
  * (before: SIGBUS). */
 START_TEST(truncated_segment_attached_processes_fall_back)
 {
@@ -1682,7 +1747,7 @@ START_TEST(truncated_segment_attached_processes_fall_back)
 }
 END_TEST
 
-/* Point 7: a full table of slots whose builders died is reclaimed by eviction: a new key
+/* a full table of slots whose builders died is reclaimed by eviction: a new key
  * is coordinated again (before: "full of builds in progress", built without the index). */
 START_TEST(dead_builders_evicted_from_full_table)
 {
@@ -1730,7 +1795,7 @@ static pid_t dead_pid(void)
 static void plant_temps(char stale[2][256], char *live, size_t cap)
 {
     char *r = root_of(dir), name[96];
-    kpc_root_segment_name(r, name, sizeof name);
+    kpc_index_segment_name(r, name, sizeof name);
     free(r);
     pid_t dead = dead_pid();
     for (int i = 0; i < 2; i++) {
@@ -1747,7 +1812,7 @@ static void plant_temps(char stale[2][256], char *live, size_t cap)
     close(fd);
 }
 
-/* Point 8: creators killed mid-creation leave temporary segments; the next creation
+/* creators killed mid-creation leave temporary segments; the next creation
  * sweeps those whose creator is dead, and kpc-shm-reset lists and removes them. */
 START_TEST(stale_temp_segments_swept)
 {
@@ -1782,7 +1847,7 @@ START_TEST(stale_temp_segments_swept)
 }
 END_TEST
 
-/* Point 9a: a fork child using its parent's cache gets KPC_E_INVALID, logged; closing the
+/* a fork child using its parent's cache gets KPC_E_INVALID, logged; closing the
  * parent's cache in the child leaves the parent's registration alone. */
 START_TEST(fork_child_using_parent_cache_refused)
 {
@@ -1821,7 +1886,7 @@ START_TEST(fork_child_using_parent_cache_refused)
 }
 END_TEST
 
-/* Point 9b: a builder stopped (SIGSTOP) in the middle of a real compile is not waited for
+/* a builder stopped (SIGSTOP) in the middle of a real compile is not waited for
  * past KPC_BUILD_WAIT_MAX_MS: the waiters build for themselves, counted. */
 START_TEST(stopped_builder_waiters_give_up)
 {
@@ -1889,7 +1954,7 @@ static void threads_past_damage(kpc_cache *c, const char *needle)
     kpc_cache_close(c);
 }
 
-/* Point 2 in threads: the table lock's word overwritten under an open cache. */
+/* In threads: the table lock's word overwritten under an open cache. */
 START_TEST(threads_damaged_lock_word)
 {
     setenv("KPC_SHM_LOCK_TIMEOUT_MS", "300", 1);
@@ -1902,7 +1967,7 @@ START_TEST(threads_damaged_lock_word)
 }
 END_TEST
 
-/* Point 5 in threads: the segment truncated under an open cache. */
+/* In threads: the segment truncated under an open cache. */
 START_TEST(threads_truncated_segment)
 {
     precreate(0);
@@ -1932,7 +1997,7 @@ static void *begin_thread(void *p)
     return NULL;
 }
 
-/* Point 9b in threads: threads waiting on a stopped builder process give up. */
+/* In threads: threads waiting on a stopped builder process give up. */
 START_TEST(threads_stopped_builder)
 {
     enum { N = 4 };
@@ -1988,6 +2053,7 @@ static Suite *process_suite(void)
     tcase_add_loop_test(tc, bad_segment_falls_back_to_disk, 0, (int)(sizeof damages / sizeof damages[0]));
     tcase_add_test(tc, eviction_64_entries_200_keys);
     tcase_add_test(tc, eviction_concurrent_processes);
+    tcase_add_test(tc, other_layout_segment_never_mapped);
     tc = tcase(s, "reset", 60);
     tcase_add_test(tc, shm_reset_refuses_while_attached);
     tcase_add_test(tc, shm_reset_after_exit_and_after_kill);

@@ -618,7 +618,7 @@ START_TEST(prune_and_clear_json)
 }
 END_TEST
 
-/* ---- errors the walk meets (issue 13, point 11) --------------------------------------- */
+/* ---- errors the walk meets -------------------------------------------------------------- */
 /* `kpc CMD --cache-dir DIR [--json]` as a user the tree's modes bind: as root (whom modes
  * do not bind) the tree is handed to uid 65534 and the tool runs as it (setpriv); the
  * exit status, stdout and stderr. */

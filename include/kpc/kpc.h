@@ -111,6 +111,18 @@ typedef struct kpc_config {
                                 * process (NVRTC; hipRTC 5.2 does not: 1 is used there) */
 } kpc_config;
 
+/*
+ * The ABI rule (docs/design.md, "The ABI"). Never changes: a function's signature, an
+ * enum's values, the order, type and meaning of an existing struct field. May grow: a
+ * struct the library fills or reads grows only at its end, and only where every call
+ * that passes it says how big the caller's copy is: kpc_config by its struct_size field
+ * (fields past it are unset), kpc_stats by the size kpc_stats_get_sized is given (the
+ * library writes no byte past it, and zeroes what it does not know). New statuses are
+ * appended. Fields are never removed or reused: a retired one reads 0.
+ */
+/* sizeof(kpc_stats) in 1.0.0: mem_hits to disk_files, what the unsized 1.0.0 symbol
+ * kpc_stats_get still fills for programs built against that header */
+#define KPC_STATS_SIZE_1_0 136u
 typedef struct kpc_stats {
     /* this process */
     uint64_t mem_hits;       /* requests answered by a context's in-memory map */
@@ -297,10 +309,18 @@ KPC_API kpc_status kpc_kernel_get(kpc_context *ctx, kpc_program *prog, const cha
 KPC_API const char *kpc_last_log(void);
 
 /**
- * Counters of this process and, from the host index, of this host.
- * @return KPC_OK; KPC_E_INVALID for NULL arguments.
+ * Counters of this process and, from the host index, of this host, into the first size
+ * bytes of *out (size: the caller's sizeof(kpc_stats)); no byte past them is written, and
+ * bytes past the library's own kpc_stats read 0. kpc_stats_get(cache, out) is this call
+ * with sizeof *out.
+ * @return KPC_OK; KPC_E_INVALID for NULL arguments or a size of 0.
  */
+KPC_API kpc_status kpc_stats_get_sized(kpc_cache *cache, kpc_stats *out, size_t size);
+/* The 1.0.0 entry point, kept for programs built against that header: it fills only the
+ * 1.0.0 fields (KPC_STATS_SIZE_1_0 bytes). Source that calls kpc_stats_get gets the sized
+ * call through the macro below. */
 KPC_API kpc_status kpc_stats_get(kpc_cache *cache, kpc_stats *out);
+#define kpc_stats_get(cache, out) kpc_stats_get_sized((cache), (out), sizeof *(out))
 
 #ifdef __cplusplus
 }

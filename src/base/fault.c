@@ -7,7 +7,56 @@
  * Tests set a plan from one thread before the calls they aim at; atomics keep TSan quiet
  * and the counts exact when the library's threads make calls meanwhile.
  */
+#define _GNU_SOURCE
 #include "base/fault.h"
+
+#include <fcntl.h>
+#include <stdio.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+/* ---- the calls, through the table (both builds) -------------------------------------- */
+static enum kpc_sys_call open_kind(int flags)
+{
+    return (flags & (O_WRONLY | O_RDWR | O_CREAT)) ? KPC_SYS_OPEN : KPC_SYS_OPENR;
+}
+
+int kpc__open(const char *path, int flags, mode_t mode)
+{
+    return kpc__sys_fault(open_kind(flags)) ? -1 : open(path, flags, mode);
+}
+
+int kpc__openat(int dir, const char *path, int flags, mode_t mode)
+{
+    return kpc__sys_fault(open_kind(flags)) ? -1 : openat(dir, path, flags, mode);
+}
+
+int kpc__fstat(int fd, struct stat *st) { return kpc__sys_fault(KPC_SYS_READ) ? -1 : fstat(fd, st); }
+
+int kpc__fstatat(int dir, const char *path, struct stat *st, int flags)
+{
+    return kpc__sys_fault(KPC_SYS_READ) ? -1 : fstatat(dir, path, st, flags);
+}
+
+ssize_t kpc__pread(int fd, void *buf, size_t n, off_t off)
+{
+    return kpc__sys_fault(KPC_SYS_READ) ? -1 : pread(fd, buf, n, off);
+}
+
+int kpc__unlinkat(int dir, const char *path, int flags)
+{
+    return kpc__sys_fault(KPC_SYS_UNLINK) ? -1 : unlinkat(dir, path, flags);
+}
+
+int kpc__renameat(int from_dir, const char *from, int to_dir, const char *to)
+{
+    return kpc__sys_fault(KPC_SYS_RENAME) ? -1 : renameat(from_dir, from, to_dir, to);
+}
+
+int kpc__mkdirat(int dir, const char *path, mode_t mode)
+{
+    return kpc__sys_fault(KPC_SYS_MKDIR) ? -1 : mkdirat(dir, path, mode);
+}
 
 #ifdef KPC_TEST_HOOKS
 #include <errno.h>

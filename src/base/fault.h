@@ -12,6 +12,8 @@
 #define KPC_BASE_FAULT_H
 
 #include <stdbool.h>
+#include <stddef.h>
+#include <sys/types.h>
 
 /* Append only: tests name them. OPEN: opening to create or write (a temp file, a lock
  * file, a segment); OPENR: opening to read; READ: read, pread, fstat of a file read;
@@ -52,5 +54,19 @@ static inline int kpc__sys_fault(enum kpc_sys_call call)
     return 0;
 }
 #endif
+
+/* The library's file-system calls, each through the table (base/fault.c): code below
+ * the API calls these, never the bare call, so that the fault test can fail every one of
+ * them (in a release build each is the bare call). An open is KPC_SYS_OPEN when it may
+ * create or write, KPC_SYS_OPENR otherwise; fstat, fstatat and pread are KPC_SYS_READ. */
+struct stat;
+int kpc__open(const char *path, int flags, mode_t mode);
+int kpc__openat(int dir, const char *path, int flags, mode_t mode);
+int kpc__fstat(int fd, struct stat *st);
+int kpc__fstatat(int dir, const char *path, struct stat *st, int flags);
+ssize_t kpc__pread(int fd, void *buf, size_t n, off_t off);
+int kpc__unlinkat(int dir, const char *path, int flags);
+int kpc__renameat(int from_dir, const char *from, int to_dir, const char *to);
+int kpc__mkdirat(int dir, const char *path, mode_t mode);
 
 #endif /* KPC_BASE_FAULT_H */

@@ -163,32 +163,32 @@ kpc_status kpc_root_open(const char *dir, kpc_root **out)
     snprintf(r->tmp, sizeof r->tmp, "%s/tmp", r->v1);
     r->v1_len = strlen(r->v1);
     /* O_PATH: a handle to resolve names from (openat), whatever the directory's mode */
-    r->fd = open(r->path, O_PATH | O_DIRECTORY | O_CLOEXEC);
+    r->fd = kpc__open(r->path, O_PATH | O_DIRECTORY | O_CLOEXEC, 0);
     if (r->fd < 0) {
         KPC_LOG(KPC_LOG_ERROR, "open(%s): %s", r->path, strerror(errno));
         free(r);
         return KPC_E_IO;
     }
     /* the directory held is the one checked: a swap between the checks and the open is
-     * caught here (issue 13 point 6) */
+     * caught here (a look-alike tree must never be read as ours) */
     struct stat held;
-    if (fstat(r->fd, &held) != 0 || held.st_uid != geteuid() || !S_ISDIR(held.st_mode)) {
+    if (kpc__fstat(r->fd, &held) != 0 || held.st_uid != geteuid() || !S_ISDIR(held.st_mode)) {
         KPC_LOG(KPC_LOG_ERROR, "cache directory %s changed while it was opened: refused", r->path);
         close(r->fd);
         free(r);
         return KPC_E_IO;
     }
     /* v1/ and v1/tmp made from the held directory, never by path again */
-    if ((kpc__sys_fault(KPC_SYS_MKDIR) != 0 || (mkdirat(r->fd, "v1", 0700) != 0 && errno != EEXIST)) ||
-        (r->v1_fd = openat(r->fd, "v1", O_PATH | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC)) < 0 ||
-        (kpc__sys_fault(KPC_SYS_MKDIR) != 0 || (mkdirat(r->v1_fd, "tmp", 0700) != 0 && errno != EEXIST))) {
+    if ((kpc__mkdirat(r->fd, "v1", 0700) != 0 && errno != EEXIST) ||
+        (r->v1_fd = kpc__openat(r->fd, "v1", O_PATH | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC, 0)) < 0 ||
+        (kpc__mkdirat(r->v1_fd, "tmp", 0700) != 0 && errno != EEXIST)) {
         /* a read-only tree still serves reads */
         r->tree_errno = errno;
         KPC_LOG(KPC_LOG_WARN, "mkdir(%s): %s: the cache is read-only for this process", r->tmp,
                 strerror(errno));
     }
     if (r->v1_fd < 0)
-        r->v1_fd = openat(r->fd, "v1", O_PATH | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
+        r->v1_fd = kpc__openat(r->fd, "v1", O_PATH | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC, 0);
     *out = r;
     return KPC_OK;
 }
@@ -309,8 +309,7 @@ int kpc_root_lock(const kpc_root *r, const char *name, bool nowait, const char *
         errno = ENOENT;
         return -1;
     }
-    int fd = kpc__sys_fault(KPC_SYS_OPEN) ? -1
-             : openat(r->v1_fd, rel, O_RDWR | O_CREAT | O_CLOEXEC | O_NOFOLLOW, 0600);
+    int fd = kpc__openat(r->v1_fd, rel, O_RDWR | O_CREAT | O_CLOEXEC | O_NOFOLLOW, 0600);
     if (fd < 0)
         return -1;
     *call = "flock";
@@ -352,14 +351,12 @@ int kpc_root_rename_memo(const kpc_root *r, const char *from, const char *to)
         errno = ENOENT;
         return -1;
     }
-    if (kpc__sys_fault(KPC_SYS_RENAME) != 0)
-        return -1;
-    return renameat(r->v1_fd, from, r->v1_fd, to);
+    return kpc__renameat(r->v1_fd, from, r->v1_fd, to);
 }
 
 int kpc_root_unlink_memo(const kpc_root *r, const char *name)
 {
-    return r->v1_fd < 0 ? -1 : unlinkat(r->v1_fd, name, 0);
+    return r->v1_fd < 0 ? -1 : kpc__unlinkat(r->v1_fd, name, 0);
 }
 
 void kpc_root_segment_name(const char *root_path, char *out, size_t cap)

@@ -10,7 +10,7 @@
  *   <root>/v1/<name>.lock        flock files: prune.lock, identity.lock
  *   <root>/v1/<memo>             what a process remembers for the next one: the
  *                                compiler's identity, the targets validated (platform/)
- *   /dev/shm/kpc-<uid>-<16 hex>  the host index's segment (storage/index.c)
+ *   /dev/shm/kpc-<uid>-<16 hex>  the host index's segment, "-L<layout>" after it (shm/)
  *
  * The root directory and v1/ are held open (kpc_root_fd, kpc_root_v1_fd): every path
  * built here is <root>/v1/<rel>, and kpc_root_rel gives <rel>, so a caller can resolve it
@@ -90,7 +90,8 @@ FILE *kpc_root_read_memo(const kpc_root *r, const char *name);
 int kpc_root_rename_memo(const kpc_root *r, const char *from, const char *to);
 int kpc_root_unlink_memo(const kpc_root *r, const char *name);
 
-/* The host-index segment name of a root's realpath: "/kpc-<uid>-<16 hex>". */
+/* The directory's part of the host-index segment name of a root's realpath:
+ * "/kpc-<uid>-<16 hex>" (shm/ appends its layout: kpc_index_segment_name). */
 void kpc_root_segment_name(const char *root_path, char *out, size_t cap);
 
 #endif /* KPC_BASE_ROOT_H */

@@ -10,6 +10,7 @@
 
 #include <pthread.h>
 #include <stdlib.h>
+#include <stddef.h>
 #include <string.h>
 #include <unistd.h>
 
@@ -63,7 +64,7 @@ kpc_status kpc_cache_open(const kpc_config *cfg, kpc_cache **out)
         if (kpc_root_open(set->cache_dir, &c->root) == KPC_OK) {
             kpc_tier_env env = {.root = c->root, .cfg = cfg, .disk_max_bytes = set->disk_max_bytes};
             kpc_tier_open_all(&env, &c->tiers);
-            c->store = c->tiers.n ? kpc_store_of_tier(c->tiers.t[0]) : NULL;
+            c->store = kpc_store_of_tier(kpc_tier_host_disk(&c->tiers));
         }
         if (c->store == NULL) {
             KPC_LOG(KPC_LOG_WARN, "the disk cache at %s is off for this process", set->cache_dir);
@@ -102,10 +103,9 @@ void kpc_cache_close(kpc_cache *cache)
     free(cache);
 }
 
-kpc_status kpc_stats_get(kpc_cache *cache, kpc_stats *out)
+/* Every counter into *out (the library's own, full size). */
+static void stats_fill(kpc_cache *cache, kpc_stats *out)
 {
-    if (cache == NULL || out == NULL)
-        return KPC_E_INVALID;
     memset(out, 0, sizeof *out);
     for (int i = 0; i < KPC_HIT_SLOTS; i++)
         out->mem_hits += atomic_load_explicit(&cache->mem_hits[i].n, memory_order_relaxed);
@@ -129,24 +129,30 @@ kpc_status kpc_stats_get(kpc_cache *cache, kpc_stats *out)
         out->capacity = c.capacity;
         out->wait_timeouts = c.wait_timeouts;
     }
-    for (size_t i = 0; i < cache->tiers.n; i++)
-        if (strcmp(cache->tiers.t[i]->name, "pack") == 0) {
-            out->pack_hits = atomic_load(&cache->tiers.t[i]->n.hits);
-            out->pack_refused = atomic_load(&cache->tiers.t[i]->n.refused);
-        }
     if (cache->store)
         kpc_store_usage_estimate(cache->store, &out->disk_bytes, &out->disk_files);
-    kpc_remote *r = kpc_remote_tier_client(kpc_tier_coordinator(&cache->tiers));
-    if (r) {
-        kpc_remote_counters rc;
-        kpc_remote_counters_get(r, &rc);
-        out->remote_hits = rc.hits;
-        out->remote_misses = rc.misses;
-        out->remote_builds = rc.builds;
-        out->remote_waits = rc.waits;
-        out->remote_takeovers = rc.takeovers;
-        out->remote_errors = rc.errors;
-        out->remote_refused = rc.refused;
-    }
+    kpc_tier_stats(&cache->tiers, out); /* each tier's counts where its row says */
+}
+
+/* The caller's struct may be older (smaller: a program built against an older kpc.h) or
+ * newer (larger) than ours: write exactly size bytes, never more (the ABI rule, kpc.h). */
+kpc_status kpc_stats_get_sized(kpc_cache *cache, kpc_stats *out, size_t size)
+{
+    if (cache == NULL || out == NULL || size == 0)
+        return KPC_E_INVALID;
+    kpc_stats all;
+    stats_fill(cache, &all);
+    size_t n = size < sizeof all ? size : sizeof all;
+    memcpy(out, &all, n);
+    if (size > n)
+        memset((char *)out + n, 0, size - n);
     return KPC_OK;
+}
+
+_Static_assert(offsetof(kpc_stats, disk_files) + sizeof(uint64_t) == KPC_STATS_SIZE_1_0,
+               "the 1.0.0 fields of kpc_stats never move");
+#undef kpc_stats_get
+kpc_status kpc_stats_get(kpc_cache *cache, kpc_stats *out)
+{
+    return kpc_stats_get_sized(cache, out, KPC_STATS_SIZE_1_0);
 }

@@ -7,7 +7,7 @@
 
 #include "core/config.h"
 #include "platform/platform.h"
-#include "storage/index.h"
+#include "shm/index.h"
 #include "storage/store.h"
 #include "storage/tier.h"
 

@@ -11,6 +11,7 @@
 #include "base/log.h"
 #include "base/root.h"
 
+#include <pthread.h>
 #include <stdlib.h>
 #include <string.h>
 #include <unistd.h>

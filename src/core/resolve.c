@@ -187,19 +187,44 @@ static char *failed_log(kpc_context *ctx, const kpc_key *key)
     return log;
 }
 
+/* A fresh outcome stored and the claim finished: `done` (READY or FAILED) when stored,
+ * UNSTORED when it is not kept (no one could read it: the waiters build for themselves)
+ * or could not be stored. Under the request key (no deps) the record also reaches the
+ * lease's tier through the claim's finish; under an object key it is written to every
+ * writable tier and its manifest entry added (a lease never gets such a record). */
+typedef struct outcome {
+    kpc_record *rec;
+    const void *first, *second;
+    kpc_claim_outcome done;   /* READY (a CODE record) or FAILED (a LOG record) */
+    uint32_t manifest_kind;   /* KPC_MANIFEST_CODE or KPC_MANIFEST_LOG */
+} outcome;
+
+static void store_outcome(kpc_context *ctx, const kpc_key *key, const kpc_source *src, kpc_claim *claim,
+                          bool keep, const kpc_deps *deps, const kpc_key *object, const outcome *o)
+{
+    kpc_tiers *tiers = &ctx->cache->tiers;
+    if (!keep) {
+        kpc_claim_finish(claim, KPC_CLAIM_UNSTORED, NULL, NULL, NULL);
+    } else if (deps == NULL) {
+        bool stored = kpc_tier_write(tiers, claim->tier, o->rec, o->first, o->second) == KPC_OK;
+        kpc_claim_finish(claim, stored ? o->done : KPC_CLAIM_UNSTORED, o->rec, o->first, o->second);
+    } else {
+        bool stored = kpc_tier_write(tiers, NULL, o->rec, o->first, o->second) == KPC_OK &&
+                      manifest_add(ctx, key, src, object, o->manifest_kind, deps) == KPC_OK;
+        kpc_claim_finish(claim, stored ? o->done : KPC_CLAIM_UNSTORED, NULL, NULL, NULL);
+    }
+}
+
 /* Compile, store and finish the claim (which may hold nothing). */
 static kpc_status build(kpc_context *ctx, const kpc_key *key, const kpc_source *src, kpc_claim *claim,
                         kpc_program **out, char **log)
 {
     kpc_cache *cache = ctx->cache;
-    kpc_tiers *tiers = &cache->tiers;
     kpc_build b = {0};
     uint64_t t0 = kpc__now_ns(), started = kpc__wall_ns();
     kpc_status s = cache->platform->compile(ctx->target, src, &b);
     if (cache->index && (s == KPC_OK || s == KPC_E_COMPILE))
         kpc_index_note_compile(cache->index, s == KPC_OK);
-    /* a lease's record reaches the coordinating tier through the claim's finish */
-    const kpc_tier *upto = claim->tier;
     /* the files it read: where its record goes, or that it goes nowhere */
     kpc_deps *deps = NULL;
     bool keep = (s == KPC_OK || (s == KPC_E_COMPILE && !b.local)) && record_deps(&b, started, &deps);
@@ -216,16 +241,8 @@ static kpc_status build(kpc_context *ctx, const kpc_key *key, const kpc_source *
         const char *text = b.log ? b.log : "";
         fill_record(&rec, ctx, &object, src, KPC_RECORD_LOG);
         rec.code_size = strlen(text);
-        if (!keep) /* not stored: the waiters compile it (and fail, or not) themselves */
-            kpc_claim_finish(claim, KPC_CLAIM_UNSTORED, NULL, NULL, NULL);
-        else if (deps == NULL) {
-            bool stored = kpc_tier_write(tiers, upto, &rec, text, NULL) == KPC_OK;
-            kpc_claim_finish(claim, stored ? KPC_CLAIM_FAILED : KPC_CLAIM_UNSTORED, &rec, text, NULL);
-        } else {
-            bool stored = kpc_tier_write(tiers, NULL, &rec, text, NULL) == KPC_OK &&
-                          manifest_add(ctx, key, src, &object, KPC_MANIFEST_LOG, deps) == KPC_OK;
-            kpc_claim_finish(claim, stored ? KPC_CLAIM_FAILED : KPC_CLAIM_UNSTORED, NULL, NULL, NULL);
-        }
+        store_outcome(ctx, key, src, claim, keep, deps, &object,
+                      &(outcome){&rec, text, NULL, KPC_CLAIM_FAILED, KPC_MANIFEST_LOG});
         kpc_manifest_deps_free(deps);
         *log = b.log;
         b.log = NULL;
@@ -261,16 +278,8 @@ static kpc_status build(kpc_context *ctx, const kpc_key *key, const kpc_source *
     if (keep && !(cache->settings.flags & KPC_NO_SOURCES) &&
         kpc_request_encode(src, cache->platform->key_env, &req, &req_size) == KPC_OK)
         rec.request = req, rec.request_size = req_size;
-    if (!keep) { /* no one can read it: the waiters build for themselves */
-        kpc_claim_finish(claim, KPC_CLAIM_UNSTORED, NULL, NULL, NULL);
-    } else if (deps == NULL) {
-        bool stored = kpc_tier_write(tiers, upto, &rec, b.code, b.names) == KPC_OK;
-        kpc_claim_finish(claim, stored ? KPC_CLAIM_READY : KPC_CLAIM_UNSTORED, &rec, b.code, b.names);
-    } else {
-        bool stored = kpc_tier_write(tiers, NULL, &rec, b.code, b.names) == KPC_OK &&
-                      manifest_add(ctx, key, src, &object, KPC_MANIFEST_CODE, deps) == KPC_OK;
-        kpc_claim_finish(claim, stored ? KPC_CLAIM_READY : KPC_CLAIM_UNSTORED, NULL, NULL, NULL);
-    }
+    store_outcome(ctx, key, src, claim, keep, deps, &object,
+                  &(outcome){&rec, b.code, b.names, KPC_CLAIM_READY, KPC_MANIFEST_CODE});
     free(req);
     free(b.log);
     b.log = NULL;

@@ -1,23 +1,14 @@
 /*
- * names.c - the lowered-name table (format: platform/names.h). Every length is checked
- * against the end of the buffer before use: a table comes from disk or a network.
+ * names.c - the lowered-name table (format: platform/names.h), through base/bytes.h: every
+ * length is checked against what is left before use, since a table comes from disk or a
+ * network.
  */
 #include "platform/names.h"
+#include "base/bytes.h"
 
 #include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
-
-static void put_u32(uint8_t *p, uint32_t v)
-{
-    for (int i = 0; i < 4; i++)
-        p[i] = (uint8_t)(v >> (8 * i));
-}
-
-static uint32_t get_u32(const uint8_t *p)
-{
-    return (uint32_t)p[0] | (uint32_t)p[1] << 8 | (uint32_t)p[2] << 16 | (uint32_t)p[3] << 24;
-}
 
 kpc_status kpc_names_encode(const char *const *exprs, const char *const *lowered, size_t n,
                                  void **out, size_t *size)
@@ -36,32 +27,18 @@ static size_t field_len(const char *lowered, const char *reason)
 kpc_status kpc_names_encode_reasons(const char *const *exprs, const char *const *lowered,
                                     const char *const *reasons, size_t n, void **out, size_t *size)
 {
-    size_t total = 4;
-    for (size_t i = 0; i < n; i++)
-        total += 8 + strlen(exprs[i]) + 1 + field_len(lowered[i], reasons ? reasons[i] : NULL);
-    uint8_t *buf = malloc(total), *p = buf;
-    if (buf == NULL)
-        return KPC_E_NOMEM;
-    put_u32(p, (uint32_t)n);
-    p += 4;
+    kpc__writer w;
+    kpc__writer_grow(&w, 0);
+    kpc__put_u32(&w, (uint32_t)n);
     for (size_t i = 0; i < n; i++) {
-        size_t len = strlen(exprs[i]) + 1;
-        put_u32(p, (uint32_t)len);
-        memcpy(p + 4, exprs[i], len);
-        p += 4 + len;
+        kpc__put_lstr(&w, 4, exprs[i], strlen(exprs[i]) + 1); /* with its NUL */
         const char *low = lowered[i] ? lowered[i] : "", *why = reasons ? reasons[i] : NULL;
-        len = field_len(low, why);
-        put_u32(p, (uint32_t)len);
-        if (low[0] == '\0' && why) {
-            p[4] = '\0';
-            memcpy(p + 5, why, len - 1);
-        } else
-            memcpy(p + 4, low, len);
-        p += 4 + len;
+        kpc__put_u32(&w, (uint32_t)field_len(low, why));
+        kpc__put_bytes(&w, low, strlen(low) + 1);
+        if (low[0] == '\0' && why)
+            kpc__put_bytes(&w, why, strlen(why) + 1);
     }
-    *out = buf;
-    *size = total;
-    return KPC_OK;
+    return kpc__writer_finish(&w, out, size);
 }
 
 /* Walk the table; returns the lowered name of expr (not NUL-terminated: *len), or with
@@ -69,32 +46,26 @@ kpc_status kpc_names_encode_reasons(const char *const *exprs, const char *const 
 static const uint8_t *names_find(const void *names, size_t size, const char *expr, uint32_t *len,
                                  bool *valid)
 {
-    const uint8_t *p = names, *end = p + size;
+    kpc__reader r;
+    kpc__reader_init(&r, names, size);
     *valid = false;
-    if (size < 4)
-        return NULL;
-    uint32_t n = get_u32(p);
-    p += 4;
+    uint32_t n = kpc__get_u32(&r);
     size_t expr_len = expr ? strlen(expr) : 0;
     const uint8_t *found = NULL;
-    for (uint32_t i = 0; i < n; i++) {
-        const uint8_t *field[2];
-        uint32_t flen[2];
+    for (uint32_t i = 0; i < n && !r.bad; i++) {
+        const char *field[2];
+        size_t flen[2];
         for (int j = 0; j < 2; j++) {
-            if ((size_t)(end - p) < 4)
+            field[j] = kpc__get_lstr(&r, 4, UINT32_MAX, &flen[j]);
+            if (field[j] == NULL || flen[j] == 0 || field[j][flen[j] - 1] != '\0')
                 return NULL;
-            flen[j] = get_u32(p);
-            if ((size_t)(end - p) - 4 < flen[j] || flen[j] == 0 || p[4 + flen[j] - 1] != '\0')
-                return NULL;
-            field[j] = p + 4;
-            p += 4 + flen[j];
         }
         if (expr && found == NULL && flen[0] == expr_len + 1 && memcmp(field[0], expr, expr_len) == 0) {
-            found = field[1];
-            *len = flen[1];
+            found = (const uint8_t *)field[1];
+            *len = (uint32_t)flen[1];
         }
     }
-    *valid = p == end;
+    *valid = kpc__reader_done(&r);
     return *valid ? found : NULL;
 }
 

@@ -124,19 +124,18 @@ kpc_status kpc_claim_tier_begin(kpc_claim *c, kpc_tier *t, const char *target, k
         return KPC_E_INVALID; /* only the holder of the host slot speaks for the host */
     kpc_status s = t->ops->begin(t, &c->key, target, res);
     if (s != KPC_OK) {
-        atomic_fetch_add_explicit(&t->n.errors, 1, memory_order_relaxed);
+        kpc_tier_count_add(t, &t->n.errors);
         return s;
     }
     if (res->waited)
-        atomic_fetch_add_explicit(&t->n.waits, 1, memory_order_relaxed);
+        kpc_tier_count_add(t, &t->n.waits);
     if (res->verdict == KPC_TIER_BUILD) {
-        atomic_fetch_add_explicit(&t->n.builds, 1, memory_order_relaxed);
+        kpc_tier_count_add(t, &t->n.builds);
         c->tier = t;
         c->lease = res->lease;
         c->keeper = keeper_start(t, res->lease, res->renew_ns);
     } else {
-        atomic_fetch_add_explicit(res->verdict == KPC_TIER_HIT ? &t->n.hits : &t->n.misses, 1,
-                                  memory_order_relaxed);
+        kpc_tier_count_add(t, res->verdict == KPC_TIER_HIT ? &t->n.hits : &t->n.misses);
     }
     return KPC_OK;
 }

@@ -13,7 +13,7 @@
 #ifndef KPC_STORAGE_CLAIM_H
 #define KPC_STORAGE_CLAIM_H
 
-#include "storage/index.h"
+#include "shm/index.h"
 #include "storage/record.h"
 #include "storage/tier.h"
 

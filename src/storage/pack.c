@@ -26,6 +26,7 @@
  */
 #define _GNU_SOURCE
 #include "storage/pack.h"
+#include "base/bytes.h"
 #include "base/fault.h"
 #include "base/log.h"
 #include "base/root.h"
@@ -60,17 +61,80 @@ struct kpc_pack {
     uint8_t *index; /* count x PACK_ENTRY, checked at open */
 };
 
-static void le64(uint8_t *p, uint64_t v) { for (int i = 0; i < 8; i++) p[i] = (uint8_t)(v >> (8 * i)); }
-static void le32(uint8_t *p, uint32_t v) { for (int i = 0; i < 4; i++) p[i] = (uint8_t)(v >> (8 * i)); }
-static uint64_t rd64(const uint8_t *p) { uint64_t v = 0; for (int i = 7; i >= 0; i--) v = v << 8 | p[i]; return v; }
-static uint32_t rd32(const uint8_t *p) { return (uint32_t)(p[0] | p[1] << 8 | p[2] << 16 | (uint32_t)p[3] << 24); }
+/* ---- the codec: the header and an index entry, through base/bytes.h ------------------- */
+typedef struct pack_header {
+    uint32_t version, hsize, esize;
+    uint64_t count, index, fsize, isum, hsum;
+} pack_header;
+
+/* false: no pack magic (or not PACK_HEADER bytes) */
+static bool header_decode(const uint8_t h[PACK_HEADER], pack_header *ph)
+{
+    kpc__reader in;
+    kpc__reader_init(&in, h, PACK_HEADER);
+    bool magic = memcmp(kpc__get_bytes(&in, 8), PACK_MAGIC, 8) == 0;
+    ph->version = kpc__get_u32(&in);
+    ph->hsize = kpc__get_u32(&in);
+    ph->count = kpc__get_u64(&in);
+    ph->index = kpc__get_u64(&in);
+    ph->fsize = kpc__get_u64(&in);
+    ph->isum = kpc__get_u64(&in);
+    ph->esize = kpc__get_u32(&in);
+    kpc__get_skip(&in, 4); /* reserved */
+    ph->hsum = kpc__get_u64(&in);
+    return magic && kpc__reader_done(&in);
+}
+
+static void header_encode(uint8_t h[PACK_HEADER], uint64_t count, uint64_t index, uint64_t isize,
+                          uint64_t isum)
+{
+    kpc__writer w;
+    kpc__writer_fixed(&w, h, PACK_HEADER);
+    kpc__put_bytes(&w, PACK_MAGIC, 8);
+    kpc__put_u32(&w, PACK_VERSION);
+    kpc__put_u32(&w, PACK_HEADER);
+    kpc__put_u64(&w, count);
+    kpc__put_u64(&w, index);
+    kpc__put_u64(&w, index + isize);
+    kpc__put_u64(&w, isum);
+    kpc__put_u32(&w, PACK_ENTRY);
+    kpc__put_u32(&w, 0); /* reserved */
+    kpc__put_u64(&w, w.len == P_HSUM ? XXH3_64bits(h, P_HSUM) : 0);
+}
+
+/* An index entry's fields; false when its target is empty or not terminated. */
+static bool entry_decode(const uint8_t *x, kpc_pack_entry *e)
+{
+    kpc__reader in;
+    kpc__reader_init(&in, x, PACK_ENTRY);
+    kpc__get_copy(&in, e->key.bytes, 16);
+    e->offset = kpc__get_u64(&in);
+    e->size = kpc__get_u64(&in);
+    e->kind = kpc__get_u32(&in);
+    kpc__get_skip(&in, 4); /* flags */
+    kpc__get_fixed_str(&in, e->target, sizeof e->target);
+    return kpc__reader_done(&in) && e->target[0] != '\0';
+}
+
+static void entry_encode(uint8_t *x, const kpc_key *key, uint64_t offset, uint64_t size, uint32_t kind,
+                         const char *target)
+{
+    kpc__writer w;
+    kpc__writer_fixed(&w, x, PACK_ENTRY);
+    kpc__put_bytes(&w, key->bytes, 16);
+    kpc__put_u64(&w, offset);
+    kpc__put_u64(&w, size);
+    kpc__put_u32(&w, kind);
+    kpc__put_u32(&w, 0); /* flags */
+    kpc__put_fixed_str(&w, target, 64);
+}
 
 /* pread exactly n bytes at off; -1 on an error (errno), else the bytes read (short at EOF). */
 static ssize_t pread_full(int fd, void *buf, size_t n, uint64_t off)
 {
     size_t got = 0;
     while (got < n) {
-        ssize_t r = kpc__sys_fault(KPC_SYS_READ) ? -1 : pread(fd, (char *)buf + got, n - got, (off_t)(off + got));
+        ssize_t r = kpc__pread(fd, (char *)buf + got, n - got, (off_t)(off + got));
         if (r < 0 && errno == EINTR)
             continue;
         if (r < 0)
@@ -89,27 +153,36 @@ static kpc_status refuse(kpc_pack *p, const char *why)
     return KPC_E_CORRUPT;
 }
 
+/* Compare an index entry with (key, target, kind), in the index's order. */
+static int entry_cmp(const uint8_t *x, const kpc_key *key, const char *target, uint32_t kind)
+{
+    kpc_pack_entry e;
+    entry_decode(x, &e);
+    int c = memcmp(e.key.bytes, key->bytes, 16);
+    if (c == 0)
+        c = strncmp(e.target, target, 64);
+    if (c == 0)
+        c = e.kind < kind ? -1 : e.kind > kind;
+    return c;
+}
+
 static int index_order(const void *a, const void *b)
 {
-    const uint8_t *x = a, *y = b;
-    int c = memcmp(x + E_KEY, y + E_KEY, 16);
-    if (c == 0)
-        c = strncmp((const char *)x + E_TARGET, (const char *)y + E_TARGET, 64);
-    if (c == 0)
-        c = rd32(x + E_KIND) < rd32(y + E_KIND) ? -1 : rd32(x + E_KIND) > rd32(y + E_KIND);
-    return c;
+    kpc_pack_entry y;
+    entry_decode(b, &y);
+    return entry_cmp(a, &y.key, y.target, y.kind);
 }
 
 static const char *check_index(const kpc_pack *p, uint64_t index_off)
 {
     for (uint64_t i = 0; i < p->count; i++) {
         const uint8_t *e = p->index + i * PACK_ENTRY;
-        uint64_t off = rd64(e + E_OFFSET), size = rd64(e + E_SIZE);
-        if (off < PACK_HEADER || size < RECORD_HEADER || size > MAX_ENTRY || off > index_off ||
-            size > index_off - off)
-            return "an index entry points outside the records";
-        if (e[E_TARGET + 63] != '\0' || e[E_TARGET] == '\0')
+        kpc_pack_entry x;
+        if (!entry_decode(e, &x))
             return "an index entry's target is empty or not terminated";
+        if (x.offset < PACK_HEADER || x.size < RECORD_HEADER || x.size > MAX_ENTRY || x.offset > index_off ||
+            x.size > index_off - x.offset)
+            return "an index entry points outside the records";
         if (i > 0 && index_order(e - PACK_ENTRY, e) >= 0)
             return "the index is not sorted (or holds a duplicate)";
     }
@@ -125,7 +198,7 @@ kpc_status kpc_pack_open(const char *path, kpc_pack **out)
     if (p == NULL)
         return KPC_E_NOMEM;
     snprintf(p->path, sizeof p->path, "%s", path);
-    p->fd = kpc__sys_fault(KPC_SYS_OPENR) ? -1 : open(path, O_RDONLY | O_CLOEXEC | O_NONBLOCK);
+    p->fd = kpc__open(path, O_RDONLY | O_CLOEXEC | O_NONBLOCK, 0);
     if (p->fd < 0) {
         KPC_LOG(KPC_LOG_ERROR, "open(%s): %s: pack not used", path, strerror(errno));
         free(p);
@@ -133,9 +206,10 @@ kpc_status kpc_pack_open(const char *path, kpc_pack **out)
     }
     struct stat sb;
     uint8_t h[PACK_HEADER];
+    pack_header ph;
     kpc_status s = KPC_OK;
     ssize_t got;
-    if (kpc__sys_fault(KPC_SYS_READ) != 0 || fstat(p->fd, &sb) != 0) {
+    if (kpc__fstat(p->fd, &sb) != 0) {
         KPC_LOG(KPC_LOG_ERROR, "fstat(%s): %s: pack not used", path, strerror(errno));
         s = KPC_E_IO;
     } else if (!S_ISREG(sb.st_mode))
@@ -143,23 +217,23 @@ kpc_status kpc_pack_open(const char *path, kpc_pack **out)
     else if ((got = pread_full(p->fd, h, PACK_HEADER, 0)) < 0) {
         KPC_LOG(KPC_LOG_ERROR, "pread(%s): %s: pack not used", path, strerror(errno));
         s = KPC_E_IO;
-    } else if ((size_t)got < PACK_HEADER || memcmp(h + P_MAGIC, PACK_MAGIC, 8) != 0)
+    } else if ((size_t)got < PACK_HEADER || !header_decode(h, &ph))
         s = refuse(p, "not a kpc pack (no pack magic)");
-    else if (rd32(h + P_VERSION) != PACK_VERSION)
+    else if (ph.version != PACK_VERSION)
         s = refuse(p, "unsupported pack version");
-    else if (rd32(h + P_HSIZE) != PACK_HEADER || rd32(h + P_ESIZE) != PACK_ENTRY)
+    else if (ph.hsize != PACK_HEADER || ph.esize != PACK_ENTRY)
         s = refuse(p, "bad header or index entry size");
-    else if (rd64(h + P_HSUM) != XXH3_64bits(h, P_HSUM))
+    else if (ph.hsum != XXH3_64bits(h, P_HSUM))
         s = refuse(p, "header checksum mismatch");
-    else if (rd64(h + P_FSIZE) != (uint64_t)sb.st_size)
-        s = refuse(p, (uint64_t)sb.st_size < rd64(h + P_FSIZE) ? "truncated (shorter than its header says)"
-                                                                : "trailing bytes past the index");
+    else if (ph.fsize != (uint64_t)sb.st_size)
+        s = refuse(p, (uint64_t)sb.st_size < ph.fsize ? "truncated (shorter than its header says)"
+                                                      : "trailing bytes past the index");
     if (s != KPC_OK) {
         kpc_pack_close(p);
         return s;
     }
-    p->count = rd64(h + P_COUNT);
-    uint64_t index_off = rd64(h + P_INDEX), fsize = rd64(h + P_FSIZE);
+    p->count = ph.count;
+    uint64_t index_off = ph.index, fsize = ph.fsize;
     if (p->count > MAX_ENTRIES || index_off < PACK_HEADER || index_off > fsize ||
         (fsize - index_off) != p->count * PACK_ENTRY) {
         s = refuse(p, "the index does not fit the file");
@@ -175,7 +249,7 @@ kpc_status kpc_pack_open(const char *path, kpc_pack **out)
     const char *why = NULL;
     if (got < 0 || (uint64_t)got != p->count * PACK_ENTRY)
         why = "the index could not be read whole";
-    else if (XXH3_64bits(p->index, p->count * PACK_ENTRY) != rd64(h + P_ISUM))
+    else if (XXH3_64bits(p->index, p->count * PACK_ENTRY) != ph.isum)
         why = "index checksum mismatch";
     else
         why = check_index(p, index_off);
@@ -216,24 +290,8 @@ kpc_status kpc_pack_entry_get(const kpc_pack *p, size_t i, kpc_pack_entry *e)
 {
     if (i >= p->count)
         return KPC_E_NOT_FOUND;
-    const uint8_t *x = p->index + i * PACK_ENTRY;
-    memcpy(e->key.bytes, x + E_KEY, 16);
-    e->offset = rd64(x + E_OFFSET);
-    e->size = rd64(x + E_SIZE);
-    e->kind = rd32(x + E_KIND);
-    memcpy(e->target, x + E_TARGET, 64);
+    entry_decode(p->index + i * PACK_ENTRY, e); /* checked at open */
     return KPC_OK;
-}
-
-/* Compare an index entry with (key, target, kind), in the index's order. */
-static int entry_cmp(const uint8_t *x, const kpc_key *key, const char *target, uint32_t kind)
-{
-    int c = memcmp(x + E_KEY, key->bytes, 16);
-    if (c == 0)
-        c = strncmp((const char *)x + E_TARGET, target, 64);
-    if (c == 0)
-        c = rd32(x + E_KIND) < kind ? -1 : rd32(x + E_KIND) > kind;
-    return c;
 }
 
 kpc_status kpc_pack_read_at(kpc_pack *p, size_t i, kpc_record *out)
@@ -382,13 +440,7 @@ kpc_status kpc_pack_add(kpc_pack_writer *w, const void *record, size_t size)
         kpc_record_free(&rec);
         return KPC_E_IO;
     }
-    uint8_t *e = w->index + w->count * PACK_ENTRY;
-    memset(e, 0, PACK_ENTRY);
-    memcpy(e + E_KEY, rec.key.bytes, 16);
-    le64(e + E_OFFSET, w->offset);
-    le64(e + E_SIZE, size);
-    le32(e + E_KIND, rec.kind);
-    memcpy(e + E_TARGET, rec.target, strnlen(rec.target, 63));
+    entry_encode(w->index + w->count * PACK_ENTRY, &rec.key, w->offset, size, rec.kind, rec.target);
     w->count++;
     w->offset += size;
     kpc_record_free(&rec);
@@ -405,16 +457,8 @@ kpc_status kpc_pack_finish(kpc_pack_writer *w, size_t *count)
         if (n == 0 || index_order(w->index + (n - 1) * PACK_ENTRY, w->index + i * PACK_ENTRY) != 0)
             memmove(w->index + n++ * PACK_ENTRY, w->index + i * PACK_ENTRY, PACK_ENTRY);
     uint64_t isize = (uint64_t)n * PACK_ENTRY;
-    uint8_t h[PACK_HEADER] = {0};
-    memcpy(h + P_MAGIC, PACK_MAGIC, 8);
-    le32(h + P_VERSION, PACK_VERSION);
-    le32(h + P_HSIZE, PACK_HEADER);
-    le64(h + P_COUNT, n);
-    le64(h + P_INDEX, w->offset);
-    le64(h + P_FSIZE, w->offset + isize);
-    le64(h + P_ISUM, XXH3_64bits(w->index ? w->index : h, isize));
-    le32(h + P_ESIZE, PACK_ENTRY);
-    le64(h + P_HSUM, XXH3_64bits(h, P_HSUM));
+    uint8_t h[PACK_HEADER];
+    header_encode(h, n, w->offset, isize, XXH3_64bits(w->index ? w->index : h, isize));
     const char *failed = NULL;
     if (kpc__sys_fault(KPC_SYS_WRITE) != 0 || lseek(w->fd, (off_t)w->offset, SEEK_SET) < 0 ||
         (isize && kpc__write_all(w->fd, w->index, isize) != 0))

@@ -146,8 +146,6 @@ kpc_status kpc_pack_tier_open(const kpc_tier_env *env, kpc_tier **out)
         return KPC_E_NOT_FOUND;
     }
     t->t.ops = &pack_ops;
-    t->t.name = "pack";
-    t->t.flags = 0; /* read-only: never written, back-filled from */
     *out = &t->t;
     return KPC_OK;
 }

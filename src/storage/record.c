@@ -1,22 +1,18 @@
 /*
  * record.c - the record codec: a 256-byte little-endian header (magic, version, key,
  * kind, sizes, payload and header checksums, target, source name, compiler identity)
- * and the payload. Every reader, whatever the tier, checks a record whole here before
+ * and the payload, read and written through base/bytes.h. Every reader, whatever the tier, checks a record whole here before
  * it is used: a record that fails is never trusted. Layout: docs/file-format.md.
  */
 #define _GNU_SOURCE
 #include "storage/record.h"
+#include "base/bytes.h"
 #include "platform/names.h"
 
 #include <stdlib.h>
 #include <string.h>
 #define XXH_STATIC_LINKING_ONLY /* XXH3_state_t on the stack */
 #include <xxhash.h>
-
-static void le64(uint8_t *p, uint64_t v) { for (int i = 0; i < 8; i++) p[i] = (uint8_t)(v >> (8 * i)); }
-static void le32(uint8_t *p, uint32_t v) { for (int i = 0; i < 4; i++) p[i] = (uint8_t)(v >> (8 * i)); }
-static uint64_t rd64(const uint8_t *p) { uint64_t v = 0; for (int i = 7; i >= 0; i--) v = v << 8 | p[i]; return v; }
-static uint32_t rd32(const uint8_t *p) { return (uint32_t)rd64((const uint8_t[8]){p[0], p[1], p[2], p[3]}); }
 
 enum {
     H_MAGIC = 0, H_VERSION = 8, H_HSIZE = 12, H_KEY = 16, H_KIND = 32, H_FLAGS = 36, H_PAYLOAD = 40,
@@ -25,56 +21,79 @@ enum {
 };
 _Static_assert(H_HSUM + 8 == KPC_RECORD_HEADER, "the header layout must add up to KPC_RECORD_HEADER");
 
+/* The fields in the order of the enum above; the cursor's position is checked against it
+ * at the two checksums, so the enum and the code cannot drift apart. */
 static void encode_header(uint8_t h[KPC_RECORD_HEADER], const kpc_record *r, uint64_t payload_sum)
 {
-    memset(h, 0, KPC_RECORD_HEADER);
-    memcpy(h + H_MAGIC, KPC_STORE_MAGIC, 8);
+    kpc__writer w;
+    kpc__writer_fixed(&w, h, KPC_RECORD_HEADER);
+    kpc__put_bytes(&w, KPC_STORE_MAGIC, 8);
     /* version 1 where there is no request section: older readers still take it */
-    le32(h + H_VERSION, r->request_size ? KPC_STORE_VERSION : 1u);
-    le32(h + H_HSIZE, KPC_RECORD_HEADER);
-    memcpy(h + H_KEY, r->key.bytes, 16);
-    le32(h + H_KIND, r->kind);
-    le64(h + H_PAYLOAD, r->code_size + r->names_size + r->request_size);
-    le64(h + H_CODE, r->code_size);
-    le64(h + H_NAMES, r->names_size);
-    le64(h + H_SUM, payload_sum);
-    le64(h + H_CREATED, r->created_ns);
-    memcpy(h + H_TARGET, r->target, strnlen(r->target, 63));
-    memcpy(h + H_SOURCE, r->source_name, strnlen(r->source_name, 79));
-    memcpy(h + H_COMPILER, r->compiler_id, 16);
-    le64(h + H_REQUEST, r->request_size);
-    le64(h + H_HSUM, XXH3_64bits(h, H_HSUM));
+    kpc__put_u32(&w, r->request_size ? KPC_STORE_VERSION : 1u);
+    kpc__put_u32(&w, KPC_RECORD_HEADER);
+    kpc__put_bytes(&w, r->key.bytes, 16);
+    kpc__put_u32(&w, r->kind);
+    kpc__put_u32(&w, 0); /* flags: none yet */
+    kpc__put_u64(&w, r->code_size + r->names_size + r->request_size);
+    kpc__put_u64(&w, r->code_size);
+    kpc__put_u64(&w, r->names_size);
+    kpc__put_u64(&w, payload_sum);
+    kpc__put_u64(&w, r->created_ns);
+    kpc__put_fixed_str(&w, r->target, 64);
+    kpc__put_fixed_str(&w, r->source_name, 80);
+    kpc__put_bytes(&w, r->compiler_id, 16);
+    kpc__put_u64(&w, r->request_size);
+    kpc__put_u64(&w, w.len == H_HSUM ? XXH3_64bits(h, H_HSUM) : 0);
+    (void)kpc__writer_ok(&w); /* a fixed layout into its own size: cannot fail (checked above) */
 }
 
 const char *kpc_record_decode_header(const uint8_t *h, size_t avail, kpc_record *r)
 {
     if (avail < KPC_RECORD_HEADER)
         return "shorter than a header";
-    if (memcmp(h + H_MAGIC, KPC_STORE_MAGIC, 8) != 0)
+    kpc__reader in;
+    kpc__reader_init(&in, h, KPC_RECORD_HEADER);
+    if (memcmp(kpc__get_bytes(&in, 8), KPC_STORE_MAGIC, 8) != 0)
         return "bad magic (not a kpc record)";
-    uint32_t version = rd32(h + H_VERSION);
+    uint32_t version = kpc__get_u32(&in);
     if (version != 1u && version != KPC_STORE_VERSION)
         return "unsupported format version";
-    if (rd32(h + H_HSIZE) != KPC_RECORD_HEADER)
+    if (kpc__get_u32(&in) != KPC_RECORD_HEADER)
         return "bad header size";
-    if (rd64(h + H_HSUM) != XXH3_64bits(h, H_HSUM))
+    kpc__reader sum = in;
+    kpc__get_skip(&sum, H_HSUM - sum.off);
+    if (kpc__get_u64(&sum) != XXH3_64bits(h, H_HSUM))
         return "header checksum mismatch";
     memset(r, 0, sizeof *r);
-    memcpy(r->key.bytes, h + H_KEY, 16);
-    r->kind = rd32(h + H_KIND);
-    r->code_size = rd64(h + H_CODE);
-    r->names_size = rd64(h + H_NAMES);
-    r->created_ns = rd64(h + H_CREATED);
-    r->request_size = version >= 2u ? rd64(h + H_REQUEST) : 0; /* reserved (not checked) in 1 */
+    kpc__get_copy(&in, r->key.bytes, 16);
+    r->kind = kpc__get_u32(&in);
+    kpc__get_skip(&in, 4); /* flags */
+    uint64_t payload = kpc__get_u64(&in);
+    r->code_size = kpc__get_u64(&in);
+    r->names_size = kpc__get_u64(&in);
+    kpc__get_skip(&in, 8); /* the payload's checksum: kpc_record_take checks it */
+    r->created_ns = kpc__get_u64(&in);
+    kpc__get_fixed_str(&in, r->target, sizeof r->target);
+    kpc__get_fixed_str(&in, r->source_name, sizeof r->source_name);
+    bool strings_ok = !in.bad;
+    kpc__get_copy(&in, r->compiler_id, 16);
+    uint64_t request = kpc__get_u64(&in);
+    r->request_size = version >= 2u ? request : 0; /* reserved (not checked) in 1 */
     if (r->code_size > KPC_RECORD_MAX || r->names_size > KPC_RECORD_MAX || r->request_size > KPC_RECORD_MAX ||
-        r->code_size + r->names_size + r->request_size != rd64(h + H_PAYLOAD))
+        r->code_size + r->names_size + r->request_size != payload)
         return "inconsistent sizes";
-    if (h[H_TARGET + 63] != '\0' || h[H_SOURCE + 79] != '\0')
+    if (!strings_ok)
         return "unterminated string field";
-    memcpy(r->target, h + H_TARGET, 64);
-    memcpy(r->source_name, h + H_SOURCE, 80);
-    memcpy(r->compiler_id, h + H_COMPILER, 16);
     return NULL;
+}
+
+/* The payload's checksum, as the header holds it. */
+static uint64_t payload_sum_of(const uint8_t *h)
+{
+    kpc__reader in;
+    kpc__reader_init(&in, h, KPC_RECORD_HEADER);
+    kpc__get_skip(&in, H_SUM);
+    return kpc__get_u64(&in);
 }
 
 void kpc_record_header(uint8_t h[KPC_RECORD_HEADER], const kpc_record *r, const void *first,
@@ -105,7 +124,7 @@ const char *kpc_record_take(void *buf, size_t size, const kpc_key *key, const ch
         why = size < KPC_RECORD_HEADER + payload ? "truncated" : "trailing bytes";
     if (why == NULL &&
         XXH3_64bits((uint8_t *)buf + KPC_RECORD_HEADER, size - KPC_RECORD_HEADER) !=
-            rd64((uint8_t *)buf + H_SUM))
+            payload_sum_of(buf))
         why = "payload checksum mismatch";
     if (why == NULL && kind == KPC_RECORD_CODE &&
         !kpc_names_valid((uint8_t *)buf + KPC_RECORD_HEADER + out->code_size, out->names_size))

@@ -117,7 +117,8 @@ const char *kpc_remote_url_configured(const kpc_config *cfg);
 /* The tier (storage/tier.h, remote_tier.c): KPC_E_NOT_FOUND when neither kpc_config.remote nor
  * KPC_REMOTE names a server (or this build has no hiredis: logged once). */
 kpc_status kpc_remote_tier_open(const kpc_tier_env *env, kpc_tier **out);
-/* The tier's remote, for the counters; NULL for another tier or NULL. */
+/* The tier's remote, for the tests' view of its own counters; NULL for another tier or
+ * NULL. Core never uses it: it reaches a tier only through the seam (storage/tier.h). */
 kpc_remote *kpc_remote_tier_client(kpc_tier *t);
 
 #define KPC_REMOTE_NAME_MAX 192 /* room for a Redis key name of the tier */

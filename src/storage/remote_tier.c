@@ -81,12 +81,22 @@ static void tier_close(kpc_tier *t)
     free(t);
 }
 
+/* The remote counts for itself (it adds its counts to the cluster's when it closes). */
+static void tier_counters(kpc_tier *t, kpc_tier_count *out)
+{
+    kpc_remote_counters c;
+    kpc_remote_counters_get(of(t), &c);
+    *out = (kpc_tier_count){.hits = c.hits, .misses = c.misses, .builds = c.builds, .waits = c.waits,
+                            .takeovers = c.takeovers, .errors = c.errors, .refused = c.refused};
+}
+
 static const kpc_tier_ops remote_ops = {
     .begin = tier_begin,
     .renew = tier_renew,
     .peek = tier_peek,
     .finish = tier_finish,
     .close = tier_close,
+    .counters = tier_counters,
 };
 
 kpc_status kpc_remote_tier_open(const kpc_tier_env *env, kpc_tier **out)
@@ -104,8 +114,6 @@ kpc_status kpc_remote_tier_open(const kpc_tier_env *env, kpc_tier **out)
         return s;
     }
     rt->t.ops = &remote_ops;
-    rt->t.name = "redis";
-    rt->t.flags = KPC_TIER_COORDINATES;
     rt->t.watch_ns = kpc_remote_renew_ns(rt->r) * 3; /* a lease */
     kpc_remote_say_unserved(rt->r);
     *out = &rt->t;

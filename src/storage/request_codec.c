@@ -24,6 +24,7 @@
  * bytes are refused. Format: docs/file-format.md ("The request section").
  */
 #include "storage/request_codec.h"
+#include "base/bytes.h"
 #include "base/log.h"
 
 #include <stdbool.h>
@@ -39,46 +40,6 @@
 #define REQ_MAX_RAW (1ull << 30)
 #define REQ_LEVEL 3 /* zstd's default: ~1-2 ms for a 100 KB source, a few % of a compile */
 
-/* ---- writing ------------------------------------------------------------------------- */
-typedef struct wbuf {
-    uint8_t *p;
-    size_t len, cap;
-    bool failed;
-} wbuf;
-
-static void put(wbuf *w, const void *data, size_t n)
-{
-    if (w->failed || n == 0) /* n == 0: data may be NULL (an absent name) */
-        return;
-    if (w->len + n > w->cap) {
-        size_t cap = w->cap ? w->cap : 256;
-        while (cap < w->len + n)
-            cap *= 2;
-        uint8_t *p = realloc(w->p, cap);
-        if (p == NULL) {
-            w->failed = true;
-            return;
-        }
-        w->p = p, w->cap = cap;
-    }
-    memcpy(w->p + w->len, data, n);
-    w->len += n;
-}
-
-static void put_u(wbuf *w, uint64_t v, int bytes)
-{
-    uint8_t b[8];
-    for (int i = 0; i < bytes; i++)
-        b[i] = (uint8_t)(v >> (8 * i));
-    put(w, b, (size_t)bytes);
-}
-
-static void put_str(wbuf *w, const char *s, size_t len, int len_bytes)
-{
-    put_u(w, len, len_bytes);
-    put(w, s, len);
-}
-
 static size_t slen(const char *s) { return s ? strlen(s) : 0; }
 
 kpc_status kpc_request_encode(const kpc_source *src, const char *const *env_names, void **out,
@@ -88,52 +49,54 @@ kpc_status kpc_request_encode(const kpc_source *src, const char *const *env_name
     *size = 0;
     if (src == NULL || src->code == NULL)
         return KPC_E_INVALID;
-    wbuf w = {0};
+    kpc__writer w;
+    kpc__writer_grow(&w, REQ_MAX_RAW);
     size_t code_len = src->code_len ? src->code_len : strlen(src->code);
-    put_str(&w, src->code, code_len, 8);
-    put_str(&w, src->name, slen(src->name), 4);
-    put_u(&w, src->num_options, 4);
+    kpc__put_lstr(&w, 8, src->code, code_len);
+    kpc__put_lstr(&w, 4, src->name, slen(src->name));
+    kpc__put_u32(&w, (uint32_t)src->num_options);
     for (size_t i = 0; i < src->num_options; i++)
-        put_str(&w, src->options[i], slen(src->options[i]), 4);
-    put_u(&w, src->num_headers, 4);
+        kpc__put_lstr(&w, 4, src->options[i], slen(src->options[i]));
+    kpc__put_u32(&w, (uint32_t)src->num_headers);
     for (size_t i = 0; i < src->num_headers; i++) {
-        put_str(&w, src->header_names[i], slen(src->header_names[i]), 4);
-        put_str(&w, src->header_sources[i], slen(src->header_sources[i]), 8);
+        kpc__put_lstr(&w, 4, src->header_names[i], slen(src->header_names[i]));
+        kpc__put_lstr(&w, 8, src->header_sources[i], slen(src->header_sources[i]));
     }
-    put_u(&w, src->num_name_expressions, 4);
+    kpc__put_u32(&w, (uint32_t)src->num_name_expressions);
     for (size_t i = 0; i < src->num_name_expressions; i++)
-        put_str(&w, src->name_expressions[i], slen(src->name_expressions[i]), 4);
+        kpc__put_lstr(&w, 4, src->name_expressions[i], slen(src->name_expressions[i]));
     size_t nenv = 0;
     while (env_names && env_names[nenv])
         nenv++;
-    put_u(&w, nenv, 4);
+    kpc__put_u32(&w, (uint32_t)nenv);
     for (size_t i = 0; i < nenv; i++) {
         const char *v = getenv(env_names[i]);
-        put_str(&w, env_names[i], strlen(env_names[i]), 4);
-        put_u(&w, v != NULL, 1);
-        put_str(&w, v, slen(v), 4);
+        kpc__put_lstr(&w, 4, env_names[i], strlen(env_names[i]));
+        kpc__put_u8(&w, v != NULL);
+        kpc__put_lstr(&w, 4, v, slen(v));
     }
     char cwd[4096];
     if (getcwd(cwd, sizeof cwd) == NULL)
         cwd[0] = '\0'; /* unknown: a replay resolves relative paths from its own */
-    put_str(&w, cwd, strlen(cwd), 4);
-    if (w.failed || w.len > REQ_MAX_RAW) {
-        free(w.p);
-        return w.failed ? KPC_E_NOMEM : KPC_E_INVALID;
-    }
-    size_t bound = ZSTD_compressBound(w.len);
+    kpc__put_lstr(&w, 4, cwd, strlen(cwd));
+    void *raw;
+    size_t raw_len;
+    kpc_status st = kpc__writer_finish(&w, &raw, &raw_len);
+    if (st != KPC_OK)
+        return st;
+    size_t bound = ZSTD_compressBound(raw_len);
     uint8_t *sec = malloc(REQ_HEAD + bound);
     if (sec == NULL) {
-        free(w.p);
+        free(raw);
         return KPC_E_NOMEM;
     }
-    memcpy(sec, REQ_MAGIC, 4);
-    for (int i = 0; i < 4; i++)
-        sec[4 + i] = (uint8_t)(REQ_VERSION >> (8 * i));
-    for (int i = 0; i < 8; i++)
-        sec[8 + i] = (uint8_t)((uint64_t)w.len >> (8 * i));
-    size_t z = ZSTD_compress(sec + REQ_HEAD, bound, w.p, w.len, REQ_LEVEL);
-    free(w.p);
+    kpc__writer head;
+    kpc__writer_fixed(&head, sec, REQ_HEAD);
+    kpc__put_bytes(&head, REQ_MAGIC, 4);
+    kpc__put_u32(&head, REQ_VERSION);
+    kpc__put_u64(&head, raw_len);
+    size_t z = ZSTD_compress(sec + REQ_HEAD, bound, raw, raw_len, REQ_LEVEL);
+    free(raw);
     if (ZSTD_isError(z)) {
         KPC_LOG(KPC_LOG_WARN, "ZSTD_compress: %s: the request is not kept", ZSTD_getErrorName(z));
         free(sec);
@@ -145,58 +108,23 @@ kpc_status kpc_request_encode(const kpc_source *src, const char *const *env_name
 }
 
 /* ---- reading ------------------------------------------------------------------------- */
-typedef struct rbuf {
-    const uint8_t *p;
-    size_t left;
-    bool bad;
-} rbuf;
-
-static uint64_t get_u(rbuf *r, int bytes)
-{
-    if (r->bad || r->left < (size_t)bytes) {
-        r->bad = true;
-        return 0;
-    }
-    uint64_t v = 0;
-    for (int i = bytes - 1; i >= 0; i--)
-        v = v << 8 | r->p[i];
-    r->p += bytes;
-    r->left -= (size_t)bytes;
-    return v;
-}
-
 /* A string of a length given in len_bytes: malloc'd and NUL-terminated; NULL when bad. */
-static char *get_str(rbuf *r, int len_bytes, size_t *len_out)
+static char *get_str(kpc__reader *r, int len_bytes, size_t *len_out)
 {
-    uint64_t n = get_u(r, len_bytes);
-    if (r->bad || n > r->left) {
-        r->bad = true;
-        return NULL;
-    }
-    char *s = malloc(n + 1);
-    if (s == NULL) {
-        r->bad = true;
-        return NULL;
-    }
-    memcpy(s, r->p, n);
-    s[n] = '\0';
-    r->p += n;
-    r->left -= n;
-    if (len_out)
-        *len_out = n;
-    return s;
+    return kpc__get_lstr_dup(r, len_bytes, REQ_MAX_RAW, len_out);
 }
 
-/* An array of count pointers, every one NULL; NULL when count is implausible. */
-static char **get_array(rbuf *r, uint64_t count, size_t min_each)
+/* An array of count pointers, every one NULL; NULL when count is implausible (more than
+ * the bytes left could hold at min_each bytes an element). */
+static char **get_array(kpc__reader *r, uint64_t count, size_t min_each)
 {
-    if (r->bad || count > r->left / (min_each ? min_each : 1)) {
-        r->bad = true;
+    if (r->bad || count > kpc__reader_left(r) / (min_each ? min_each : 1)) {
+        kpc__reader_fail(r);
         return NULL;
     }
     char **a = calloc(count ? count : 1, sizeof *a);
     if (a == NULL)
-        r->bad = true;
+        kpc__reader_fail(r);
     return a;
 }
 
@@ -229,20 +157,20 @@ void kpc_request_free(kpc_request *rq)
     memset(rq, 0, sizeof *rq);
 }
 
-static bool parse_raw(rbuf *r, kpc_request *rq)
+static bool parse_raw(kpc__reader *r, kpc_request *rq)
 {
     kpc_source *s = &rq->src;
     size_t code_len = 0;
     s->code = get_str(r, 8, &code_len);
     s->code_len = code_len;
     s->name = get_str(r, 4, NULL);
-    uint64_t n = get_u(r, 4);
+    uint64_t n = kpc__get_u32(r);
     char **opts = get_array(r, n, 4);
     s->options = (const char *const *)opts;
     s->num_options = opts ? n : 0;
     for (size_t i = 0; opts && i < n && !r->bad; i++)
         opts[i] = get_str(r, 4, NULL);
-    n = get_u(r, 4);
+    n = kpc__get_u32(r);
     char **hn = get_array(r, n, 12), **hs = hn ? get_array(r, n, 1) : NULL;
     s->header_names = (const char *const *)hn;
     s->header_sources = (const char *const *)hs;
@@ -251,19 +179,19 @@ static bool parse_raw(rbuf *r, kpc_request *rq)
         hn[i] = get_str(r, 4, NULL);
         hs[i] = get_str(r, 8, NULL);
     }
-    n = get_u(r, 4);
+    n = kpc__get_u32(r);
     char **ex = get_array(r, n, 4);
     s->name_expressions = (const char *const *)ex;
     s->num_name_expressions = ex ? n : 0;
     for (size_t i = 0; ex && i < n && !r->bad; i++)
         ex[i] = get_str(r, 4, NULL);
-    n = get_u(r, 4);
+    n = kpc__get_u32(r);
     rq->env_names = get_array(r, n, 9);
     rq->env_values = rq->env_names ? get_array(r, n, 1) : NULL;
     rq->num_env = rq->env_names && rq->env_values ? n : 0;
     for (size_t i = 0; rq->num_env && i < n && !r->bad; i++) {
         rq->env_names[i] = get_str(r, 4, NULL);
-        bool set = get_u(r, 1) != 0;
+        bool set = kpc__get_u8(r) != 0;
         char *v = get_str(r, 4, NULL);
         if (set)
             rq->env_values[i] = v;
@@ -279,18 +207,20 @@ static bool parse_raw(rbuf *r, kpc_request *rq)
         free((void *)s->name);
         s->name = NULL;
     }
-    return !r->bad && r->left == 0 && s->code != NULL && code_len > 0;
+    return kpc__reader_done(r) && s->code != NULL && code_len > 0;
 }
 
 kpc_status kpc_request_decode(const void *section, size_t size, kpc_request *out)
 {
     memset(out, 0, sizeof *out);
     const uint8_t *p = section;
-    if (section == NULL || size < REQ_HEAD || memcmp(p, REQ_MAGIC, 4) != 0)
-        return KPC_E_CORRUPT;
-    rbuf h = {p + 4, 12, false};
-    uint64_t version = get_u(&h, 4), raw_size = get_u(&h, 8);
-    if (version != REQ_VERSION || raw_size > REQ_MAX_RAW)
+    kpc__reader h;
+    kpc__reader_init(&h, section, size < REQ_HEAD ? size : REQ_HEAD);
+    const uint8_t *magic = kpc__get_bytes(&h, 4);
+    uint32_t version = kpc__get_u32(&h);
+    uint64_t raw_size = kpc__get_u64(&h);
+    if (!kpc__reader_done(&h) || memcmp(magic, REQ_MAGIC, 4) != 0 || version != REQ_VERSION ||
+        raw_size > REQ_MAX_RAW)
         return KPC_E_CORRUPT;
     unsigned long long content = ZSTD_getFrameContentSize(p + REQ_HEAD, size - REQ_HEAD);
     if (content != raw_size)
@@ -303,7 +233,8 @@ kpc_status kpc_request_decode(const void *section, size_t size, kpc_request *out
         free(raw);
         return KPC_E_CORRUPT;
     }
-    rbuf r = {raw, raw_size, false};
+    kpc__reader r;
+    kpc__reader_init(&r, raw, raw_size);
     bool ok = parse_raw(&r, out);
     free(raw);
     if (!ok) {

@@ -71,7 +71,7 @@ kpc_status kpc_store_open_root(kpc_root *root, uint64_t max_bytes, kpc_store **o
     store->root = root;
     store->max_bytes = max_bytes;
     kpc_store_share_usage(store, &store->local_bytes, &store->local_files, &store->local_known);
-    kpc_store_sweep_tmp(store, false); /* what killed writers left (issue 13, point 12) */
+    kpc_store_sweep_tmp(store, false); /* what killed writers left: nobody else removes it */
     *out = store;
     return KPC_OK;
 }
@@ -118,10 +118,10 @@ static const char *rel(const kpc_store *st, const char *path)
 enum kpc_store_removal kpc_store_remove_if_same_at(int dirfd, const char *name, int fd)
 {
     struct stat a, b;
-    if (fstat(fd, &a) != 0 || fstatat(dirfd, name, &b, AT_SYMLINK_NOFOLLOW) != 0 || a.st_dev != b.st_dev ||
+    if (kpc__fstat(fd, &a) != 0 || kpc__fstatat(dirfd, name, &b, AT_SYMLINK_NOFOLLOW) != 0 || a.st_dev != b.st_dev ||
         a.st_ino != b.st_ino)
         return KPC_STORE_REPLACED;
-    if (kpc__sys_fault(KPC_SYS_UNLINK) != 0 || unlinkat(dirfd, name, S_ISDIR(b.st_mode) ? AT_REMOVEDIR : 0) != 0)
+    if (kpc__unlinkat(dirfd, name, S_ISDIR(b.st_mode) ? AT_REMOVEDIR : 0) != 0)
         return errno == ENOENT ? KPC_STORE_REPLACED : KPC_STORE_NOT_REMOVED;
     return KPC_STORE_REMOVED;
 }
@@ -135,7 +135,7 @@ enum kpc_store_removal kpc_store_remove_if_same(kpc_store *st, const char *path,
 int kpc_store_unlink(kpc_store *st, const char *path)
 {
     int at = v1_fd(st);
-    if (at < 0 || kpc__sys_fault(KPC_SYS_UNLINK) != 0 || unlinkat(at, rel(st, path), 0) != 0) {
+    if (at < 0 || kpc__unlinkat(at, rel(st, path), 0) != 0) {
         if (errno != ENOENT)
             KPC_LOG(KPC_LOG_ERROR, "unlink(%s): %s", path, strerror(errno));
         return -1;
@@ -158,7 +158,7 @@ static int mkdirs_at(kpc_store *st, const char *dir)
         if (*p == '/' || *p == '\0') {
             char c = *p;
             *p = '\0';
-            if (kpc__sys_fault(KPC_SYS_MKDIR) != 0 || (mkdirat(at, buf, 0700) != 0 && errno != EEXIST))
+            if ((kpc__mkdirat(at, buf, 0700) != 0 && errno != EEXIST))
                 return -1;
             if (c == '\0')
                 return 0;
@@ -193,8 +193,7 @@ kpc_status kpc_store_read(kpc_store *st, const kpc_key *key, const char *target,
      * is then refused as not a regular file); it changes nothing for a regular file.
      * Relative to the held v1/: a cache dir renamed away and replaced is never read */
     int at = v1_fd(st);
-    int fd = at < 0 || kpc__sys_fault(KPC_SYS_OPENR) ? -1
-             : openat(at, rel(st, path), O_RDONLY | O_CLOEXEC | O_NOFOLLOW | O_NONBLOCK);
+    int fd = at < 0 ? -1 : kpc__openat(at, rel(st, path), O_RDONLY | O_CLOEXEC | O_NOFOLLOW | O_NONBLOCK, 0);
     if (fd < 0) {
         if (errno == ENOENT || errno == ENOTDIR)
             return KPC_E_NOT_FOUND;
@@ -218,9 +217,9 @@ kpc_status kpc_store_read(kpc_store *st, const kpc_key *key, const char *target,
     const char *why = kpc_store_read_fd(fd, key, target, kind, out, &s, &sb);
     if (why != NULL) {
         if (s == KPC_E_CORRUPT) {
-            /* logged after the removal, as it went (issue 13 point 11) */
+            /* logged after the removal, as it went (a failure is reported, not hidden) */
             struct stat cur;
-            bool have = fstat(fd, &cur) == 0;
+            bool have = kpc__fstat(fd, &cur) == 0;
             enum kpc_store_removal r = kpc_store_remove_if_same(st, path, fd);
             if (r == KPC_STORE_REMOVED) {
                 KPC_LOG(KPC_LOG_WARN, "damaged cache file %s (%s): removed, it will be rebuilt", path, why);
@@ -279,8 +278,7 @@ static kpc_status write_record(kpc_store *st, const kpc_record *rec, const void 
     kpc_record_header(header, &r, first, names_or_log);
 
     int at = v1_fd(st);
-    int fd = at < 0 || kpc__sys_fault(KPC_SYS_OPEN) ? -1
-             : openat(at, rel(st, tmp), O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC | O_NOFOLLOW, 0600);
+    int fd = at < 0 ? -1 : kpc__openat(at, rel(st, tmp), O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC | O_NOFOLLOW, 0600);
     if (fd < 0) {
         write_failed(st, "open", tmp);
         return KPC_E_IO;
@@ -294,7 +292,7 @@ static kpc_status write_record(kpc_store *st, const kpc_record *rec, const void 
         failed = "fsync";
     int saved = errno;
     close(fd);
-    if (failed == NULL && (kpc__sys_fault(KPC_SYS_RENAME) != 0 || renameat(at, rel(st, tmp), at, rel(st, path)) != 0))
+    if (failed == NULL && (kpc__renameat(at, rel(st, tmp), at, rel(st, path)) != 0))
         failed = "rename", saved = errno;
     if (failed != NULL) {
         unlinkat(at, rel(st, tmp), 0);
@@ -319,7 +317,7 @@ kpc_status kpc_store_remove_refused(kpc_store *st, const kpc_key *key, const cha
     if (!kpc_root_target_ok(target) || record_path(st, key, target, KPC_RECORD_CODE, path, sizeof path, NULL, 0) != 0)
         return KPC_E_INVALID;
     int at = v1_fd(st);
-    int fd = at < 0 ? -1 : openat(at, rel(st, path), O_RDONLY | O_CLOEXEC | O_NOFOLLOW | O_NONBLOCK);
+    int fd = at < 0 ? -1 : kpc__openat(at, rel(st, path), O_RDONLY | O_CLOEXEC | O_NOFOLLOW | O_NONBLOCK, 0);
     if (fd < 0)
         return KPC_E_NOT_FOUND;
     kpc_record rec;
@@ -415,8 +413,6 @@ kpc_status kpc_store_tier_open(const kpc_tier_env *env, kpc_tier **out)
         return s;
     }
     d->t.ops = &disk_ops;
-    d->t.name = "disk";
-    d->t.flags = KPC_TIER_WRITABLE;
     *out = &d->t;
     return KPC_OK;
 }

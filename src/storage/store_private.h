@@ -40,7 +40,8 @@ enum kpc_store_removal kpc_store_remove_if_same(kpc_store *st, const char *path,
 /* The same for name in the directory at dirfd (a walk's). */
 enum kpc_store_removal kpc_store_remove_if_same_at(int dirfd, const char *name, int fd);
 /* Every file of the tree is reached from the root's held v1/ descriptor, never by
- * walking path's ancestors again (issue 13 point 6): path is one the root built. */
+ * walking path's ancestors again (an ancestor swapped for a link in between would lead
+ * elsewhere): path is one the root built. */
 int kpc_store_unlink(kpc_store *st, const char *path); /* 0, or -1 (logged unless ENOENT) */
 
 #endif /* KPC_STORAGE_STORE_PRIVATE_H */

@@ -44,10 +44,11 @@ static bool record_name(const char *name, uint32_t *kind)
 }
 
 /* A directory of the tree opened for reading below at (held fds only: no path is walked
- * again from the root, issue 13 point 6), never through a symbolic link. */
+ * again from the root: a directory swapped for a link mid-walk must not lead
+ * elsewhere), never through a symbolic link. */
 static DIR *open_dir_at(int at, const char *name)
 {
-    int fd = openat(at, name, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
+    int fd = kpc__openat(at, name, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC, 0);
     if (fd < 0)
         return NULL;
     DIR *d = fdopendir(fd);
@@ -60,7 +61,8 @@ static DIR *open_dir_at(int at, const char *name)
 }
 
 /* An error the walk met (not a file that vanished meanwhile): logged with the call and
- * the path it skips, counted; the walk goes on with the rest and then fails. */
+ * the path it skips, counted; the walk goes on with the rest and then fails (one
+ * unreadable entry must neither hide the others nor pass unreported). */
 static void walk_error(unsigned *errors, const char *call, const char *dir, const char *name)
 {
     KPC_LOG(KPC_LOG_ERROR, "%s(%s%s%s): %s: skipped", call, dir, name ? "/" : "", name ? name : "",
@@ -132,7 +134,7 @@ static kpc_status walk(kpc_store *st, enum walk_mode mode, kpc_store_walk_fn fn,
                 char path[5100];
                 snprintf(path, sizeof path, "%s/%s", fdir, e->d_name);
                 struct stat sb;
-                if (fstatat(dirfd(fd_dir), e->d_name, &sb, AT_SYMLINK_NOFOLLOW) != 0) {
+                if (kpc__fstatat(dirfd(fd_dir), e->d_name, &sb, AT_SYMLINK_NOFOLLOW) != 0) {
                     if (errno != ENOENT) /* else removed meanwhile */
                         walk_error(&errors, "stat", fdir, e->d_name);
                     continue;
@@ -143,8 +145,7 @@ static kpc_status walk(kpc_store *st, enum walk_mode mode, kpc_store_walk_fn fn,
                                        (uint64_t)sb.st_mtim.tv_sec * 1000000000ull + (uint64_t)sb.st_mtim.tv_nsec,
                                        KPC_OK, false, NULL};
                 if (mode != WALK_STAT) {
-                    int fd = kpc__sys_fault(KPC_SYS_OPENR) ? -1
-                             : openat(dirfd(fd_dir), e->d_name, O_RDONLY | O_CLOEXEC | O_NOFOLLOW | O_NONBLOCK);
+                    int fd = kpc__openat(dirfd(fd_dir), e->d_name, O_RDONLY | O_CLOEXEC | O_NOFOLLOW | O_NONBLOCK, 0);
                     if (fd < 0) {
                         if (errno == ENOENT)
                             continue;
@@ -155,10 +156,10 @@ static kpc_status walk(kpc_store *st, enum walk_mode mode, kpc_store_walk_fn fn,
                         ent.status = KPC_E_CORRUPT;
                         /* a symbolic link where a record should be is never followed */
                         if (mode == WALK_VERIFY && errno == ELOOP && S_ISLNK(sb.st_mode))
-                            ent.removed = unlinkat(dirfd(fd_dir), e->d_name, 0) == 0;
+                            ent.removed = kpc__unlinkat(dirfd(fd_dir), e->d_name, 0) == 0;
                     } else if (mode == WALK_HEADER) {
                         uint8_t h[KPC_RECORD_HEADER];
-                        ssize_t n = kpc__sys_fault(KPC_SYS_READ) ? -1 : pread(fd, h, sizeof h, 0);
+                        ssize_t n = kpc__pread(fd, h, sizeof h, 0);
                         if (n < 0) {
                             walk_error(&errors, "read", fdir, e->d_name);
                             close(fd);
@@ -314,7 +315,7 @@ static int by_mtime(const void *x, const void *y)
 uint64_t kpc_store_sweep_tmp(kpc_store *st, bool by_age)
 {
     int v1 = kpc_root_v1_fd(st->root);
-    int fd = v1 < 0 ? -1 : openat(v1, "tmp", O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
+    int fd = v1 < 0 ? -1 : kpc__openat(v1, "tmp", O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC, 0);
     DIR *d = fd < 0 ? NULL : fdopendir(fd);
     if (d == NULL) {
         if (fd >= 0)
@@ -342,7 +343,7 @@ uint64_t kpc_store_sweep_tmp(kpc_store *st, bool by_age)
         }
         if (!stale)
             continue;
-        if (unlinkat(dirfd(d), e->d_name, 0) == 0)
+        if (kpc__unlinkat(dirfd(d), e->d_name, 0) == 0)
             removed++;
         else if (errno != ENOENT)
             KPC_LOG(KPC_LOG_WARN, "unlink(%s/%s): %s: a dead writer's temp file stays",

@@ -13,16 +13,27 @@
 #include "storage/store.h"
 
 #include <stdatomic.h>
+#include <stddef.h>
 #include <string.h>
 
-/* Adding a tier: its open function here, in walk order. */
-static const struct {
+#define STAT(field) offsetof(kpc_stats, field)
+static const kpc_tier_stats_map pack_stats = {.hits = STAT(pack_hits), .refused = STAT(pack_refused)};
+static const kpc_tier_stats_map remote_stats = {
+    .hits = STAT(remote_hits), .misses = STAT(remote_misses), .builds = STAT(remote_builds),
+    .waits = STAT(remote_waits), .takeovers = STAT(remote_takeovers), .errors = STAT(remote_errors),
+    .refused = STAT(remote_refused)};
+
+/* Adding a tier: its row here, in walk order: what it can do, where its counts go. */
+typedef struct tier_row {
     const char *name;
     kpc_tier_open_fn open;
-} tier_table[] = {
-    {"disk", kpc_store_tier_open},
-    {"pack", kpc_pack_tier_open}, /* read-only: after the disk, before a compile */
-    {"redis", kpc_remote_tier_open}, /* the cluster tier: last, coordinating */
+    unsigned flags;
+    const kpc_tier_stats_map *stats;
+} tier_row;
+static const tier_row tier_table[] = {
+    {"disk", kpc_store_tier_open, KPC_TIER_WRITABLE | KPC_TIER_HOST_DISK, NULL},
+    {"pack", kpc_pack_tier_open, 0, &pack_stats}, /* read-only: after the disk, before a compile */
+    {"redis", kpc_remote_tier_open, KPC_TIER_COORDINATES, &remote_stats}, /* last, coordinating */
 };
 
 #ifdef KPC_TEST_HOOKS
@@ -34,25 +45,32 @@ void kpc_tier_test_add(kpc_tier_open_fn open)
 }
 #endif
 
-static void open_one(const kpc_tier_env *env, const char *name, kpc_tier_open_fn open, kpc_tiers *out)
+/* row NULL: a test's tier, which declares its own name and flags */
+static void open_one(const kpc_tier_env *env, const tier_row *row, kpc_tier_open_fn open, kpc_tiers *out)
 {
     kpc_tier *t = NULL;
     kpc_status s = out->n < KPC_TIERS_MAX ? open(env, &t) : KPC_E_NOMEM;
-    if (s == KPC_OK)
+    if (s == KPC_OK) {
+        if (row) {
+            t->name = row->name;
+            t->flags = row->flags;
+            t->stats = row->stats;
+        }
         out->t[out->n++] = t;
-    else if (s != KPC_E_NOT_FOUND)
-        KPC_LOG(KPC_LOG_WARN, "the %s tier is off for this process (%s)", name, kpc_status_str(s));
+    } else if (s != KPC_E_NOT_FOUND)
+        KPC_LOG(KPC_LOG_WARN, "the %s tier is off for this process (%s)", row ? row->name : "test",
+                kpc_status_str(s));
 }
 
 void kpc_tier_open_all(const kpc_tier_env *env, kpc_tiers *out)
 {
     memset(out, 0, sizeof *out);
     for (size_t i = 0; i < sizeof tier_table / sizeof tier_table[0]; i++)
-        open_one(env, tier_table[i].name, tier_table[i].open, out);
+        open_one(env, &tier_table[i], tier_table[i].open, out);
 #ifdef KPC_TEST_HOOKS
     kpc_tier_open_fn extra = atomic_load(&test_tier);
     if (extra)
-        open_one(env, "test", extra, out);
+        open_one(env, NULL, extra, out);
 #endif
 }
 
@@ -64,9 +82,10 @@ void kpc_tier_close_all(kpc_tiers *ts)
     ts->n = 0;
 }
 
-static void count(_Atomic uint64_t *c)
+void kpc_tier_count_add(kpc_tier *t, _Atomic uint64_t *counter)
 {
-    atomic_fetch_add_explicit(c, 1, memory_order_relaxed);
+    if (t->ops->counters == NULL)
+        atomic_fetch_add_explicit(counter, 1, memory_order_relaxed);
 }
 
 kpc_status kpc_tier_write(kpc_tiers *ts, const kpc_tier *upto, const kpc_record *rec,
@@ -79,10 +98,10 @@ kpc_status kpc_tier_write(kpc_tiers *ts, const kpc_tier *upto, const kpc_record 
             continue;
         kpc_status s = t->ops->write(t, rec, first, second);
         if (s == KPC_OK) {
-            count(&t->n.writes);
+            kpc_tier_count_add(t, &t->n.writes);
             result = KPC_OK;
         } else {
-            count(&t->n.errors);
+            kpc_tier_count_add(t, &t->n.errors);
             if (result != KPC_OK)
                 result = s;
         }
@@ -99,10 +118,10 @@ void kpc_tier_backfill(kpc_tiers *ts, const kpc_tier *from, const kpc_record *re
         kpc_status (*put)(kpc_tier *, const kpc_record *, const void *, const void *) =
             t->ops->copy ? t->ops->copy : t->ops->write;
         if (put(t, rec, rec->payload, (const char *)rec->payload + rec->code_size) == KPC_OK) {
-            count(&t->n.writes);
-            count(&t->n.backfills);
+            kpc_tier_count_add(t, &t->n.writes);
+            kpc_tier_count_add(t, &t->n.backfills);
         } else {
-            count(&t->n.errors);
+            kpc_tier_count_add(t, &t->n.errors);
         }
     }
 }
@@ -117,16 +136,16 @@ kpc_status kpc_tier_read(kpc_tiers *ts, const kpc_key *key, const char *target, 
             continue;
         kpc_status s = t->ops->read(t, key, target, kind, out);
         if (s == KPC_OK) {
-            count(&t->n.hits);
+            kpc_tier_count_add(t, &t->n.hits);
             kpc_tier_backfill(ts, t, out);
             return KPC_OK;
         }
         if (s == KPC_E_NOT_FOUND)
-            count(&t->n.misses);
+            kpc_tier_count_add(t, &t->n.misses);
         else if (s == KPC_E_CORRUPT)
-            count(&t->n.refused);
+            kpc_tier_count_add(t, &t->n.refused);
         else
-            count(&t->n.errors); /* logged by the tier; a miss for the walk */
+            kpc_tier_count_add(t, &t->n.errors); /* logged by the tier; a miss for the walk */
     }
     return KPC_E_NOT_FOUND;
 }
@@ -153,4 +172,42 @@ kpc_tier *kpc_tier_coordinator(kpc_tiers *ts)
         if (ts->t[i]->flags & KPC_TIER_COORDINATES)
             return ts->t[i];
     return NULL;
+}
+
+kpc_tier *kpc_tier_host_disk(kpc_tiers *ts)
+{
+    for (size_t i = 0; i < ts->n; i++)
+        if (ts->t[i]->flags & KPC_TIER_HOST_DISK)
+            return ts->t[i];
+    return NULL;
+}
+
+static void put_stat(kpc_stats *out, size_t field, uint64_t v)
+{
+    if (field != 0)
+        *(uint64_t *)((char *)out + field) += v;
+}
+
+void kpc_tier_stats(kpc_tiers *ts, kpc_stats *out)
+{
+    for (size_t i = 0; i < ts->n; i++) {
+        kpc_tier *t = ts->t[i];
+        const kpc_tier_stats_map *m = t->stats;
+        if (m == NULL)
+            continue;
+        kpc_tier_count c = {0};
+        if (t->ops->counters)
+            t->ops->counters(t, &c);
+        else
+            c = (kpc_tier_count){.hits = atomic_load(&t->n.hits), .misses = atomic_load(&t->n.misses),
+                                 .builds = atomic_load(&t->n.builds), .waits = atomic_load(&t->n.waits),
+                                 .errors = atomic_load(&t->n.errors), .refused = atomic_load(&t->n.refused)};
+        put_stat(out, m->hits, c.hits);
+        put_stat(out, m->misses, c.misses);
+        put_stat(out, m->builds, c.builds);
+        put_stat(out, m->waits, c.waits);
+        put_stat(out, m->takeovers, c.takeovers);
+        put_stat(out, m->errors, c.errors);
+        put_stat(out, m->refused, c.refused);
+    }
 }

@@ -12,7 +12,7 @@
  * (j < i), so the next process on the host reads it from disk. Writes (a fresh build, a
  * compile-failure log) go to every writable tier from the top.
  *
- * Coordination. The host index (storage/index.h) elects one process per key and host;
+ * Coordination. The host index (shm/index.h) elects one process per key and host;
  * only that process (it holds a kpc_claim, storage/claim.h) talks to a coordinating tier
  * about the key, through begin:
  *   HIT     the record (checked like any read): back-fill it, done.
@@ -39,8 +39,10 @@
  * used by one thread at a time (the one that got it, and claim.c's keeper for renew).
  * Fork: a tier is never used in a child (kpc.h).
  *
- * Adding a tier: one file with its ops and an open function, one line in the table in
- * storage/tier.c, and the file in CMakeLists.txt (docs/design.md, "Where things live").
+ * Adding a tier: one file with its ops and an open function, one row in the table in
+ * storage/tier.c (its name, open function, what it can do, and where its counters go
+ * in kpc_stats), and the file in CMakeLists.txt (docs/design.md, "Where things live").
+ * Core uses only this header: no tier is known by name, position or type above it.
  */
 #ifndef KPC_STORAGE_TIER_H
 #define KPC_STORAGE_TIER_H
@@ -56,9 +58,12 @@ typedef struct kpc_tier kpc_tier;
 typedef struct kpc_tier_lease kpc_tier_lease; /* the tier's own; opaque to the caller */
 typedef struct kpc_root kpc_root;             /* base/root.h */
 
+/* What a tier can do: declared in its row of the table (tier.c), not by the tier. */
 enum kpc_tier_flags {
     KPC_TIER_WRITABLE = 1u,    /* write and remove_same work; back-filled from below */
     KPC_TIER_COORDINATES = 2u, /* begin / renew / finish work (a cluster tier) */
+    KPC_TIER_HOST_DISK = 4u,   /* the host's own disk tree: what the host index's READY
+                                * means is there (kpc_tier_host_disk) */
 };
 
 enum kpc_tier_verdict {
@@ -93,8 +98,19 @@ typedef struct kpc_tier_counters {
     _Atomic uint64_t errors;    /* calls that failed (I/O, network, timeout) */
     _Atomic uint64_t builds;    /* coordinating: leases granted (BUILD) */
     _Atomic uint64_t waits;     /* coordinating: begins that slept on another host */
-    _Atomic uint64_t takeovers; /* coordinating: leases taken from a dead holder */
 } kpc_tier_counters;
+
+/* A tier's counters as kpc_stats reports them: the seam's (above), or, for a tier that
+ * counts for itself (its counters op), its own, which may also know takeovers. */
+typedef struct kpc_tier_count {
+    uint64_t hits, misses, builds, waits, takeovers, errors, refused;
+} kpc_tier_count;
+
+/* Where a tier's counts go in kpc_stats: offsetof a uint64_t field of kpc_stats for each,
+ * 0 for none (offset 0 is mem_hits, never a tier's). In the tier's row of the table. */
+typedef struct kpc_tier_stats_map {
+    size_t hits, misses, builds, waits, takeovers, errors, refused;
+} kpc_tier_stats_map;
 
 typedef struct kpc_tier_ops {
     /* Read the record of (key, target, kind) into *out (payload malloc'd: code then names
@@ -131,15 +147,22 @@ typedef struct kpc_tier_ops {
     kpc_status (*copy)(kpc_tier *t, const kpc_record *rec, const void *first, const void *second);
     /* Free the tier (its lease-less state); NULL when nothing to free. */
     void (*close)(kpc_tier *t);
+    /* A tier that keeps its own counters (a cluster tier also adds them to a cluster-wide
+     * total) reports them here, and the seam then counts none for it; NULL: the seam's n. */
+    void (*counters)(kpc_tier *t, kpc_tier_count *out);
 } kpc_tier_ops;
 
 struct kpc_tier {
     const kpc_tier_ops *ops;
-    const char *name; /* "disk", "pack", "redis": logs and stats */
-    unsigned flags;   /* enum kpc_tier_flags */
+    const char *name; /* "disk", "pack", "redis": logs and stats (set from its row) */
+    unsigned flags;   /* enum kpc_tier_flags (set from its row) */
+    const kpc_tier_stats_map *stats; /* from its row; NULL: not in kpc_stats */
     uint64_t watch_ns; /* peek: how long a host waiter waits before it looks, and between looks */
     kpc_tier_counters n;
 };
+/* Count one event of a tier on the seam (the walk, claim.c): nothing for a tier that
+ * counts for itself (its counters op). */
+void kpc_tier_count_add(kpc_tier *t, _Atomic uint64_t *counter);
 
 /* What a tier's open function gets. cfg is the caller's (may be NULL: environment and
  * defaults only); a tier that is not configured answers KPC_E_NOT_FOUND and is skipped. */
@@ -157,7 +180,8 @@ typedef struct kpc_tiers {
     size_t n;
 } kpc_tiers;
 
-/* Open every tier of the table in order; one that fails is logged and left out. */
+/* Open every tier of the table in order; one that fails is logged and left out. Each
+ * gets its name, flags and stats map from its row. */
 void kpc_tier_open_all(const kpc_tier_env *env, kpc_tiers *out);
 void kpc_tier_close_all(kpc_tiers *ts);
 /* Read (key, target, kind) from the tiers in order (skipping coordinating tiers unless
@@ -179,6 +203,11 @@ kpc_status kpc_tier_remove_same(kpc_tiers *ts, const kpc_key *key, const char *t
                                 const void *code, size_t size);
 /* The coordinating tier, or NULL. */
 kpc_tier *kpc_tier_coordinator(kpc_tiers *ts);
+/* The host's disk tree (KPC_TIER_HOST_DISK), or NULL. */
+kpc_tier *kpc_tier_host_disk(kpc_tiers *ts);
+/* Every tier's counts into the kpc_stats fields its row names. */
+struct kpc_stats;
+void kpc_tier_stats(kpc_tiers *ts, struct kpc_stats *out);
 
 #ifdef KPC_TEST_HOOKS
 /* Open one more tier after the table's (a test's fake pack or cluster tier) in every

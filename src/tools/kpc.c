@@ -22,7 +22,7 @@
 #include "base/root.h"
 #include "base/settings.h"
 #include "core/config.h"
-#include "storage/index.h"
+#include "shm/index.h"
 #include "storage/remote.h"
 #include "storage/store.h"
 #include "tools/tool.h"
@@ -167,7 +167,7 @@ static int cmd_stats(kpc_tool *t)
     if (rc != KPC_TOOL_OK)
         return rc;
     kpc_index_counters ic = {0};
-    char name[96] = "";
+    char name[KPC_INDEX_NAME_MAX] = "";
     const char *index_state = "absent";
     uint64_t bytes = 0, files = 0;
     if (t->root[0]) {
@@ -179,7 +179,7 @@ static int cmd_stats(kpc_tool *t)
         kpc_store_usage(st, &bytes, &files);
         kpc_store_close(st);
         kpc_index *ix = NULL;
-        kpc_root_segment_name(t->root, name, sizeof name);
+        kpc_index_segment_name(t->root, name, sizeof name);
         kpc_status s = kpc_index_open_existing(t->root, &ix);
         if (s == KPC_OK) {
             kpc_index_counters_get(ix, &ic);

@@ -47,7 +47,7 @@ int kpc_pool_run(int num_items, int workers, const kpc_pool_ops *ops, void *arg)
         workers = num_items;
     if (workers > POOL_MAX_WORKERS)
         workers = POOL_MAX_WORKERS;
-    if (num_items <= 1 || (workers <= 1 && ops->tick == NULL)) {
+    if (!ops->always_fork && (num_items <= 1 || (workers <= 1 && ops->tick == NULL))) {
         ops->work(arg, 0, 1);
         return 0;
     }

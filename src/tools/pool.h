@@ -11,6 +11,7 @@
 #ifndef KPC_TOOLS_POOL_H
 #define KPC_TOOLS_POOL_H
 
+#include <stdbool.h>
 #include <stddef.h>
 
 typedef struct kpc_pool_ops {
@@ -20,6 +21,9 @@ typedef struct kpc_pool_ops {
     void (*tick)(void *arg);
     /* in the parent: item `item` may be unfinished because `why` (one line, no newline) */
     void (*lost)(void *arg, int item, const char *why);
+    /* never run the work in this process, even for one item: it loads what the parent
+     * must not (replay sets the environment a compiler reads when it loads) */
+    bool always_fork;
 } kpc_pool_ops;
 
 /* Zeroed memory for n items of `size` bytes, shared with the workers forked later; NULL on
@@ -28,7 +32,7 @@ void *kpc_pool_alloc(size_t n, size_t size);
 void kpc_pool_free(void *items, size_t n, size_t size);
 
 /* Run `num_items` items in `workers` processes (at most num_items, at most 1024). With one
- * item, or one worker and no tick, the work runs in this process. Returns the number of
+ * item, or one worker and no tick, the work runs in this process (unless always_fork). Returns the number of
  * workers that were started (0: the work ran here). */
 int kpc_pool_run(int num_items, int workers, const kpc_pool_ops *ops, void *arg);
 

@@ -28,6 +28,7 @@
 #include "platform/platform.h"
 #include "storage/request_codec.h"
 #include "storage/store.h"
+#include "tools/pool.h"
 #include "tools/tool.h"
 
 #include <cjson/cJSON.h>
@@ -319,56 +320,56 @@ static void progress(const job *j, size_t done, uint64_t t0, bool final)
     fflush(stderr);
 }
 
-/* Run the items of each group on n workers; the parent draws the progress line. */
+/* One group's run on the pool: every worker takes the next item from the shared cursor
+ * (compiles differ in length), so the pool's striping is not used. */
+typedef struct group_run {
+    job *j;
+    size_t first, end, base_done;
+    uint64_t t0;
+    bool tty;
+} group_run;
+
+static void group_work(void *arg, int w, int step)
+{
+    (void)w, (void)step;
+    group_run *g = arg;
+    worker(g->j, g->first, g->end);
+}
+
+static void group_tick(void *arg)
+{
+    group_run *g = arg;
+    if (g->tty)
+        progress(g->j, g->base_done + atomic_load(&g->j->sh->done), g->t0, false);
+}
+
+/* A dead worker's items stay PENDING: the report lists them as not replayed. */
+static void group_lost(void *arg, int item, const char *why)
+{
+    (void)arg, (void)item, (void)why;
+}
+
+/* Run the items of each group on the pool (forked workers with the group's environment
+ * set before anything loads the compiler); the parent draws the progress line. */
 static void run(job *j, long jobs)
 {
-    bool tty = isatty(STDERR_FILENO);
-    uint64_t t0 = kpc__now_ns();
-    size_t base_done = 0;
+    static const kpc_pool_ops ops = {group_work, group_tick, group_lost, .always_fork = true};
+    group_run g = {.j = j, .t0 = kpc__now_ns(), .tty = isatty(STDERR_FILENO)};
     for (size_t first = 0; first < j->n;) {
         size_t end = first;
         while (end < j->n && j->items[end].group == j->items[first].group)
             end++;
-        if (j->items[first].group == SIZE_MAX) { /* could not be read: already reported */
-            base_done += end - first;
-            first = end;
-            continue;
+        if (j->items[first].group != SIZE_MAX) { /* SIZE_MAX: could not be read, reported */
+            atomic_store(&j->sh->cursor, 0);
+            atomic_store(&j->sh->done, 0);
+            g.first = first, g.end = end;
+            kpc_pool_run((int)(end - first), (int)jobs, &ops, &g);
         }
-        atomic_store(&j->sh->cursor, 0);
-        atomic_store(&j->sh->done, 0);
-        long n = jobs < (long)(end - first) ? jobs : (long)(end - first);
-        pid_t pids[MAX_JOBS];
-        long started = 0;
-        fflush(NULL);
-        for (; started < n; started++) {
-            pids[started] = fork();
-            if (pids[started] == 0) {
-                worker(j, first, end);
-                _exit(0);
-            }
-            if (pids[started] < 0) {
-                perror("kpc replay: fork");
-                break;
-            }
-        }
-        for (long w = 0; w < started;) {
-            int st;
-            pid_t r = waitpid(pids[w], &st, tty ? WNOHANG : 0);
-            if (r < 0 && errno == EINTR)
-                continue;
-            if (r == 0) {
-                progress(j, base_done + atomic_load(&j->sh->done), t0, false);
-                struct timespec ts = {0, 200 * 1000000L};
-                nanosleep(&ts, NULL);
-                continue;
-            }
-            w++;
-        }
-        base_done += end - first;
+        g.base_done += end - first;
         first = end;
     }
-    if (tty)
-        progress(j, base_done, t0, true);
+    if (g.tty)
+        progress(j, g.base_done, g.t0, true);
 }
 
 /* One request that did not succeed: into the JSON array, or a line of text. */

@@ -263,7 +263,7 @@ int kpc_tool_clear(kpc_tool *t)
         if ((rc = kpc_tool_store(t, &st)) != KPC_TOOL_OK)
             return rc;
         /* each failed removal or walk error is logged; the command then fails, whatever it
-         * did remove (issue 13 point 11) */
+         * did remove (a failure is reported, not hidden behind the successes) */
         s = kpc_store_clear(st, &removed, &failed);
         kpc_store_close(st);
     }

@@ -20,7 +20,7 @@
 #include "core/program.h"
 #include "platform/names.h"
 #include "platform/platform.h"
-#include "storage/index.h"
+#include "shm/index.h"
 #include "storage/store.h"
 
 #include <stdbool.h>

@@ -1,4 +1,4 @@
-# Cold start (issue 15): kpc_program_get_many (test_batch: processes through real hipRTC;
+# Cold start: kpc_program_get_many (test_batch: processes through real hipRTC;
 # test_batch_threads: the same executable's thread suite on a fake parallel compiler,
 # under TSan too), pack files and the request codec (test_pack), `kpc replay` and
 # `kpc pack` through the tool (test_replay). All carry the "coldstart" label.

@@ -1,4 +1,4 @@
-# The drop-ins (src/dropin, issue 16): a fake NVRTC stands in for CUDA (absent in CI);
+# The drop-ins (src/dropin): a fake NVRTC stands in for CUDA (absent in CI);
 # libkpc-hiprtc is tested against the real hipRTC. Both scripts run programs that know
 # nothing of kpc, several times, in new processes, and compare every byte.
 set(_d ${CMAKE_CURRENT_SOURCE_DIR}/dropin)

@@ -1,15 +1,20 @@
-# The house: the include rules between the folders of src/ (scripts/check-includes.sh,
+# The house: the include rules between the folders of src/ and shm/ (scripts/check-includes.sh,
 # and a test that it refuses what it must), and the release libraries' symbols (no test
 # hook; only kpc.h's functions exported). Label "house".
-add_test(NAME check_includes COMMAND ${PROJECT_SOURCE_DIR}/scripts/check-includes.sh ${PROJECT_SOURCE_DIR}/src)
+add_test(NAME check_includes COMMAND ${PROJECT_SOURCE_DIR}/scripts/check-includes.sh ${PROJECT_SOURCE_DIR})
 add_test(NAME check_includes_refuses
   COMMAND ${CMAKE_CURRENT_SOURCE_DIR}/house/check_includes_refuses.sh ${PROJECT_SOURCE_DIR})
 add_test(NAME release_exports
   COMMAND ${CMAKE_CURRENT_SOURCE_DIR}/house/check_exports.sh $<TARGET_FILE:kpc> $<TARGET_FILE:kpc_static>
           $<TARGET_FILE:kpc_test_static> ${PROJECT_SOURCE_DIR}/include/kpc/kpc.h)
 set_tests_properties(check_includes check_includes_refuses release_exports PROPERTIES LABELS "house" TIMEOUT 60)
+# the size rule: no source file over 600 lines (one file, one job)
+add_test(NAME check_size COMMAND ${CMAKE_CURRENT_SOURCE_DIR}/house/check_size.sh ${PROJECT_SOURCE_DIR})
+set_tests_properties(check_size PROPERTIES LABELS "house" TIMEOUT 60)
+# eight runs of the check, each a few seconds on a loaded machine
+set_tests_properties(check_includes_refuses PROPERTIES TIMEOUT 300)
 # The seams (tiers with a fake pack and a fake cluster tier, the cache directory's
-# owner) and the failures that must not be shared (issue 13, points 1 and 10).
+# owner) and the failures that must not be shared (a refused request, a local fault).
 kpc_check_test(test_house LABELS "house;threads" TIMEOUT 300)
 # The NVIDIA platform compiles against the seams here too, where CUDA is absent (stub
 # headers; the real build is scripts/test-nvidia.sh's).
@@ -18,3 +23,5 @@ if(NOT KPC_PLATFORM STREQUAL "nvidia")
     COMMAND ${CMAKE_CURRENT_SOURCE_DIR}/house/check_nvidia_compiles.sh ${PROJECT_SOURCE_DIR} ${CMAKE_C_COMPILER})
   set_tests_properties(check_nvidia_compiles PROPERTIES LABELS "house" TIMEOUT 60)
 endif()
+# The one byte codec every format is read and written through (base/bytes.c).
+kpc_check_test(test_bytes LABELS "house" TIMEOUT 60)

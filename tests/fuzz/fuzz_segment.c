@@ -11,8 +11,8 @@
  * With KPC_FUZZ_SEGMENT_DEEP=1 (scripts/fuzz.sh sets it, with lock and wait bounds of a
  * millisecond) an accepted segment's counters are read, its table is walked under its
  * lock (kpc_index_check) and it is asked for a key: the lock and slot words come from the
- * input, so this exercises the bounded locking and loops of the index (issue 13, points
- * 2-4). Before those were fixed, a damaged lock word hung kpc_index_counters_get (found
+ * input, so this exercises the bounded locking and loops of the index (a damaged lock word,
+ * a table without an empty slot, overwritten sizes). Before those were bounded, a damaged lock word hung kpc_index_counters_get (found
  * by this target in seconds).
  *
  * Seed: a segment the library itself creates (its format value depends on the layout
@@ -21,7 +21,7 @@
 #define _GNU_SOURCE
 #include "fuzz_common.h"
 #include "base/root.h"
-#include "storage/index.h"
+#include "shm/index.h"
 
 #include <sys/mman.h>
 
@@ -58,7 +58,7 @@ int LLVMFuzzerInitialize(int *argc, char ***argv)
     fuzz_tmpdir(dir, sizeof dir);
     if (mkdir(dir, 0700) != 0 || realpath(dir, root) == NULL)
         abort();
-    kpc_root_segment_name(root, name, sizeof name);
+    kpc_index_segment_name(root, name, sizeof name);
     atexit(unlink_segment);
     const char *d = getenv("KPC_FUZZ_SEGMENT_DEEP");
     deep = d && strcmp(d, "1") == 0;

@@ -10,7 +10,7 @@ cd "$1"
 root=$1 cc=${2:-cc}
 for f in src/platform/nvidia.c tests/support.c tests/test_*.c; do
   "$cc" -std=c11 -Wall -Wextra -Werror -c -o /dev/null -DKPC_PLATFORM_NVIDIA=1 -DKPC_TEST_HOOKS=1 \
-    -I"$root/tests/house/cuda-stub" -I"$root/src" -I"$root/include" -I"$root/tests" \
+    -I"$root/tests/house/cuda-stub" -I"$root/src" -I"$root" -I"$root/include" -I"$root/tests" \
     $(pkg-config --cflags check) "$f"
 done
 echo "check_nvidia_compiles: the NVIDIA platform and its tests compile against the seams"

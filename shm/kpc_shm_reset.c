@@ -12,7 +12,7 @@
 #define _GNU_SOURCE
 #include "base/root.h"
 #include "core/config.h"
-#include "storage/index.h"
+#include "shm/index.h"
 
 #include <getopt.h>
 #include <stdio.h>
@@ -106,8 +106,8 @@ int main(int argc, char **argv)
         printf("no cache directory %s: nothing to reset\n", set.cache_dir);
         return 0;
     }
-    char name[96];
-    kpc_root_segment_name(root, name, sizeof name);
+    char name[KPC_INDEX_NAME_MAX];
+    kpc_index_segment_name(root, name, sizeof name);
     kpc_index_sweep_temps(root, print_temp, NULL);
     kpc_index *ix;
     kpc_status s = force ? KPC_E_CORRUPT : kpc_index_open_existing(root, &ix);

@@ -1,18 +1,20 @@
 /*
- * index.h - the host-wide index in POSIX shared memory.
+ * index.h - the host-wide index in POSIX shared memory: the one header of shm/, the
+ * component that knows nothing of tiers, records or compilers (it uses only src/base;
+ * scripts/check-includes.sh holds it to that). segment.c: the segment's life; lock.c: its
+ * robust mutexes; index.c: the table; kpc_shm_reset.c: the kpc-shm-reset program.
  *
- * One segment per cache directory and user. It says, for every key any process on the
+ * One segment per cache directory, user and layout. It says, for every key any process on the
  * host asked for lately, whether its code object is READY on disk, being BUILT (and by
  * which process), or FAILED to compile; it elects one builder per key and lets the
  * others sleep until the builder publishes. Layout and protocol: docs/design.md.
  */
-#ifndef KPC_STORAGE_INDEX_H
-#define KPC_STORAGE_INDEX_H
+#ifndef KPC_SHM_INDEX_H
+#define KPC_SHM_INDEX_H
 
 #include "base/log.h"
 #include "base/util.h"
 
-#include <pthread.h> /* index.c's locks */
 #include <stdatomic.h>
 #include <stdbool.h>
 #include <stddef.h>
@@ -76,7 +78,12 @@ void kpc_index_counters_get(kpc_index *ix, kpc_index_counters *c);
 void kpc_index_usage_words(kpc_index *ix, _Atomic uint64_t **bytes, _Atomic uint64_t **files,
                            _Atomic uint32_t **known);
 
-/* The segment's name comes from the cache directory's owner: kpc_root_segment_name. */
+/* The segment's name: the cache directory's (kpc_root_segment_name: user and real path)
+ * and "-L" with 16 hex digits of this build's layout, so that a kpc of another layout
+ * (an older or newer one on the same host) never opens it: each keeps its own.
+ * KPC_INDEX_NAME_MAX bytes is always enough. */
+#define KPC_INDEX_NAME_MAX 96
+void kpc_index_segment_name(const char *cache_root, char *out, size_t cap);
 
 /* Attached processes, for kpc-shm-reset: calls fn for each live one (dead ones are swept). */
 typedef void (*kpc_index_proc_fn)(pid_t pid, void *arg);
@@ -109,4 +116,4 @@ void kpc_index_test_wait_slice(kpc_index *ix, uint64_t ns);
 bool kpc_index_check(kpc_index *ix);
 #endif /* KPC_TEST_HOOKS */
 
-#endif /* KPC_STORAGE_INDEX_H */
+#endif /* KPC_SHM_INDEX_H */

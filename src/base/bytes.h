@@ -1,0 +1,87 @@
+/*
+ * bytes.h - the one bounds-checked byte reader and writer every codec of kpc uses
+ * (base/bytes.c): records, packs, requests, manifests, memos, cluster values.
+ *
+ * Everything kpc stores is little-endian and every length is checked against what is
+ * left, so a codec never indexes a buffer by hand. Both cursors carry a sticky error
+ * flag: after the first read past the end (or the first write that does not fit or
+ * cannot grow) every later call does nothing and reads yield zeros and NULL, so a
+ * codec reads or writes its whole format straight through and checks once at the end
+ * (kpc__reader_done / kpc__writer_ok) instead of after every field.
+ *
+ * A writer either fills a caller's fixed buffer (a record or pack header: a field
+ * that does not fit is an error, never a truncation) or grows a malloc'd one (a
+ * request, a manifest), bounded by max (0: no bound beyond SIZE_MAX).
+ */
+#ifndef KPC_BASE_BYTES_H
+#define KPC_BASE_BYTES_H
+
+#include "kpc/kpc.h"
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+typedef struct kpc__reader {
+    const uint8_t *p;
+    size_t size, off;
+    bool bad; /* sticky: a read went past the end or a value was refused */
+} kpc__reader;
+
+void kpc__reader_init(kpc__reader *r, const void *buf, size_t size);
+uint8_t kpc__get_u8(kpc__reader *r);
+uint16_t kpc__get_u16(kpc__reader *r);
+uint32_t kpc__get_u32(kpc__reader *r);
+uint64_t kpc__get_u64(kpc__reader *r);
+/* len bytes in place (a pointer into the buffer), or NULL (and bad) if fewer are left. */
+const uint8_t *kpc__get_bytes(kpc__reader *r, size_t len);
+/* len bytes copied to dst; dst is zeroed when they are not there. */
+void kpc__get_copy(kpc__reader *r, void *dst, size_t len);
+void kpc__get_skip(kpc__reader *r, size_t len);
+/* A string with a little-endian length of len_bytes (1, 2, 4 or 8) before it, in place
+ * (not NUL-terminated): its bytes, and its length in *len. A length over max, or over
+ * what is left, is bad. An empty string yields a non-NULL pointer. */
+const char *kpc__get_lstr(kpc__reader *r, int len_bytes, size_t max, size_t *len);
+/* The same, malloc'd and NUL-terminated (NULL, and bad, also when malloc fails). */
+char *kpc__get_lstr_dup(kpc__reader *r, int len_bytes, size_t max, size_t *len);
+/* A fixed-width string field of width bytes: must end in a NUL inside the field (bad if
+ * not); copied whole to dst (width bytes). */
+void kpc__get_fixed_str(kpc__reader *r, char *dst, size_t width);
+/* A codec's own check failed (a bad magic, a value out of range): mark it bad. */
+void kpc__reader_fail(kpc__reader *r);
+size_t kpc__reader_left(const kpc__reader *r);
+/* Nothing went wrong and every byte was read (trailing bytes are refused). */
+bool kpc__reader_done(const kpc__reader *r);
+
+typedef struct kpc__writer {
+    uint8_t *p;
+    size_t len, cap, max;
+    bool grows;  /* p is ours, malloc'd and grown; otherwise the caller's, of cap bytes */
+    bool bad;    /* sticky: something did not fit */
+    bool nomem;  /* ... because malloc failed */
+} kpc__writer;
+
+/* Write into buf[0..cap): a field past cap is bad, never a truncation. */
+void kpc__writer_fixed(kpc__writer *w, void *buf, size_t cap);
+/* Write into a malloc'd buffer grown as needed, up to max bytes (0: unbounded). */
+void kpc__writer_grow(kpc__writer *w, size_t max);
+void kpc__put_u8(kpc__writer *w, uint8_t v);
+void kpc__put_u16(kpc__writer *w, uint16_t v);
+void kpc__put_u32(kpc__writer *w, uint32_t v);
+void kpc__put_u64(kpc__writer *w, uint64_t v);
+void kpc__put_bytes(kpc__writer *w, const void *data, size_t len); /* data may be NULL if len 0 */
+void kpc__put_zeros(kpc__writer *w, size_t len);
+/* A length of len_bytes (1, 2, 4 or 8), then the len bytes of s (s may be NULL if len 0);
+ * bad if len does not fit in len_bytes. */
+void kpc__put_lstr(kpc__writer *w, int len_bytes, const char *s, size_t len);
+/* A fixed-width string field: at most width - 1 bytes of s, then NULs to width. */
+void kpc__put_fixed_str(kpc__writer *w, const char *s, size_t width);
+bool kpc__writer_ok(const kpc__writer *w);
+/* A growing writer's buffer handed over (*buf malloc'd, *size bytes): KPC_OK, KPC_E_NOMEM
+ * when malloc failed, KPC_E_INVALID when it went past max. On failure the buffer is freed.
+ * A fixed writer: KPC_OK or KPC_E_INVALID, *buf its buffer. */
+kpc_status kpc__writer_finish(kpc__writer *w, void **buf, size_t *size);
+/* Drop a growing writer's buffer (after a failure of the caller's own). */
+void kpc__writer_discard(kpc__writer *w);
+
+#endif /* KPC_BASE_BYTES_H */
