@@ -315,6 +315,13 @@ static const char *const malformed[][3] = {
     {"KPC_REMOTE", "redis://h:99999", "redis://[[USER]:PASSWORD@]HOST[:PORT][/DB]"},
     {"KPC_REMOTE", "redis://h:6379/x", "redis://[[USER]:PASSWORD@]HOST[:PORT][/DB]"},
     {"KPC_REMOTE_SECRET_FILE", "", "a path, not empty"},
+    {"KPC_REMOTE_TRUST", "yes", "authenticated or unauthenticated"},
+    {"KPC_REMOTE_TRUST", "Unauthenticated", "authenticated or unauthenticated"},
+    {"KPC_REMOTE_NAMESPACE", "a b", "letters, digits"},
+    {"KPC_REMOTE_NAMESPACE", "kpc:2", "letters, digits"},
+    {"KPC_REMOTE_NAMESPACE", "0123456789012345678901234567890123456789012345678901234567890123", "1 to 63"},
+    {"KPC_REMOTE_TTL_S", "-1", "seconds from 0"},
+    {"KPC_REMOTE_TTL_S", "315360001", "to 315360000"},
     {"KPC_REAL_HIPRTC", "", "a path, not empty"},
 };
 
@@ -338,7 +345,9 @@ START_TEST(malformed_values_are_refused_by_cache_open)
     static const char *const good[][2] = {
         {"KPC_SHM_LOCK_TIMEOUT_MS", "4294967295"}, {"KPC_BUILD_WAIT_MAX_MS", "1"},
         {"KPC_CACHE_MAX_SIZE", "15E"}, {"KPC_CACHE_MAX_SIZE", "512m"}, {"KPC_REMOTE_LEASE_MS", "10"},
-        {"KPC_KEEP_SOURCES", "0"}, {"KPC_LOG", "ERROR"}, {"KPC_HOST_ID", "node-7"}, {"KPC_PACK_PATH", ""}};
+        {"KPC_KEEP_SOURCES", "0"}, {"KPC_LOG", "ERROR"}, {"KPC_HOST_ID", "node-7"}, {"KPC_PACK_PATH", ""},
+        {"KPC_REMOTE_TRUST", "unauthenticated"}, {"KPC_REMOTE_TRUST", ""}, {"KPC_REMOTE_NAMESPACE", "site-2.a_b"},
+        {"KPC_REMOTE_TTL_S", "0"}};
     for (size_t i = 0; i < sizeof good / sizeof good[0]; i++) {
         setenv(good[i][0], good[i][1], 1);
         kpc_cache *c = NULL;
@@ -433,6 +442,27 @@ START_TEST(prune_refuses_a_size_that_overflows)
 }
 END_TEST
 
+/* A word setting reads as the word's place; a name as itself; 0 seconds is a value. */
+START_TEST(words_names_and_seconds_read_as_set)
+{
+    ck_assert_uint_eq(kpc__setting_number(KPC_SET_REMOTE_TRUST), 0);
+    setenv("KPC_REMOTE_TRUST", "unauthenticated", 1);
+    ck_assert_uint_eq(kpc__setting_number(KPC_SET_REMOTE_TRUST), 1);
+    setenv("KPC_REMOTE_TRUST", "authenticated", 1);
+    ck_assert_uint_eq(kpc__setting_number(KPC_SET_REMOTE_TRUST), 0);
+    unsetenv("KPC_REMOTE_TRUST");
+    ck_assert_ptr_null(kpc__setting_text(KPC_SET_REMOTE_NAMESPACE));
+    setenv("KPC_REMOTE_NAMESPACE", "site2", 1);
+    ck_assert_str_eq(kpc__setting_text(KPC_SET_REMOTE_NAMESPACE), "site2");
+    unsetenv("KPC_REMOTE_NAMESPACE");
+    ck_assert_uint_eq(kpc__setting_number(KPC_SET_REMOTE_TTL_S), 2592000);
+    setenv("KPC_REMOTE_TTL_S", "0", 1);
+    ck_assert_uint_eq(kpc__setting_number(KPC_SET_REMOTE_TTL_S), 0);
+    unsetenv("KPC_REMOTE_TTL_S");
+    ck_assert_uint_eq(kpc__setting_number(KPC_SET_REMOTE_LEASE_MS), 3000);
+}
+END_TEST
+
 /* ---- the secret file ------------------------------------------------------------------ */
 /* KPC_REMOTE_SECRET_FILE naming a file that is not there: the cache opens, without the
  * cluster tier (never unauthenticated instead), and the log names the variable and the
@@ -523,6 +553,7 @@ int main(int argc, char **argv)
     tcase_add_test(v, a_reader_warns_once_and_uses_the_default);
     tcase_add_test(v, tools_exit_2_naming_the_variable);
     tcase_add_test(v, prune_refuses_a_size_that_overflows);
+    tcase_add_test(v, words_names_and_seconds_read_as_set);
     tcase_add_test(v, secret_file_missing_fifo_or_readable_by_others);
     tcase_add_test(v, a_missing_secret_file_is_said_and_the_tier_is_off);
     suite_add_tcase(s, v);

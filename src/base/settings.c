@@ -7,7 +7,7 @@
  * suffix) inside the row's range; a size is libbsd's expand_number with its overflow
  * check, no sign and not 0; a flag is exactly 1 or 0. An empty number, size or path is
  * malformed (`export KPC_CACHE_DIR=$UNSET` must not turn into a default silently); an
- * empty flag, level, list, URL or text means unset.
+ * empty flag, level, list, URL, name, word or text means unset.
  */
 #define _GNU_SOURCE
 #include "base/settings.h"
@@ -32,10 +32,32 @@
 static const kpc_setting table[KPC_SET_COUNT] = {
 #define KPC_SETTING(id, type, def, min, max, shown, doc)                                       \
     [KPC_SET_##id] = {"KPC_" #id, KPC_SETTING_##type, (uint64_t)(def), (uint64_t)(min),        \
-                      (uint64_t)(max), shown, doc},
+                      (uint64_t)(max), shown, doc, NULL},
+#define KPC_SETTING_WORDS(id, def, shown, doc, words)                                          \
+    [KPC_SET_##id] = {"KPC_" #id, KPC_SETTING_WORDS, (uint64_t)(def), 0, 0, shown, doc, words},
 #include "base/settings_table.h"
+#undef KPC_SETTING_WORDS
 #undef KPC_SETTING
 };
+
+/* a NAME: what may go into a Redis key name and a log line as it is */
+#define NAME_MAX_LEN 63
+#define NAME_CHARS "abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789_-."
+
+/* The place of v among the space-separated words; -1 when it is none of them. */
+static int word_index(const char *words, const char *v)
+{
+    size_t n = strlen(v);
+    int i = 0;
+    for (const char *w = words; *w; i++) {
+        size_t len = strcspn(w, " ");
+        if (len == n && n > 0 && strncmp(w, v, n) == 0)
+            return i;
+        w += len;
+        w += strspn(w, " ");
+    }
+    return -1;
+}
 
 /* a malformed value already logged by a reader (once per variable and process) */
 static atomic_bool warned[KPC_SET_COUNT];
@@ -63,6 +85,10 @@ void kpc__setting_form(kpc_setting_id id, char *out, size_t cap)
         snprintf(out, cap, "a whole number of milliseconds from %llu to %llu", (unsigned long long)s->min,
                  (unsigned long long)s->max);
         break;
+    case KPC_SETTING_SECONDS:
+        snprintf(out, cap, "a whole number of seconds from %llu to %llu", (unsigned long long)s->min,
+                 (unsigned long long)s->max);
+        break;
     case KPC_SETTING_SIZE:
         snprintf(out, cap, "a size in bytes from %llu, with an optional K, M, G, T, P or E suffix (binary), such as 512M or 2G",
                  (unsigned long long)s->min);
@@ -73,7 +99,24 @@ void kpc__setting_form(kpc_setting_id id, char *out, size_t cap)
     case KPC_SETTING_URL:
         snprintf(out, cap, "redis://[[USER]:PASSWORD@]HOST[:PORT][/DB] or redis+unix:///PATH[?db=N]");
         break;
+    case KPC_SETTING_NAME:
+        snprintf(out, cap, "1 to %d letters, digits, '_', '-' or '.'", NAME_MAX_LEN);
+        break;
     case KPC_SETTING_TEXT: snprintf(out, cap, "a text under %d bytes", TEXT_MAX); break;
+    case KPC_SETTING_WORDS: {
+        /* "a or b", "a, b or c" */
+        size_t len = 0, n = 0;
+        out[0] = '\0';
+        for (const char *w = s->words; *w && len < cap; n++) {
+            size_t wl = strcspn(w, " ");
+            const char *next = w + wl + strspn(w + wl, " ");
+            const char *sep = n == 0 ? "" : *next ? ", " : " or ";
+            int k = snprintf(out + len, cap - len, "%s%.*s", sep, (int)wl, w);
+            len += k > 0 ? (size_t)k : 0;
+            w = next;
+        }
+        break;
+    }
     }
 }
 
@@ -118,7 +161,8 @@ static bool parse(const kpc_setting *s, const char *v, uint64_t *num)
         *num = v[0] == '1';
         return true;
     case KPC_SETTING_COUNT:
-    case KPC_SETTING_MS: return parse_whole(v, s->min, s->max, num);
+    case KPC_SETTING_MS:
+    case KPC_SETTING_SECONDS: return parse_whole(v, s->min, s->max, num);
     case KPC_SETTING_SIZE: {
         uint64_t n;
         if (kpc__parse_size(v, &n) != KPC_OK || n < s->min || n > s->max)
@@ -137,6 +181,19 @@ static bool parse(const kpc_setting *s, const char *v, uint64_t *num)
     case KPC_SETTING_PATHS:
     case KPC_SETTING_URL:
     case KPC_SETTING_TEXT: return strlen(v) < TEXT_MAX;
+    case KPC_SETTING_NAME: {
+        size_t n = strlen(v);
+        return n <= NAME_MAX_LEN && strspn(v, NAME_CHARS) == n;
+    }
+    case KPC_SETTING_WORDS: {
+        if (v[0] == '\0')
+            return true;
+        int i = word_index(s->words, v);
+        if (i < 0)
+            return false;
+        *num = (uint64_t)i;
+        return true;
+    }
     }
     return false;
 }

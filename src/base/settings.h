@@ -22,12 +22,15 @@ enum kpc_setting_type {
     KPC_SETTING_FLAG,
     KPC_SETTING_COUNT,
     KPC_SETTING_MS,
+    KPC_SETTING_SECONDS,
     KPC_SETTING_SIZE,
     KPC_SETTING_LEVEL,
     KPC_SETTING_PATH,
     KPC_SETTING_PATHS,
     KPC_SETTING_URL,
+    KPC_SETTING_NAME,
     KPC_SETTING_TEXT,
+    KPC_SETTING_WORDS,
 };
 
 typedef enum kpc_setting_id {
@@ -43,6 +46,7 @@ typedef struct kpc_setting {
     uint64_t def, min, max;
     const char *shown_default;
     const char *doc;
+    const char *words; /* WORDS: the accepted words, separated by spaces; else NULL */
 } kpc_setting;
 
 /* The row of id; NULL past the table. */
@@ -55,11 +59,12 @@ void kpc__setting_form(kpc_setting_id id, char *out, size_t cap);
  * variable, its value (never for a URL: it may hold a password) and the accepted form.
  * A URL's grammar is the cluster tier's (core/config.c checks it); here only its length. */
 kpc_status kpc__setting_check(kpc_setting_id id, char *why, size_t cap);
-/* The value of a FLAG, COUNT, MS, SIZE or LEVEL setting, else its default; a malformed
- * one is logged (warning, once) and the default used. */
+/* The value of a FLAG, COUNT, MS, SECONDS, SIZE, LEVEL or WORDS setting (a word's place
+ * in the row's words), else its default; a malformed one is logged (warning, once) and
+ * the default used. */
 uint64_t kpc__setting_number(kpc_setting_id id);
-/* The value of a PATH, PATHS, URL or TEXT setting; NULL when unset, empty or malformed
- * (logged as above). */
+/* The value of a PATH, PATHS, URL, NAME or TEXT setting; NULL when unset, empty or
+ * malformed (logged as above). */
 const char *kpc__setting_text(kpc_setting_id id);
 
 /* A secret file (path, named by the variable var in messages: KPC_REMOTE_SECRET_FILE):

@@ -8,14 +8,23 @@
  *
  * KPC_SETTING(ID, TYPE, DEFAULT, MIN, MAX, SHOWN_DEFAULT, DOC):
  *   ID        the variable without its KPC_ prefix; the enum constant is KPC_SET_<ID>
- *   TYPE      FLAG (1 or 0), COUNT (a whole number), MS (milliseconds), SIZE (bytes with a
- *             K/M/G/T suffix), LEVEL (a log level), PATH, PATHS (colon-separated), URL
- *             (checked by the cluster tier's URL parser), TEXT
- *   DEFAULT   the value when unset, for FLAG, COUNT, MS, SIZE and LEVEL (else 0)
- *   MIN, MAX  the accepted range of COUNT, MS and SIZE (else 0)
+ *   TYPE      FLAG (1 or 0), COUNT (a whole number), MS (milliseconds), SECONDS, SIZE
+ *             (bytes with a K/M/G/T suffix), LEVEL (a log level), PATH, PATHS
+ *             (colon-separated), URL (checked by the cluster tier's URL parser), NAME (1 to
+ *             63 letters, digits, '_', '-' or '.': it goes into Redis key names), TEXT
+ *   DEFAULT   the value when unset, for FLAG, COUNT, MS, SECONDS, SIZE and LEVEL (else 0)
+ *   MIN, MAX  the accepted range of COUNT, MS, SECONDS and SIZE (else 0)
  *   SHOWN_DEFAULT  the default as the docs say it ("" for none)
  *   DOC       one line: what it does
+ *
+ * KPC_SETTING_WORDS(ID, DEFAULT, SHOWN_DEFAULT, DOC, WORDS): a setting that is one of a
+ * few words (WORDS, separated by spaces); its number is the word's place in WORDS
+ * (DEFAULT when unset or empty). An includer that needs no words gets a plain row.
  */
+#ifndef KPC_SETTING_WORDS
+#define KPC_SETTING_WORDS(id, def, shown, doc, words) KPC_SETTING(id, WORDS, def, 0, 0, shown, doc)
+#define KPC_SETTING_WORDS_PLAIN
+#endif
 /* clang-format off */
 KPC_SETTING(CACHE_DIR, PATH, 0, 0, 0, "$XDG_CACHE_HOME/kpc, else $HOME/.cache/kpc",
     "the cache directory (a field of kpc_config or --cache-dir wins)")
@@ -45,12 +54,19 @@ KPC_SETTING(REMOTE, URL, 0, 0, 0, "",
     "the cluster tier's Redis (docs/cluster.md); unset or empty: no cluster tier")
 KPC_SETTING(REMOTE_TIMEOUT_MS, MS, 300, 1, 86400000, "300",
     "the cluster tier's connect and per-command timeout")
-KPC_SETTING(REMOTE_LEASE_MS, MS, 30000, 10, 86400000, "30000",
-    "the cluster tier's build lease: how long a dead builder blocks a key")
+KPC_SETTING(REMOTE_LEASE_MS, MS, 3000, 10, 86400000, "3000",
+    "the cluster tier's build lease, renewed every third of it by the live builder: how long a dead builder blocks a key")
 KPC_SETTING(REMOTE_BACKOFF_MS, MS, 10000, 1, 86400000, "10000",
     "after a Redis error, how long this process stays host-local")
 KPC_SETTING(REMOTE_SECRET_FILE, PATH, 0, 0, 0, "",
-    "a file holding the cluster's secret (mode 0600): records in Redis are authenticated with a keyed MAC")
+    "the files of the cluster group's secret, `NEW[:OLD]` (mode 0600; `kpc remote keygen` makes one): records and leases in Redis carry its MAC; OLD's records are read too while the secret rotates; unset: Redis serves and stores no record")
+KPC_SETTING_WORDS(REMOTE_TRUST, 0, "authenticated",
+    "whether the cluster tier needs a secret: `unauthenticated` serves and stores records without one (a closed network only)",
+    "authenticated unauthenticated")
+KPC_SETTING(REMOTE_NAMESPACE, NAME, 0, 0, 0, "kpc",
+    "the first part of every key of the cluster tier: several caches on one Redis")
+KPC_SETTING(REMOTE_TTL_S, SECONDS, 2592000, 0, 315360000, "2592000 (30 days)",
+    "a record in Redis expires unless read for this long (each hit renews it); 0: never")
 KPC_SETTING(HOST_ID, TEXT, 0, 0, 0, "hostname:boot id",
     "this host's name in the cluster tier's leases")
 KPC_SETTING(REAL_HIPRTC, PATH, 0, 0, 0, "",
@@ -60,3 +76,7 @@ KPC_SETTING(REAL_NVRTC, PATH, 0, 0, 0, "",
 KPC_SETTING(DROPIN_STATS, PATH, 0, 0, 0, "",
     "a file each process using a drop-in appends one line of its figures to, at exit")
 /* clang-format on */
+#ifdef KPC_SETTING_WORDS_PLAIN
+#undef KPC_SETTING_WORDS
+#undef KPC_SETTING_WORDS_PLAIN
+#endif

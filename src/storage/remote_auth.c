@@ -16,51 +16,33 @@
  * Rotation: KPC_REMOTE_SECRET_FILE=NEW:OLD writes and leases in NEW's group and also
  * reads records of OLD's group (checked with OLD), while hosts move over.
  *
- * The secret files are opened through the fault seam (base/fault.h), without blocking
- * (a FIFO must not hang kpc_cache_open), and only when they are regular files.
+ * The secret files are read by base/settings.c (kpc__secret_file_read: through the
+ * fault seam, without blocking, regular files only, a warning when others may read
+ * them). One that cannot be read turns the tier off for the process: never serving
+ * unauthenticated records instead.
  */
 #define _GNU_SOURCE
 #include "storage/remote_private.h"
 #include "base/fault.h"
 #include "base/log.h"
+#include "base/settings.h"
 
-#include <errno.h>
-#include <fcntl.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/stat.h>
 #include <unistd.h>
 
 #define LEASE_MAC_BYTES 16
 
+/* The MAC key of one secret file: its hash (a secret may be of any length). */
 static kpc_status load_one(const char *path, uint8_t key[KPC_REMOTE_KEY_BYTES])
 {
-    int fd = kpc__sys_fault(KPC_SYS_OPENR) ? -1 : open(path, O_RDONLY | O_CLOEXEC | O_NONBLOCK | O_NOCTTY);
-    if (fd < 0) {
-        KPC_LOG(KPC_LOG_ERROR, "KPC_REMOTE_SECRET_FILE: open(%s): %s", path, strerror(errno));
-        return KPC_E_INVALID;
-    }
-    struct stat st;
-    errno = 0;
-    if (kpc__sys_fault(KPC_SYS_READ) != 0 || fstat(fd, &st) != 0 || !S_ISREG(st.st_mode)) {
-        KPC_LOG(KPC_LOG_ERROR, "KPC_REMOTE_SECRET_FILE %s: %s", path,
-                errno ? strerror(errno) : "not a regular file");
-        close(fd);
-        return KPC_E_INVALID;
-    }
     void *buf = NULL;
     size_t size = 0;
-    kpc_status s = kpc__read_fd_stat(fd, 1 << 20, &buf, &size, &st);
-    close(fd);
-    if (s != KPC_OK || size == 0) {
-        KPC_LOG(KPC_LOG_ERROR, "KPC_REMOTE_SECRET_FILE %s: %s", path, s == KPC_OK ? "empty" : "cannot be read");
-        free(buf);
+    if (kpc__secret_file_read("KPC_REMOTE_SECRET_FILE", path, &buf, &size) != KPC_OK) {
+        KPC_LOG(KPC_LOG_WARN, "the cluster tier is off for this process: its secret cannot be read");
         return KPC_E_INVALID;
     }
-    if (st.st_mode & 0077)
-        KPC_LOG(KPC_LOG_WARN, "KPC_REMOTE_SECRET_FILE %s is readable by others (mode %03o): chmod 600 it",
-                path, (unsigned)(st.st_mode & 0777));
     crypto_generichash(key, KPC_REMOTE_KEY_BYTES, buf, size, NULL, 0);
     sodium_memzero(buf, size);
     free(buf);

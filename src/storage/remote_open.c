@@ -3,26 +3,22 @@
  * process's, and the cluster-wide ones every process adds its own to as it closes (a
  * hash under the group's prefix). remote_private.h lists the other parts.
  *
- * Settings (read here the way config.c reads the others; docs/cluster.md documents
- * them): KPC_REMOTE_TIMEOUT_MS, KPC_REMOTE_LEASE_MS, KPC_REMOTE_BACKOFF_MS,
- * KPC_REMOTE_SECRET_FILE, KPC_REMOTE_TRUST, KPC_REMOTE_NAMESPACE, KPC_REMOTE_TTL_S,
- * KPC_BUILD_WAIT_MAX_MS (shared with the host index), KPC_HOST_ID.
+ * Settings, read from the table (base/settings_table.h checks them; docs/cluster.md
+ * says what they do): KPC_REMOTE_TIMEOUT_MS, KPC_REMOTE_LEASE_MS, KPC_REMOTE_BACKOFF_MS,
+ * KPC_REMOTE_SECRET_FILE (remote_auth.c), KPC_REMOTE_TRUST, KPC_REMOTE_NAMESPACE,
+ * KPC_REMOTE_TTL_S, KPC_BUILD_WAIT_MAX_MS (shared with the host index), KPC_HOST_ID.
  */
 #define _GNU_SOURCE
 #include "storage/remote_private.h"
 #include "base/fault.h"
 #include "base/log.h"
+#include "base/settings.h"
 
-#include <errno.h>
 #include <fcntl.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <unistd.h>
-
-#define DEFAULT_LEASE_MS 3000
-#define DEFAULT_TTL_S (30u * 24 * 3600)
-#define DEFAULT_WAIT_MAX_MS 600000
 
 static const char *const counter_names[KPC_RC_COUNT] = {"hits", "misses", "builds", "waits", "takeovers",
                                                         "errors", "refused", "wait_timeouts", "unserved"};
@@ -123,58 +119,27 @@ static void flush_counters(kpc_remote *r)
 }
 
 /* ---- open / close ------------------------------------------------------------------------------- */
-static kpc_status env_ms(const char *var, unsigned def, unsigned min, unsigned long max, unsigned *out)
+static unsigned ms_setting(kpc_setting_id id)
 {
-    const char *v = getenv(var);
-    *out = def;
-    if (v == NULL || *v == '\0')
-        return KPC_OK;
-    char *end;
-    errno = 0;
-    unsigned long n = strtoul(v, &end, 10);
-    if (errno || *end || v[0] == '-' || n < min || n > max) {
-        KPC_LOG(KPC_LOG_ERROR, "%s=\"%s\" is not a whole number from %u to %lu", var, v, min, max);
-        return KPC_E_INVALID;
-    }
-    *out = (unsigned)n;
-    return KPC_OK;
+    return (unsigned)kpc__setting_number(id); /* every row's range fits an unsigned */
 }
 
-static kpc_status read_namespace(kpc_remote *r)
+static void read_namespace(kpc_remote *r)
 {
-    const char *v = getenv("KPC_REMOTE_NAMESPACE");
-    if (v == NULL || *v == '\0')
-        v = "kpc";
-    size_t n = strlen(v);
-    if (n >= 64 || strspn(v, "abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789_-.") != n) {
-        KPC_LOG(KPC_LOG_ERROR, "KPC_REMOTE_NAMESPACE=\"%s\" is not 1 to 63 letters, digits, '_', '-' or '.'", v);
-        return KPC_E_INVALID;
-    }
-    snprintf(r->ns, sizeof r->ns, "%s", v);
-    return KPC_OK;
+    const char *v = kpc__setting_text(KPC_SET_REMOTE_NAMESPACE);
+    snprintf(r->ns, sizeof r->ns, "%s", v ? v : "kpc");
 }
 
-static kpc_status read_trust(kpc_remote *r)
+static void read_trust(kpc_remote *r)
 {
-    const char *v = getenv("KPC_REMOTE_TRUST");
-    bool trusted = false;
-    if (v && *v) {
-        if (strcmp(v, "unauthenticated") == 0)
-            trusted = true;
-        else if (strcmp(v, "authenticated") != 0) {
-            KPC_LOG(KPC_LOG_ERROR, "KPC_REMOTE_TRUST=\"%s\" is neither \"authenticated\" (the default) nor "
-                    "\"unauthenticated\"", v);
-            return KPC_E_INVALID;
-        }
-    }
+    bool trusted = kpc__setting_number(KPC_SET_REMOTE_TRUST) == 1; /* "unauthenticated" */
     r->serve = r->has_secret || trusted;
-    return KPC_OK;
 }
 
 static void host_identity(char *out, size_t cap)
 {
-    const char *v = getenv("KPC_HOST_ID");
-    if (v && *v) {
+    const char *v = kpc__setting_text(KPC_SET_HOST_ID);
+    if (v) {
         snprintf(out, cap, "%s", v);
         return;
     }
@@ -205,30 +170,21 @@ kpc_status kpc_remote_open(const char *url, kpc_remote **out)
     kpc_remote *r = calloc(1, sizeof *r);
     if (r == NULL)
         return KPC_E_NOMEM;
-    unsigned ttl_s = 0;
     kpc_status s = kpc_remote_url_parse(url, &r->url);
+    r->timeout_ms = ms_setting(KPC_SET_REMOTE_TIMEOUT_MS);
+    r->lease_ms = ms_setting(KPC_SET_REMOTE_LEASE_MS);
+    r->backoff_ms = ms_setting(KPC_SET_REMOTE_BACKOFF_MS);
+    r->wait_max_ms = ms_setting(KPC_SET_BUILD_WAIT_MAX_MS);
+    r->ttl_ms = kpc__setting_number(KPC_SET_REMOTE_TTL_S) * 1000ull;
+    read_namespace(r);
     if (s == KPC_OK)
-        s = env_ms("KPC_REMOTE_TIMEOUT_MS", 300, 1, 86400000, &r->timeout_ms);
-    if (s == KPC_OK)
-        s = env_ms("KPC_REMOTE_LEASE_MS", DEFAULT_LEASE_MS, 10, 86400000, &r->lease_ms);
-    if (s == KPC_OK)
-        s = env_ms("KPC_REMOTE_BACKOFF_MS", 10000, 1, 86400000, &r->backoff_ms);
-    if (s == KPC_OK)
-        s = env_ms("KPC_BUILD_WAIT_MAX_MS", DEFAULT_WAIT_MAX_MS, 1, 86400000, &r->wait_max_ms);
-    if (s == KPC_OK)
-        s = env_ms("KPC_REMOTE_TTL_S", DEFAULT_TTL_S, 0, 10ul * 365 * 86400, &ttl_s);
-    if (s == KPC_OK)
-        s = read_namespace(r);
-    if (s == KPC_OK)
-        s = kpc_remote_auth_load(r, getenv("KPC_REMOTE_SECRET_FILE"));
-    if (s == KPC_OK)
-        s = read_trust(r);
+        s = kpc_remote_auth_load(r, kpc__setting_raw(KPC_SET_REMOTE_SECRET_FILE));
+    read_trust(r);
     if (s != KPC_OK) {
         sodium_memzero(r, sizeof *r);
         free(r);
         return s;
     }
-    r->ttl_ms = (unsigned long long)ttl_s * 1000ull;
     kpc_remote_url_redacted(&r->url, r->shown, sizeof r->shown);
     host_identity(r->host_id, sizeof r->host_id);
     r->start_time = kpc__proc_start_time(getpid());

@@ -4,6 +4,7 @@
  * group (KPC_REMOTE_NAMESPACE and the secret of KPC_REMOTE_SECRET_FILE) are touched.
  */
 #define _GNU_SOURCE
+#include "base/settings.h"
 #include "storage/remote.h"
 #include "tools/tool.h"
 
@@ -21,12 +22,12 @@ int kpc_tool_remote_option(kpc_tool *t, int c, const char *arg)
 
 static int open_remote(kpc_tool *t, kpc_remote **r)
 {
-    const char *url = getenv("KPC_REMOTE");
+    const char *url = kpc__setting_text(KPC_SET_REMOTE);
     if (!kpc_remote_built()) {
         fprintf(stderr, "kpc remote: this kpc was built without hiredis: no cluster tier\n");
         return KPC_TOOL_FAIL;
     }
-    if (url == NULL || url[0] == '\0')
+    if (url == NULL)
         return kpc_tool_usage_error(t, "KPC_REMOTE is not set (redis://HOST[:PORT][/DB])");
     if (kpc_remote_open(url, r) != KPC_OK)
         return kpc_tool_usage_error(t, "the cluster tier's settings are not valid (see the message above)");
