@@ -15,6 +15,7 @@
 #include "base/settings.h"
 #include "storage/remote.h"
 
+#include <ctype.h>
 #include <dirent.h>
 #include <errno.h>
 #include <fcntl.h>
@@ -48,14 +49,17 @@ static void put(text *t, const char *s, size_t n)
 }
 static void puts_(text *t, const char *s) { put(t, s, strlen(s)); }
 
-/* A doc line for scdoc: `code` becomes *code* (bold), a lone * is escaped. */
+/* A doc line for scdoc: `code` becomes *code* (bold), a lone * is escaped, and so is an
+ * _ that does not stand inside a word (scdoc would start an underline there). */
 static void put_scd(text *t, const char *s)
 {
-    for (; *s; s++) {
+    for (const char *start = s; *s; s++) {
         if (*s == '`')
             puts_(t, "*");
         else if (*s == '*')
             puts_(t, "\\*");
+        else if (*s == '_' && (s == start || !isalnum((unsigned char)s[-1])))
+            puts_(t, "\\_");
         else
             put(t, s, 1);
     }
