@@ -24,6 +24,13 @@ packages=(
   libhiredis-dev libsodium-dev
   scdoc
 )
+# What differs between Debian releases: the clang resource headers (limits.h, stdint.h)
+# that hipRTC's compiler reads, of the LLVM that comgr is built with. On sid (forky) comgr
+# depends on them itself.
+case $(. /etc/os-release 2>/dev/null && echo "${VERSION_CODENAME:-}") in
+  bookworm) packages+=(libclang-common-15-dev) ;; # ROCm 5.2, LLVM 15
+  trixie) packages+=(libclang-common-17-dev) ;;   # ROCm 5.7, LLVM 17
+esac
 verbose=0
 while (($#)); do
   case $1 in
