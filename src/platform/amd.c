@@ -62,6 +62,11 @@ static struct {
     kpc_status hip_status, comgr_status;
 } amd;
 
+/* The name a HIP call has after the headers' macros (hipGetDeviceProperties is
+ * hipGetDevicePropertiesR0600 in ROCm 6's). */
+#define KPC_SYMBOL_NAME(call) KPC_SYMBOL_NAME_OF(call)
+#define KPC_SYMBOL_NAME_OF(name) #name
+
 static pthread_once_t hip_once = PTHREAD_ONCE_INIT, comgr_once = PTHREAD_ONCE_INIT;
 static pthread_mutex_t compile_lock = PTHREAD_MUTEX_INITIALIZER;
 
@@ -128,7 +133,10 @@ static kpc_status load_hip_symbols(void)
     LOAD(rtc, code, "hiprtcGetCode");
     LOAD(rtc, rtc_error, "hiprtcGetErrorString");
     LOAD(hip, device_count, "hipGetDeviceCount");
-    LOAD(hip, device_props, "hipGetDeviceProperties");
+    /* the entry point of the hipDeviceProp_t these headers declare: ROCm 6's headers
+     * rename both to ...R0600 (a new layout), while the old name stays in the library
+     * for binaries built against ROCm 5, with the old layout */
+    LOAD(hip, device_props, KPC_SYMBOL_NAME(hipGetDeviceProperties));
     LOAD(hip, set_device, "hipSetDevice");
     LOAD(hip, get_device, "hipGetDevice");
     LOAD(hip, module_load, "hipModuleLoadData");
