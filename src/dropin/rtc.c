@@ -181,7 +181,7 @@ __attribute__((destructor)) static void write_stats(void)
 /* ---- options -------------------------------------------------------------------------- */
 /* Options that name a file or a directory to read, keyed since include manifests
  * (docs/design.md "manifests"): the core records every file the compile read and checks
- * them on each hit (hipRTC: -MD -MF, platform/amd_deps.c; NVRTC: platform/include_scan.c,
+ * them on each hit (hipRTC: its dependency file, platform/amd_deps.c; NVRTC: platform/include_scan.c,
  * which follows exactly these four), and keys the working directory when the path is
  * relative (kpc_manifest_needs_cwd). The path follows attached ("-Idir",
  * "--include-path=dir") or as the next option ("-I" "dir": rtc_option_path_next). */

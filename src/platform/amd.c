@@ -401,9 +401,12 @@ static const kpc_compiler hiprtc = {
     .destroy = rtc_destroy,
     .classify = rtc_classify,
     .error_string = rtc_error,
-    /* hipRTC's clang writes the files it read with -MD -MF (platform/amd_deps.c) */
+    /* hipRTC's clang writes the files it read to a dependency file (platform/amd_deps.c) */
+    .deps_options = kpc_amd_deps_options,
     .deps_from_file = kpc_amd_deps_collect,
 };
+
+_Static_assert(KPC_AMD_DEPS_OPTIONS <= KPC_COMPILE_DEPS_OPTIONS, "room for the dependency options");
 
 static kpc_status amd_compile(const char *target, const kpc_source *src, kpc_build *b)
 {
