@@ -94,8 +94,8 @@ command -v debootstrap >/dev/null || {
   echo "matrix: installing debootstrap"
   apt-get install -y --no-install-recommends debootstrap >/dev/null
 }
-mirror=${KPC_MATRIX_MIRROR:-$(grep -rhoE '^(URIs:|deb) +https?://[^ ]+/debian/?( |$)' \
-  /etc/apt/sources.list /etc/apt/sources.list.d 2>/dev/null | head -n 1 | awk '{print $2}')}
+mirror=${KPC_MATRIX_MIRROR:-$( (grep -rhoE '^(URIs:|deb) +https?://[^ ]+/debian/?( |$)' \
+  /etc/apt/sources.list /etc/apt/sources.list.d 2>/dev/null || true) | head -n 1 | awk '{print $2}')}
 mirror=${mirror:-http://deb.debian.org/debian}
 commit=$(git rev-parse HEAD)
 [ -z "$(git status --porcelain --untracked-files=no)" ] ||
