@@ -8,16 +8,20 @@
 # a named target (KPC_DEMO_TARGET, default gfx90a). At the end it removes its own host index
 # from /dev/shm; the objects stay in build/demo-cache.
 #
-# usage: scripts/demo.sh [-v]
-#   -v   show everything: the package installation, the build, the library's log
+# usage: scripts/demo.sh [-v] [-h|--help]
+#   -v          show everything: the package installation, the build, the library's log
+#   -h, --help  this text; runs nothing
 set -euo pipefail
 cd "$(dirname "$0")/.."
 verbose=()
-case ${1:-} in
-  -v) verbose=(-v) ;;
-  "") ;;
-  *) echo "demo: unknown argument '$1' (usage: scripts/demo.sh [-v])" >&2; exit 2 ;;
-esac
+while (($#)); do
+  case $1 in
+    -v) verbose=(-v) ;;
+    -h|--help) sed -n '2,/^set -e/p' "$0" | sed '$d; s/^# \{0,1\}//'; exit 0 ;;
+    *) echo "demo: unknown argument '$1' (usage: scripts/demo.sh [-v] [-h|--help])" >&2; exit 2 ;;
+  esac
+  shift
+done
 
 # KPC_DEMO_NO_SETUP=1: the build exists already (the demo's own test uses it)
 [ -n "${KPC_DEMO_NO_SETUP:-}" ] || scripts/setup.sh "${verbose[@]}"

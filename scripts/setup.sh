@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# setup.sh - install the Debian 12 packages kpc's main job needs (only those missing), then
+# setup.sh - install the Debian packages kpc's main job needs (only those missing), then
 # configure and build into build/. Safe to run again. demo.sh, test.sh and bench.sh call
 # it; each names the packages only its own job needs with --also (test.sh: Open MPI for the
 # MPI test, man-db for the install test; bench.sh: hipcc and ccache).
@@ -24,13 +24,22 @@ packages=(
   libhiredis-dev libsodium-dev
   scdoc
 )
-# What differs between Debian releases: the clang resource headers (limits.h, stdint.h)
-# that hipRTC's compiler reads, of the LLVM that comgr is built with. On sid (forky) comgr
-# depends on them itself.
-case $(. /etc/os-release 2>/dev/null && echo "${VERSION_CODENAME:-}") in
-  bookworm) packages+=(libclang-common-15-dev) ;; # ROCm 5.2, LLVM 15
-  trixie) packages+=(libclang-common-17-dev) ;;   # ROCm 5.7, LLVM 17
-esac
+# The clang resource headers (limits.h, stdint.h, ...) that hipRTC's compiles reach when
+# a kernel includes a standard header (glibc's limits.h include_next's clang's): they come
+# with the LLVM that comgr is built on, and no runtime package depends on them. By release
+# where the name is known; elsewhere read from the installed comgr, after the install.
+codename=$(. /etc/os-release 2>/dev/null && echo "${VERSION_CODENAME:-}")
+resource_headers() {
+  case $codename in
+    bookworm) echo libclang-common-15-dev ;; # ROCm 5.2, LLVM 15
+    trixie) echo libclang-common-17-dev ;;   # ROCm 5.7, LLVM 17 (sid's comgr depends on its own)
+    *) dpkg-query -W -f='${Depends}\n' 'libamd-comgr[0-9]*' 2>/dev/null |
+         grep -oE 'libllvm[0-9]+' | head -n 1 | sed -E 's/libllvm([0-9]+)/libclang-common-\1-dev/' ;;
+  esac
+}
+headers=$(resource_headers) || headers=""
+[ -z "$headers" ] || packages+=("$headers")
+
 verbose=0
 while (($#)); do
   case $1 in
@@ -42,10 +51,13 @@ while (($#)); do
   shift
 done
 
-missing=()
-for p in "${packages[@]}"; do
-  dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")
-done
+missing_of() { # PACKAGE...: those not installed, on stdout
+  local p
+  for p in "$@"; do
+    dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || echo "$p"
+  done
+}
+mapfile -t missing < <(missing_of "${packages[@]}")
 
 # Run a step quietly: its output goes to a log that is shown only if it fails.
 quietly() { # what command...
@@ -82,8 +94,8 @@ apt_install() {
   return 1
 }
 
+as_root=()
 if ((${#missing[@]})); then
-  as_root=()
   if [ "$(id -u)" -ne 0 ]; then
     if command -v sudo >/dev/null 2>&1; then
       as_root=(sudo)
@@ -102,6 +114,12 @@ EOF
   export DEBIAN_FRONTEND=noninteractive
   quietly "apt-get update" "${as_root[@]}" apt-get update
   apt_install "${missing[@]}"
+fi
+# a release whose header package is known only from the comgr just installed
+if [ -z "$headers" ] && headers=$(resource_headers) && [ -n "$headers" ] &&
+   [ -n "$(missing_of "$headers")" ]; then
+  echo "setup: installing $headers${as_root[*]:+ (with sudo)}"
+  apt_install "$headers"
 fi
 
 build=${KPC_BUILD_DIR:-build}

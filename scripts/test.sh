@@ -8,13 +8,22 @@
 # into it), so whatever is there afterwards is theirs; elsewhere what of this user
 # appeared in /tmp (kpc-*) and /dev/shm during the run counts. Ends with one verdict line
 # over everything, which CI reads:
-#   kpc tests: 57 passed, 0 failed (plain, asan+ubsan, tsan, nvidia: skipped, no CUDA)
-# preceded by the reason for every skipped test (a test that skips prints "skipped: WHY").
-# Exits non-zero if anything failed.
+#   kpc tests: 590 passed, 9 skipped, 0 failed (plain, asan+ubsan, tsan, nvidia: skipped, fuzz)
+# preceded by one line per skip with its reason. A skip is a test case that printed
+# "CASE: skipped: REASON", a test that CTest reports skipped (it printed "skipped: REASON"),
+# or a pass that could not run here; a skip that names no reason is a failure. Counted
+# are the cases of the Check tests (what Check ran, less the skipped ones) and each
+# other test as one. Exits non-zero if anything failed.
 #
 # Adding a pass: write pass_NAME (build what it needs, then run_ctest DIR [ctest args], or
 # skip_pass "why") and add NAME to `passes` below.
-# usage: scripts/test.sh [-v]   (-v: the set-up's full output)
+#
+# usage: scripts/test.sh [-v] [-h|--help]
+#   -v          the set-up's full output
+#   -h, --help  this text; runs nothing
+# environment: KPC_TEST_PASSES="plain tsan" runs only those passes (the verdict names
+# what ran); KPC_LEAK_CHECK=1 turns LeakSanitizer on in the asan pass; KPC_FUZZ_SECONDS
+# the seconds per fuzz target (default 20).
 set -uo pipefail
 cd "$(dirname "$0")/.."
 root=$PWD
@@ -24,19 +33,35 @@ passes=(plain asan tsan nvidia fuzz)
 [ -z "${KPC_TEST_PASSES:-}" ] || read -r -a passes <<<"$KPC_TEST_PASSES"
 declare -A pass_title=([plain]="plain" [asan]="asan+ubsan" [tsan]="tsan" [nvidia]="nvidia" [fuzz]="fuzz")
 
-# the test-only packages: Open MPI for the MPI start-up storm, man-db for `man kpc` in the
-# install test, redis-server (and util-linux) for the cluster tier's tests
-if [ "${1:-}" = --no-setup ]; then
+setup=1 verbose=()
+while (($#)); do
+  case $1 in
+    -v) verbose=(-v) ;;
+    -h|--help) sed -n '2,/^set -uo/p' "$0" | sed '$d; s/^# \{0,1\}//'; exit 0 ;;
+    --no-setup) setup=0 ;; # (internal: the re-run inside the private mount namespace)
+    *) echo "test: unknown argument '$1' (usage: scripts/test.sh [-v] [-h|--help])" >&2; exit 2 ;;
+  esac
   shift
-else
-  scripts/setup.sh ${1:+"$1"} --also openmpi-bin libopenmpi-dev man-db redis-server util-linux || {
-    echo "kpc tests: 0 passed, 1 failed (set-up failed)"; exit 1; }
+done
+
+# the test-only packages: Open MPI for the MPI start-up storm, man-db for `man kpc` in the
+# install test, redis-server (and util-linux) for the cluster tier's tests, clang and its
+# libFuzzer runtime for the fuzz pass (per release: the clang that scripts/fuzz.sh uses)
+codename=$(. /etc/os-release 2>/dev/null && echo "${VERSION_CODENAME:-}")
+case $codename in
+  bookworm) fuzz_packages=(clang-14 libclang-rt-14-dev) ;;
+  *) fuzz_packages=() ;; # no clang-14 in the release: the fuzz pass skips, saying so
+esac
+if ((setup)); then
+  scripts/setup.sh "${verbose[@]}" --also openmpi-bin libopenmpi-dev man-db redis-server util-linux \
+      "${fuzz_packages[@]}" || {
+    echo "kpc tests: 0 passed, 0 skipped, 1 failed (set-up failed)"; exit 1; }
 fi
 
 # Run the rest in a private /tmp and /dev/shm where we may (root): see the header.
 if [ -z "${KPC_TEST_PRIVATE:-}" ] && [ "$(id -u)" -eq 0 ] && command -v unshare >/dev/null &&
    unshare --mount --propagation private true 2>/dev/null; then
-  exec env KPC_TEST_PRIVATE=1 unshare --mount --propagation private "$0" --no-setup "$@"
+  exec env KPC_TEST_PRIVATE=1 unshare --mount --propagation private "$0" --no-setup "${verbose[@]}"
 fi
 private=0 private_tmp=0 keep_tmp=""
 if [ "${KPC_TEST_PRIVATE:-}" = 1 ]; then
@@ -57,7 +82,7 @@ unset KPC_CACHE_DIR KPC_DISABLE KPC_CACHE_MAX_SIZE KPC_MEM_MAX_PROGRAMS KPC_SHM_
 logs=$root/build/test-logs
 mkdir -p "$logs"
 
-total_passed=0 total_failed=0
+total_passed=0 total_failed=0 total_skipped=0
 summary=() skips=()
 
 # What there is before the run, to tell what the run left.
@@ -66,34 +91,81 @@ shm_mine="^kpc-"; ((private)) || shm_mine="^kpc-$(id -u)-"
 shm_before=$(ls /dev/shm 2>/dev/null | grep "$shm_mine" | sort)
 tmp_before=$(ls -d /tmp/* 2>/dev/null | grep -vx "$keep_tmp" | sort)
 
-# Count a ctest run's results from its output; name the skipped tests and why.
-# count LOG DIR PASS
+# Count a ctest run's results: its console log LOG says which tests failed and which CTest
+# skipped; DIR's LastTest.log holds each test's output, with Check's "Checks: N, Failures:
+# F, Errors: E" and the skip lines. count LOG DIR PASS
 count() {
-  local log=$1 dir=$2 pass=$3 line total failed skipped
+  local log=$1 dir=$2 pass=$3 line ctest_skipped kind name a b c
   line=$(grep -E '^[0-9]+% tests passed, [0-9]+ tests? failed out of [0-9]+' "$log" | tail -n 1)
-  if [ -z "$line" ]; then
+  if [ -z "$line" ] || [ ! -f "$dir/Testing/Temporary/LastTest.log" ]; then
     total_failed=$((total_failed + 1))
     summary+=("${pass_title[$pass]}: ctest did not finish")
     return
   fi
-  failed=$(sed -E 's/.* ([0-9]+) tests? failed.*/\1/' <<<"$line")
-  total=$(sed -E 's/.* out of ([0-9]+).*/\1/' <<<"$line")
-  skipped=0
-  while read -r name; do
-    [ -n "$name" ] || continue
-    skipped=$((skipped + 1))
-    local why
-    why=$(awk -v name="$name" '$0 ~ ("Testing: " name "$") { on = 1; next }
-            on && /<end of output>/ { exit }
-            on && /skipped: / { r = $0; sub(/^.*skipped: /, "", r) } END { print r }' \
-          "$dir/Testing/Temporary/LastTest.log" 2>/dev/null)
-    skips+=("skipped: $name in ${pass_title[$pass]}: ${why:-it printed no reason}")
-  done < <(sed -n '/The following tests did not run:/,/^$/p' "$log" | grep -E '\(Skipped\)|\(Disabled\)' |
-           sed -E 's/^[[:space:]]*[0-9]+ - ([^ ]+) .*/\1/')
-  total_passed=$((total_passed + total - failed - skipped))
-  total_failed=$((total_failed + failed))
+  ctest_skipped=" $(sed -n '/The following tests did not run:/,/^$/p' "$log" | grep -E '\(Skipped\)|\(Disabled\)' |
+                    sed -E 's/^[[:space:]]*[0-9]+ - ([^ ]+) .*/\1/' | tr '\n' ' ')"
+  # per test: "T name Passed|Failed checks bad" (checks -1: not a Check test), then one
+  # "S name case reason" per skip line it printed ("CASE: skipped: WHY", or "skipped: WHY")
+  local failed_before=$total_failed ctest_failed
+  ctest_failed=$(sed -E 's/.* ([0-9]+) tests? failed.*/\1/' <<<"$line")
+  while IFS=$'\037' read -r kind name a b c; do
+    case $kind in
+      S) local why=${b#"${b%%[![:space:]]*}"}
+         if [[ $ctest_skipped == *" $name "* ]]; then
+           [ -n "${test_reason[$name]:-}" ] || test_reason[$name]=${why:-"-"}
+           continue
+         fi
+         if [ -z "$why" ]; then
+           total_failed=$((total_failed + 1))
+           skips+=("skipped: ${pass_title[$pass]} $name ${a:+$a }without a reason: a failure")
+           continue
+         fi
+         test_case_skips[$name]=$((${test_case_skips[$name]:-0} + 1))
+         total_skipped=$((total_skipped + 1))
+         skips+=("skipped: ${pass_title[$pass]} $name${a:+ $a}: $why") ;;
+      T) test_status[$name]=$a test_checks[$name]=$b test_bad[$name]=$c ;;
+    esac
+  done < <(awk '
+    /^[0-9]+\/[0-9]+ Testing: / { name = $3; checks = -1; bad = 0; out = 0; next }
+    /^Output:$/ { out = 1; getline; next }
+    /^<end of output>$/ { out = 0; next }
+    out && match($0, /[0-9]+%: Checks: [0-9]+, Failures: [0-9]+, Errors: [0-9]+/) {
+      split(substr($0, RSTART, RLENGTH), f, /[:,] */); if (checks < 0) checks = 0
+      checks += f[3]; bad += f[5] + f[7]; next }
+    out && /^skipped:/ { r = $0; sub(/^skipped:/, "", r); printf "S\037%s\037\037%s\n", name, r; next }
+    out && /^[^[:space:]:][^:]*: skipped:/ {
+      c = $0; sub(/: skipped:.*$/, "", c); r = $0; sub(/^[^:]*: skipped:/, "", r)
+      printf "S\037%s\037%s\037%s\n", name, c, r; next }
+    /^Test (Passed|Failed)\.$/ { printf "T\037%s\037%s\037%d\037%d\n", name, ($2 == "Passed." ? "Passed" : "Failed"), checks, bad }
+  ' "$dir/Testing/Temporary/LastTest.log")
+  for name in "${!test_status[@]}"; do
+    local cs=${test_case_skips[$name]:-0} checks=${test_checks[$name]} bad=${test_bad[$name]}
+    if [[ $ctest_skipped == *" $name "* ]]; then
+      if [ -z "${test_reason[$name]:-}" ] || [ "${test_reason[$name]}" = "-" ]; then
+        total_failed=$((total_failed + 1))
+        skips+=("skipped: ${pass_title[$pass]} $name without a reason (it printed no \"skipped: WHY\"): a failure")
+      else
+        total_skipped=$((total_skipped + 1))
+        skips+=("skipped: ${pass_title[$pass]} $name: ${test_reason[$name]}")
+      fi
+    elif ((checks >= 0)); then
+      # Check counts a skipped case as passed
+      if [ "${test_status[$name]}" = Failed ] && ((bad == 0)); then bad=1; fi
+      total_failed=$((total_failed + bad))
+      local ok=$((checks - bad - cs)); ((ok > 0)) || ok=0
+      total_passed=$((total_passed + ok))
+    elif [ "${test_status[$name]}" = Failed ]; then
+      total_failed=$((total_failed + 1))
+    else
+      total_passed=$((total_passed + 1))
+    fi
+  done
+  # what CTest counts failed (a test that did not run, say) is failed here too
+  ((total_failed - failed_before >= ctest_failed)) || total_failed=$((failed_before + ctest_failed))
+  test_status=() test_checks=() test_bad=() test_case_skips=() test_reason=()
   summary+=("${pass_title[$pass]}")
 }
+declare -A test_status=() test_checks=() test_bad=() test_case_skips=() test_reason=()
 
 # run_ctest DIR [ctest args...]: run the tests of a build tree, count them
 run_ctest() {
@@ -104,7 +176,11 @@ run_ctest() {
   rm -f "$log"
 }
 
-skip_pass() { summary+=("${pass_title[$current]}: skipped, $1"); }
+skip_pass() {
+  summary+=("${pass_title[$current]}: skipped")
+  total_skipped=$((total_skipped + 1))
+  skips+=("skipped: the ${pass_title[$current]} pass: $1")
+}
 
 # build_tree DIR CMAKE-ARGS...: configure and build a tree quietly (its log on failure)
 build_tree() {
@@ -206,5 +282,5 @@ fi
 echo
 ((${#skips[@]})) && printf '%s\n' "${skips[@]}"
 verdict=$(IFS=,; echo "${summary[*]}" | sed 's/,/, /g')
-echo "kpc tests: $total_passed passed, $total_failed failed ($verdict)"
+echo "kpc tests: $total_passed passed, $total_skipped skipped, $total_failed failed ($verdict)"
 ((total_failed == 0))

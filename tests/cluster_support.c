@@ -4,6 +4,7 @@
  */
 #define _GNU_SOURCE
 #include "cluster_support.h"
+#include "private_mounts.h"
 
 #include <arpa/inet.h>
 #include <errno.h>
@@ -206,15 +207,53 @@ int tc_silent_listener(int *port)
     return fd; /* the kernel completes the handshakes; no one ever reads */
 }
 
+/* Give this process a host of its own: a mount namespace with a private tmpfs on
+ * /dev/shm (its own host index). 0, or -1 with the reason in why. */
+static int enter_host(char *why, size_t cap)
+{
+    if (tm_private_mounts("/dev/shm", why, cap) != 0)
+        return -1;
+    if (mount("tmpfs", "/dev/shm", "tmpfs", MS_NOSUID | MS_NODEV, "mode=1777,size=64m") != 0) {
+        snprintf(why, cap, "mount -t tmpfs on /dev/shm: %s", strerror(errno));
+        return -1;
+    }
+    return 0;
+}
+
+static char hosts_why_not[512];
+
 bool tc_hosts_possible(void)
 {
-    if (geteuid() != 0)
+    /* what a host does, tried in a child (its namespace goes with it); the reason back
+     * through a pipe */
+    int fds[2];
+    if (pipe(fds) != 0) {
+        snprintf(hosts_why_not, sizeof hosts_why_not, "pipe: %s", strerror(errno));
         return false;
+    }
     pid_t pid = fork();
-    if (pid == 0)
-        _exit(unshare(CLONE_NEWNS) == 0 ? 0 : 1);
+    if (pid == 0) {
+        close(fds[0]);
+        char why[512];
+        if (enter_host(why, sizeof why) == 0)
+            _exit(0);
+        ssize_t n = write(fds[1], why, strlen(why));
+        _exit(n < 0 ? 2 : 1);
+    }
+    close(fds[1]);
+    ssize_t n = pid > 0 ? read(fds[0], hosts_why_not, sizeof hosts_why_not - 1) : -1;
+    hosts_why_not[n > 0 ? n : 0] = '\0';
+    close(fds[0]);
     int st;
-    return pid > 0 && waitpid(pid, &st, 0) == pid && WIFEXITED(st) && WEXITSTATUS(st) == 0;
+    bool ok = pid > 0 && waitpid(pid, &st, 0) == pid && WIFEXITED(st) && WEXITSTATUS(st) == 0;
+    if (!ok && hosts_why_not[0] == '\0')
+        snprintf(hosts_why_not, sizeof hosts_why_not, "the probe for simulated hosts failed");
+    return ok;
+}
+
+const char *tc_hosts_why_not(void)
+{
+    return hosts_why_not;
 }
 
 void *tc_shared(size_t size)
@@ -226,9 +265,9 @@ void *tc_shared(size_t size)
 /* One simulated host: its own mount namespace, /dev/shm and cache dir; procs ranks. */
 static int host_main(int host, int procs, const char *base, bool shared_dir, tc_rank_fn fn, void *arg)
 {
-    if (unshare(CLONE_NEWNS) != 0 || mount(NULL, "/", NULL, MS_REC | MS_PRIVATE, NULL) != 0 ||
-        mount("tmpfs", "/dev/shm", "tmpfs", MS_NOSUID | MS_NODEV, "mode=1777,size=64m") != 0) {
-        fprintf(stderr, "simulated host %d: %s\n", host, strerror(errno));
+    char why[512];
+    if (enter_host(why, sizeof why) != 0) {
+        fprintf(stderr, "simulated host %d: %s\n", host, why);
         return procs;
     }
     char id[32], dir[4096];

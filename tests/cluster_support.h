@@ -2,7 +2,7 @@
  * cluster_support.h - what the cluster-tier tests and benchmarks share: a private
  * redis-server (127.0.0.1, a free port, no persistence) that is always stopped, a silent
  * listener, and simulated hosts: each a process in a mount namespace of its own (unshare
- * as root) with a private tmpfs on /dev/shm (its own host index) and its own cache
+ * as root; in a container or a chroot too) with a private tmpfs on /dev/shm (its own host index) and its own cache
  * directory and KPC_HOST_ID, running several rank processes. No Check assertions here.
  */
 #ifndef KPC_CLUSTER_SUPPORT_H
@@ -31,8 +31,11 @@ bool tc_redis_set(const tc_redis *r, const char *name, const void *bytes, size_t
 /* A TCP listener on 127.0.0.1 that accepts (in the kernel's backlog) and never answers. */
 int tc_silent_listener(int *port);
 
-/* True where simulated hosts can be made (root, unshare(CLONE_NEWNS) allowed). */
+/* True where simulated hosts can be made (root, a mount namespace allowed, the mount
+ * holding /dev/shm can be made private in it: tests/private_mounts.h); else
+ * tc_hosts_why_not() says why, for a skip line. */
 bool tc_hosts_possible(void);
+const char *tc_hosts_why_not(void);
 
 /* Run `hosts` simulated hosts, numbered first.., each with `procs` rank processes that run
  * fn(host, proc, arg) (0: success) with KPC_HOST_ID=simhost<h> and KPC_CACHE_DIR=

@@ -1,7 +1,7 @@
 /*
  * mpi_cluster.c - the cluster storm launched by mpirun (issue #14): the ranks are grouped
- * into simulated hosts by tests/mpi_host.sh (each host a mount namespace with its own
- * /dev/shm, cache dir and KPC_HOST_ID), and all share one redis-server (KPC_REMOTE).
+ * into simulated hosts by tests/mpi_host.sh (each rank in a mount namespace of its own, the
+ * host's /dev/shm, cache dir and KPC_HOST_ID), and all share one redis-server (KPC_REMOTE).
  * Every rank asks for the same K sources at once, after a barrier.
  *
  * What must hold: every rank KPC_OK with byte-identical objects (XXH3 digests gathered

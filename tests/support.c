@@ -9,6 +9,7 @@
 #include <fcntl.h>
 #include <ftw.h>
 #include <poll.h>
+#include <stdarg.h>
 #include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -297,12 +298,19 @@ int ts_run_children(int n, int (*fn)(int, void *), void *arg)
 
 /* ---- logs ---- */
 static int saved_stderr = -1, saved_level;
-static char log_path[64];
+static char log_path[4200];
 
 void ts_log_begin(int level)
 {
-    snprintf(log_path, sizeof log_path, "/tmp/kpc-test-log-XXXXXX");
+    /* in the case's temp dir (or the suite's scratch root), which goes even if the case
+     * fails before ts_log_end */
+    const char *tmp = getenv("TMPDIR");
+    snprintf(log_path, sizeof log_path, "%s/kpc-test-log-XXXXXX", tmp && tmp[0] ? tmp : "/tmp");
     int fd = mkstemp(log_path);
+    if (fd < 0) { /* a case acting as another user, who may not write there */
+        snprintf(log_path, sizeof log_path, "/tmp/kpc-test-log-XXXXXX");
+        fd = mkstemp(log_path);
+    }
     ck_assert_int_ge(fd, 0);
     fflush(stderr);
     saved_stderr = dup(STDERR_FILENO);
@@ -468,13 +476,144 @@ int ts_exec(const char *const *argv, const char *const *env, char **out, char **
     return WIFEXITED(st) ? WEXITSTATUS(st) : -1;
 }
 
+void ts_skip(const char *why_fmt, ...)
+{
+    const char *name = tcase_name();
+    printf("%s: skipped: ", name && name[0] ? name : "test");
+    va_list ap;
+    va_start(ap, why_fmt);
+    vprintf(why_fmt, ap);
+    va_end(ap);
+    putchar('\n');
+    fflush(stdout);
+}
+
+/* ---- the suite's scratch root ---- */
+/* The host-index segments in /dev/shm (names without the slash), read once. */
+static char (*sweep_shm)[256];
+static size_t sweep_nshm;
+
+/* Unlink the segments of cache directory `path` (the index, its temporary and .real
+ * ones), whichever user made them: a case may act as another user. */
+static void sweep_dir(const char *path)
+{
+    char name[96];
+    kpc_root_segment_name(path, name, sizeof name); /* /kpc-<uid>-<hash of the path> */
+    const char *hash = strrchr(name, '-') + 1;
+    size_t len = strlen(hash);
+    bool found = false;
+    for (size_t i = 0; i < sweep_nshm; i++) {
+        const char *e = strchr(sweep_shm[i] + 4, '-'); /* past "kpc-<uid>" */
+        if (e == NULL || strncmp(e + 1, hash, len) != 0 || (e[1 + len] != '\0' && e[1 + len] != '.'))
+            continue;
+        if (!found)
+            kpc_index_unlink(path);
+        found = true;
+        char seg[300];
+        snprintf(seg, sizeof seg, "/dev/shm/%s", sweep_shm[i]);
+        unlink(seg);
+    }
+}
+
+static int sweep_one(const char *path, const struct stat *sb, int flag, struct FTW *ftw)
+{
+    (void)sb, (void)ftw;
+    if (flag != FTW_D && flag != FTW_DNR && flag != FTW_DP)
+        return 0;
+    sweep_dir(path);
+    /* and DIR/cache, ts_tmpdir's name, also where it is gone: on a tmpfs mounted in the
+     * failed case's own mount namespace, say */
+    char cache[4200];
+    snprintf(cache, sizeof cache, "%s/cache", path);
+    sweep_dir(cache);
+    return 0;
+}
+
+static void sweep_root(const char *root)
+{
+    DIR *d = opendir("/dev/shm");
+    size_t cap = 0;
+    struct dirent *e;
+    while (d && (e = readdir(d)) != NULL) {
+        if (strncmp(e->d_name, "kpc-", 4) != 0 || strlen(e->d_name) >= sizeof sweep_shm[0])
+            continue;
+        if (sweep_nshm == cap) {
+            cap = cap ? cap * 2 : 64;
+            sweep_shm = realloc(sweep_shm, cap * sizeof sweep_shm[0]);
+        }
+        snprintf(sweep_shm[sweep_nshm++], sizeof sweep_shm[0], "%s", e->d_name);
+    }
+    if (d)
+        closedir(d);
+    if (sweep_nshm > 0)
+        nftw(root, sweep_one, 16, FTW_PHYS);
+    free(sweep_shm);
+    sweep_shm = NULL;
+    sweep_nshm = 0;
+    ts_rm_rf(root);
+}
+
+/* A watcher outside the test's process tree: CTest ends a test past its timeout by
+ * killing its whole tree with SIGKILL, which no clean-up in it survives. The watcher
+ * waits for the end of the runner (EOF on a pipe only the runner's processes hold) and
+ * then sweeps the root if the runner did not. Returns the pipe's write end (-1: none). */
+static int start_watcher(const char *root)
+{
+    int alive[2];
+    if (pipe2(alive, O_CLOEXEC) != 0)
+        return -1;
+    pid_t pid = fork();
+    if (pid == 0) {
+        if (fork() != 0) /* the grandchild, reparented: out of the tree */
+            _exit(0);
+        setsid();
+        close(alive[1]);
+        char c;
+        while (read(alive[0], &c, 1) < 0 && errno == EINTR)
+            ;
+        if (access(root, F_OK) == 0)
+            sweep_root(root);
+        _exit(0);
+    }
+    close(alive[0]);
+    if (pid < 0) {
+        close(alive[1]);
+        return -1;
+    }
+    while (waitpid(pid, NULL, 0) < 0 && errno == EINTR)
+        ;
+    return alive[1];
+}
+
 int ts_run_suite(Suite *s)
 {
+    /* every case's temp dirs, logs and compiler files under one root of this run */
+    const char *env = getenv("TMPDIR");
+    char *saved = env ? strdup(env) : NULL;
+    char tmpl[512], root[4096];
+    snprintf(tmpl, sizeof tmpl, "%s/kpc-test-XXXXXX", env && env[0] && strlen(env) < 400 ? env : "/tmp");
+    if (mkdtemp(tmpl) == NULL || realpath(tmpl, root) == NULL) {
+        fprintf(stderr, "ts_run_suite: mkdtemp(%s): %s\n", tmpl, strerror(errno));
+        free(saved);
+        return 1;
+    }
+    /* traversable: cases that act as another user open their own dirs (0755) inside it */
+    chmod(root, 0711);
+    int watcher = start_watcher(root);
+    setenv("TMPDIR", root, 1);
     SRunner *sr = srunner_create(s);
     srunner_set_fork_status(sr, CK_FORK);
     srunner_run_all(sr, CK_NORMAL);
     int failed = srunner_ntests_failed(sr);
     srunner_free(sr);
+    sweep_root(root);
+    if (watcher >= 0)
+        close(watcher); /* it finds the root gone, and ends */
+    if (saved)
+        setenv("TMPDIR", saved, 1);
+    else
+        unsetenv("TMPDIR");
+    free(saved);
     return failed == 0 ? 0 : 1;
 }
 

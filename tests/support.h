@@ -28,7 +28,9 @@
 #include <check.h>
 #include <stdbool.h>
 
-/* A fresh empty cache directory (malloc'd path); ts_cleanup removes it and its segment. */
+/* A fresh empty cache directory (malloc'd path); ts_cleanup removes it and its segment.
+ * It lies under the suite's scratch root (ts_run_suite), which goes after the suite with
+ * every segment of a directory in it, also when a failed case never reached ts_cleanup. */
 char *ts_tmpdir(void);
 void ts_cleanup(char *dir);
 void ts_rm_rf(const char *path);
@@ -92,7 +94,17 @@ void ts_write_file(const char *path, const void *data, size_t size);
  * exit status, or -1 if it did not exit normally. */
 int ts_exec(const char *const *argv, const char *const *env, char **out, char **err);
 
-/* Run a Check suite in fork mode; returns the process exit status. */
+/* A case that cannot run here: prints "CASE: skipped: WHY" (CASE the running test's
+ * name) on stdout, the form scripts/test.sh counts as a skip; the caller then returns.
+ * A skip always names its reason. */
+void ts_skip(const char *why_fmt, ...) __attribute__((format(printf, 1, 2)));
+
+/* Run a Check suite in fork mode under a scratch root of its own ($TMPDIR for the cases,
+ * so every ts_tmpdir and the compiler's temporary files land in it); afterwards the root
+ * goes, and every host-index segment of a directory in it, pass or fail: a case that
+ * fails ends its process before its teardown, and a test past its CTest timeout is
+ * killed whole (a watcher outside its process tree sweeps then). Returns the process
+ * exit status. */
 int ts_run_suite(Suite *s);
 
 /* main() of a test executable with a process suite and a thread suite: argv[1] names

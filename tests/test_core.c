@@ -430,7 +430,7 @@ START_TEST(device_context_without_gpu)
     kpc_status s = kpc_context_create(c, 0, &ctx);
     char *log = ts_log_end();
     if (s == KPC_OK) { /* a machine with a GPU: the GPU suite covers it */
-        printf("a GPU is present: skipping the no-GPU case\n");
+        ts_skip("a GPU is present (the GPU suite covers it)");
         kpc_context_destroy(ctx);
     } else {
         ck_assert_int_eq(s, KPC_E_NO_DEVICE);

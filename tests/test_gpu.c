@@ -960,7 +960,7 @@ int main(int argc, char **argv)
             printf("KPC_TEST_GPU_REQUIRED=1 but there is no GPU: failing\n");
             return 1;
         }
-        printf("skipped: no GPU\n");
+        printf("test_gpu: skipped: no GPU (KPC_TEST_GPU_REQUIRED=1 makes this a failure)\n");
         return SKIP_CODE;
     }
     if (probe != 0)

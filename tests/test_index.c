@@ -751,7 +751,7 @@ START_TEST(bad_segment_falls_back_to_disk)
 {
     int kind = _i;
     if (kind == 7 && geteuid() != 0) {
-        fprintf(stderr, "bad_segment: skipping \"%s\": needs root to chown\n", damages[kind].what);
+        ts_skip("\"%s\" needs root to chown", damages[kind].what);
         return;
     }
     ts_fake_install();

@@ -201,7 +201,7 @@ static void check_identical(const storm *s, int first, int n)
 #define NEED_HOSTS()                                                                           \
     do {                                                                                       \
         if (!have_hosts) {                                                                     \
-            fprintf(stderr, "%s: skipped: simulated hosts need root and unshare\n", __func__); \
+            ts_skip("no simulated hosts: %s", tc_hosts_why_not());                        \
             return;                                                                            \
         }                                                                                      \
     } while (0)

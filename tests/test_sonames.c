@@ -72,7 +72,7 @@ START_TEST(newest_sonames_first)
     loaded_path("libamd_comgr.so.2", real_comgr, sizeof real_comgr);
     loaded_path("libhiprtc-builtins.so.5", real_builtins, sizeof real_builtins);
     if (!real_hip[0] || !real_comgr[0]) {
-        fprintf(stderr, "test_sonames: no ROCm 5 libamdhip64.so.5 / libamd_comgr.so.2 to stand in: skipped\n");
+        ts_skip("no ROCm 5 libamdhip64.so.5 / libamd_comgr.so.2 to stand in");
         return;
     }
     char *dir = ts_tmpdir(); /* .../cache; its parent holds the links */

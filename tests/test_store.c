@@ -10,6 +10,7 @@
  */
 #define _GNU_SOURCE
 #include "support.h"
+#include "private_mounts.h"
 
 #include <cjson/cJSON.h>
 #include <dirent.h>
@@ -619,19 +620,17 @@ START_TEST(unstorable_object_is_built_by_each_process)
 }
 END_TEST
 
-/* A private mount namespace, so that the test's mounts vanish with its process. false
- * (with the reason printed) where mounting is not permitted. */
+/* A private mount namespace, so that the test's mounts (under parent(dir)) vanish with
+ * its process. false (with the reason printed) where mounting is not permitted. */
 static bool private_mounts(const char *what)
 {
-    if (geteuid() != 0) {
-        printf("%s: skipped: mounting needs root (uid %u)\n", what, (unsigned)geteuid());
-        return false;
-    }
-    if (unshare(CLONE_NEWNS) != 0 || mount(NULL, "/", NULL, MS_REC | MS_PRIVATE, NULL) != 0) {
-        printf("%s: skipped: no private mount namespace: %s\n", what, strerror(errno));
-        return false;
-    }
-    return true;
+    char *base = strdup(dir), why[512];
+    *strrchr(base, '/') = '\0';
+    int rc = tm_private_mounts(base, why, sizeof why);
+    free(base);
+    if (rc != 0)
+        ts_skip("%s: %s", what, why);
+    return rc == 0;
 }
 
 /* Mount a tmpfs of size_kb at parent(dir)/mnt; dir then names mnt/cache. */
@@ -647,7 +646,7 @@ static bool mount_tmpfs(char **mnt, unsigned size_kb, const char *what)
     char opts[64];
     snprintf(opts, sizeof opts, "size=%uk,mode=0700", size_kb);
     if (mount("tmpfs", *mnt, "tmpfs", 0, opts) != 0) {
-        printf("%s: skipped: mount -t tmpfs: %s\n", what, strerror(errno));
+        ts_skip("%s: mount -t tmpfs: %s", what, strerror(errno));
         return false;
     }
     free(dir);
@@ -786,7 +785,7 @@ START_TEST(read_only_mount_serves_hits)
     struct timespec old[2] = {{time(NULL) - 7200, 0}, {time(NULL) - 7200, 0}};
     ck_assert_int_eq(utimensat(AT_FDCWD, o.path, old, 0), 0);
     if (mount(NULL, mnt, NULL, MS_REMOUNT | MS_RDONLY, NULL) != 0) {
-        printf("read-only mount: skipped: remount ro: %s\n", strerror(errno));
+        ts_skip("read-only mount: remount ro: %s", strerror(errno));
         unmount_tmpfs(mnt);
         return;
     }
@@ -849,7 +848,7 @@ static int count_entries(const char *d)
 START_TEST(directory_of_another_user_is_refused)
 {
     if (geteuid() != 0) {
-        printf("another owner: skipped: chown needs root\n");
+        ts_skip("another owner: chown needs root");
         return;
     }
     ck_assert_int_eq(mkdir(dir, 0700), 0);
@@ -862,7 +861,7 @@ END_TEST
 START_TEST(symlink_to_another_users_directory_is_refused)
 {
     if (geteuid() != 0) {
-        printf("symlinked owner: skipped: chown needs root\n");
+        ts_skip("symlinked owner: chown needs root");
         return;
     }
     char other[4200], own[4200];

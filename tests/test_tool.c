@@ -622,7 +622,7 @@ END_TEST
 /* `kpc CMD --cache-dir DIR [--json]` as a user the tree's modes bind: as root (whom modes
  * do not bind) the tree is handed to uid 65534 and the tool runs as it (setpriv); the
  * exit status, stdout and stderr. */
-static int kpc_bound(char **out, char **err, const char *cmd, bool json)
+static int kpc_bound_args(char **out, char **err, const char *const *args)
 {
     bool root = geteuid() == 0;
     if (root) {
@@ -633,7 +633,7 @@ static int kpc_bound(char **out, char **err, const char *cmd, bool json)
         ck_assert_int_eq(system(sh), 0);
         free(base);
     }
-    const char *argv[12];
+    const char *argv[24];
     int n = 0;
     if (root) {
         argv[n++] = "/usr/bin/setpriv";
@@ -642,13 +642,20 @@ static int kpc_bound(char **out, char **err, const char *cmd, bool json)
         argv[n++] = "--clear-groups";
     }
     argv[n++] = tool;
-    argv[n++] = cmd;
-    argv[n++] = "--cache-dir";
-    argv[n++] = dir;
-    if (json)
-        argv[n++] = "--json";
+    for (; *args; args++) {
+        ck_assert_int_lt(n, 23);
+        argv[n++] = *args;
+    }
     argv[n] = NULL;
-    return ts_exec(argv, NULL, out, err);
+    /* the compiler's own temporary files: where that user may write */
+    const char *env[] = {root ? "TMPDIR=/tmp" : NULL, NULL};
+    return ts_exec(argv, env, out, err);
+}
+
+static int kpc_bound(char **out, char **err, const char *cmd, bool json)
+{
+    const char *args[] = {cmd, "--cache-dir", dir, json ? "--json" : NULL, NULL};
+    return kpc_bound_args(out, err, args);
 }
 
 static char *dir_of(const char *path)
@@ -1011,6 +1018,134 @@ START_TEST(compile_messages_name_the_real_problem)
 }
 END_TEST
 
+/* ---- exit statuses that tell the truth ---------------------------------------------- */
+/* A cache dir the library refuses: nothing is compiled and nothing said "built"; the
+ * status is 1 and the lines name the directory and the rule. */
+START_TEST(compile_into_a_refused_cache_dir_fails)
+{
+    char *good = side_file("good.hip", ts_kernel_source(0));
+    char *out = NULL, *err = NULL;
+    /* a regular file where the directory should be */
+    ck_assert_int_eq(kpc(&out, &err, "compile", "--cache-dir", good, "--target", ts_target(), good, NULL), 1);
+    ck_assert_msg(strstr(out, "built") == NULL && strstr(out, "hit") == NULL, "stdout:\n%s", out);
+    ck_assert_msg(strstr(err, good) && strstr(err, "not a directory") && strstr(err, "nothing compiled"),
+                  "stderr:\n%s", err);
+    free(out), free(err);
+    if (geteuid() == 0) { /* a directory another user owns */
+        ck_assert_int_eq(mkdir(dir, 0700), 0);
+        ck_assert_int_eq(chown(dir, 65534, 65534), 0);
+        ck_assert_int_eq(kpc(&out, &err, "compile", "--cache-dir", dir, "--target", ts_target(), good, NULL), 1);
+        ck_assert_msg(strstr(out, "built") == NULL, "stdout:\n%s", out);
+        ck_assert_msg(strstr(err, dir) && strstr(err, "owned by uid 65534") && strstr(err, "refused") &&
+                          strstr(err, "nothing compiled"),
+                      "stderr:\n%s", err);
+        ck_assert_int_eq(ts_count_entries(dir), 0); /* nothing written into it */
+        free(out), free(err);
+    }
+    free(good);
+}
+END_TEST
+
+/* A cache dir of mode 0500 (for a user its modes bind): the object is built but cannot be
+ * cached; said so with the real error (EACCES, not the ENOENT of the v1/ it could not
+ * make), and the status is 1. */
+START_TEST(compile_into_a_read_only_cache_dir_says_why_and_fails)
+{
+    char *good = side_file("good.hip", ts_kernel_source(0));
+    ck_assert_int_eq(chmod(good, 0644), 0);
+    ck_assert_int_eq(mkdir(dir, 0500), 0);
+    const char *args[] = {"compile", "--cache-dir", dir, "--target", ts_target(), good, NULL};
+    char *out = NULL, *err = NULL;
+    int rc = kpc_bound_args(&out, &err, args);
+    ck_assert_msg(rc == 1, "exit %d\nstdout: %s\nstderr: %s", rc, out, err);
+    ck_assert_msg(strncmp(out, "not cached", 10) == 0, "stdout:\n%s", out);
+    ck_assert_msg(strstr(err, "ermission denied") && strstr(err, "read-only") &&
+                      !strstr(err, "No such file or directory"),
+                  "stderr:\n%s", err);
+    free(out), free(err);
+    const char *json[] = {"compile", "--json", "--cache-dir", dir, "--target", ts_target(), good, NULL};
+    ck_assert_int_eq(kpc_bound_args(&out, &err, json), 1);
+    cJSON *j = parse(out);
+    ck_assert_str_eq(str(cJSON_GetArrayItem(j, 0), "result"), "built");
+    ck_assert(!boolean(cJSON_GetArrayItem(j, 0), "cached"));
+    cJSON_Delete(j);
+    free(out), free(err);
+    ck_assert_int_eq(ts_count_entries(dir), 0);
+    /* the host index uid 65534 made (as root) is this test's to remove */
+    char name[96], seg[128], root[4096];
+    ck_assert_ptr_nonnull(realpath(dir, root));
+    kpc_root_segment_name(root, name, sizeof name);
+    snprintf(seg, sizeof seg, "/dev/shm/kpc-%u-%s", geteuid() == 0 ? 65534u : (unsigned)geteuid(),
+             strrchr(name, '-') + 1);
+    unlink(seg);
+    chmod(dir, 0700);
+    free(good);
+}
+END_TEST
+
+/* Without --target and without a GPU: the message names the option to pass (with a target
+ * of this build), not the library's C function. */
+START_TEST(compile_without_a_gpu_names_the_target_option)
+{
+    char *good = side_file("good.hip", ts_kernel_source(0));
+    char *out = NULL, *err = NULL;
+    int rc = kpc(&out, &err, "compile", "--cache-dir", dir, good, NULL);
+    if (rc == 0) {
+        ts_skip("a GPU is present: the target comes from it");
+    } else {
+        ck_assert_int_eq(rc, 1);
+        char want[64];
+        snprintf(want, sizeof want, "--target %s", ts_target());
+        ck_assert_msg(strstr(err, want) && !strstr(err, "kpc_context_create_for_target"), "stderr:\n%s", err);
+    }
+    free(out), free(err), free(good);
+}
+END_TEST
+
+/* The help shows targets this build accepts, and no other platform's. */
+START_TEST(help_examples_are_valid_for_this_build)
+{
+#ifdef KPC_PLATFORM_NVIDIA
+    const char *other = "gfx";
+#else
+    const char *other = "sm_";
+#endif
+    char want[64];
+    snprintf(want, sizeof want, "--target %s", ts_target());
+    char *out = NULL;
+    ck_assert_int_eq(kpc(&out, NULL, "--help", NULL), 0);
+    ck_assert_msg(strstr(out, want) && !strstr(out, other), "kpc --help:\n%s", out);
+    free(out);
+    ck_assert_int_eq(kpc(&out, NULL, "help", "compile", NULL), 0);
+    ck_assert_msg(strstr(out, ts_target()) && !strstr(out, other), "kpc help compile:\n%s", out);
+    free(out);
+}
+END_TEST
+
+/* scripts/test.sh and scripts/demo.sh: --help prints the usage and runs nothing (no
+ * set-up, no build); an unknown argument is bad usage. */
+START_TEST(script_help_runs_nothing)
+{
+    const char *src = getenv("KPC_SOURCE_DIR");
+    ck_assert_ptr_nonnull(src);
+    const char *const scripts[] = {"test.sh", "demo.sh"};
+    for (size_t i = 0; i < 2; i++) {
+        char path[4200];
+        snprintf(path, sizeof path, "%s/scripts/%s", src, scripts[i]);
+        char *out = NULL, *err = NULL;
+        const char *help[] = {path, "--help", NULL};
+        ck_assert_int_eq(ts_exec(help, NULL, &out, &err), 0);
+        ck_assert_msg(strstr(out, "usage: scripts/") && !strstr(out, "setup:") && !strstr(out, "==") && err[0] == '\0',
+                      "%s --help:\nstdout: %s\nstderr: %s", scripts[i], out, err);
+        free(out), free(err);
+        const char *bad[] = {path, "--no-such-option", NULL};
+        ck_assert_int_eq(ts_exec(bad, NULL, &out, &err), 2);
+        ck_assert_msg(strstr(err, "unknown argument") && out[0] == '\0', "%s: %s", scripts[i], err);
+        free(out), free(err);
+    }
+}
+END_TEST
+
 START_TEST(sizes_are_labelled_and_counts_agree)
 {
     char *good = side_file("good.hip", ts_kernel_source(0));
@@ -1151,6 +1286,11 @@ int main(void)
     tcase_add_test(tc, an_absent_cache_is_described_one_way);
     tcase_add_test(tc, compile_messages_name_the_real_problem);
     tcase_add_test(tc, sizes_are_labelled_and_counts_agree);
+    tcase_add_test(tc, compile_into_a_refused_cache_dir_fails);
+    tcase_add_test(tc, compile_into_a_read_only_cache_dir_says_why_and_fails);
+    tcase_add_test(tc, compile_without_a_gpu_names_the_target_option);
+    tcase_add_test(tc, help_examples_are_valid_for_this_build);
+    tcase_add_test(tc, script_help_runs_nothing);
     suite_add_tcase(s, tc);
     return ts_run_suite(s);
 }

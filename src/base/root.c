@@ -35,6 +35,7 @@ struct kpc_root {
      * dead writer's file (base/root.h); recomputed in a fork child */
     _Atomic int tmp_pid;
     _Atomic uint64_t tmp_start;
+    int tree_errno; /* why v1/ or v1/tmp could not be made at open; 0: both there */
 };
 
 static kpc_status check_owner(const char *dir)
@@ -162,10 +163,12 @@ kpc_status kpc_root_open(const char *dir, kpc_root **out)
     /* v1/ and v1/tmp made from the held directory, never by path again */
     if ((kpc__sys_fault(KPC_SYS_MKDIR) != 0 || (mkdirat(r->fd, "v1", 0700) != 0 && errno != EEXIST)) ||
         (r->v1_fd = openat(r->fd, "v1", O_PATH | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC)) < 0 ||
-        (kpc__sys_fault(KPC_SYS_MKDIR) != 0 || (mkdirat(r->v1_fd, "tmp", 0700) != 0 && errno != EEXIST)))
+        (kpc__sys_fault(KPC_SYS_MKDIR) != 0 || (mkdirat(r->v1_fd, "tmp", 0700) != 0 && errno != EEXIST))) {
         /* a read-only tree still serves reads */
+        r->tree_errno = errno;
         KPC_LOG(KPC_LOG_WARN, "mkdir(%s): %s: the cache is read-only for this process", r->tmp,
                 strerror(errno));
+    }
     if (r->v1_fd < 0)
         r->v1_fd = openat(r->fd, "v1", O_PATH | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
     *out = r;
@@ -196,6 +199,7 @@ const char *kpc_root_v1(const kpc_root *r) { return r->v1; }
 const char *kpc_root_tmp_dir(const kpc_root *r) { return r->tmp; }
 int kpc_root_fd(const kpc_root *r) { return r->fd; }
 int kpc_root_v1_fd(const kpc_root *r) { return r->v1_fd; }
+int kpc_root_tree_errno(const kpc_root *r) { return r->tree_errno; }
 
 const char *kpc_root_rel(const kpc_root *r, const char *path)
 {

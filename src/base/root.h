@@ -43,6 +43,9 @@ const char *kpc_root_path(const kpc_root *r); /* the realpath */
 const char *kpc_root_v1(const kpc_root *r);   /* <root>/v1 */
 int kpc_root_fd(const kpc_root *r);           /* O_PATH | O_DIRECTORY fd of the root */
 int kpc_root_v1_fd(const kpc_root *r);        /* the same of v1/, or -1 (none yet) */
+/* Why v1/ or v1/tmp could not be made at open (EACCES, EROFS: a tree read-only for this
+ * process), or 0: what a failed write reports instead of the ENOENT it then meets. */
+int kpc_root_tree_errno(const kpc_root *r);
 /* The part of a path built here that follows "<root>/v1/". */
 const char *kpc_root_rel(const kpc_root *r, const char *path);
 

@@ -147,8 +147,11 @@ int kpc_store_unlink(kpc_store *st, const char *path)
 static int mkdirs_at(kpc_store *st, const char *dir)
 {
     int at = v1_fd(st);
-    if (at < 0)
+    if (at < 0) { /* no v1/: say what kept it from being made, not ENOENT */
+        int why = kpc_root_tree_errno(st->root);
+        errno = why ? why : errno;
         return -1;
+    }
     char buf[4400];
     snprintf(buf, sizeof buf, "%s", rel(st, dir));
     for (char *p = buf;; p++) {

@@ -11,6 +11,7 @@
  */
 #define _GNU_SOURCE
 #include "base/log.h"
+#include "base/root.h"
 #include "core/program.h"
 #include "tools/pool.h"
 #include "tools/tool.h"
@@ -47,6 +48,9 @@ typedef struct file_result {
 typedef struct compile_job {
     const kpc_tool *t;
     file_result *results; /* shared with the workers */
+    /* why objects built cannot be stored in the cache dir ("" when they can): a tree that
+     * is read-only for this user still serves hits */
+    char uncached[600];
     /* progress (parent only) */
     bool progress;
     uint64_t started_ns;
@@ -129,13 +133,27 @@ typedef struct worker {
     bool tried;
 } worker;
 
+/* No GPU to take the target from, asked quietly: the library's own line names its C
+ * function for a compile-only context, where this tool's user needs --target. */
+static bool no_gpu(void)
+{
+    char target[64];
+    int level = kpc__log_level;
+    kpc__log_level = 0;
+    kpc_status s = kpc_platform_get()->device_target(0, target, sizeof target);
+    kpc__log_level = level;
+    return s == KPC_E_NO_DEVICE;
+}
+
 static kpc_status worker_context(worker *w)
 {
     if (!w->tried) {
         w->tried = true;
         kpc_config cfg = {.struct_size = sizeof cfg, .cache_dir = w->t->cache_dir};
         w->status = kpc_cache_open(&cfg, &w->cache);
-        if (w->status == KPC_OK)
+        if (w->status == KPC_OK && w->t->target == NULL && no_gpu())
+            w->status = KPC_E_NO_DEVICE;
+        else if (w->status == KPC_OK)
             w->status = w->t->target ? kpc_context_create_for_target(w->cache, w->t->target, &w->ctx)
                                      : kpc_context_create(w->cache, 0, &w->ctx);
     }
@@ -157,6 +175,9 @@ static void compile_one(worker *w, file_result *r, int i)
     }
     kpc_status s = worker_context(w);
     if (s != KPC_OK) {
+        if (s == KPC_E_NO_DEVICE && t->target == NULL)
+            snprintf(r->log, sizeof r->log, "no GPU here to take the target from: name one with --target "
+                     "(e.g. --target %s)\n", KPC_TOOL_EXAMPLE_TARGET);
         free(code);
         __atomic_store_n(&r->status, s, __ATOMIC_RELEASE);
         return;
@@ -261,10 +282,11 @@ static void compile_progress(void *arg)
     job->shown = 1;
 }
 
-static int compile_report(const kpc_tool *t, const file_result *results)
+static int compile_report(const kpc_tool *t, const file_result *results, const char *uncached)
 {
-    static const char *const outcome[] = {"built", "hit", "hit (waited)"};
-    int rc = KPC_TOOL_OK;
+    /* a build the cache dir could not take is not "built" into the cache */
+    static const char *const outcome[] = {"built", "hit", "hit (waited)", "not cached"};
+    int rc = KPC_TOOL_OK, not_cached = 0;
     cJSON *arr = t->json ? cJSON_CreateArray() : NULL;
     for (int i = 0; i < t->num_operands; i++) {
         const file_result *r = &results[i];
@@ -274,12 +296,15 @@ static int compile_report(const kpc_tool *t, const file_result *results)
             rc = KPC_TOOL_FAIL;
             fprintf(stderr, "kpc compile: %s: %s\n%s", file, status, r->log);
         }
+        bool cached = r->status == KPC_OK && !(r->outcome == 0 && uncached[0]);
+        not_cached += r->status == KPC_OK && !cached;
         if (arr) {
             cJSON *o = cJSON_CreateObject();
             cJSON_AddStringToObject(o, "file", file);
             cJSON_AddStringToObject(o, "status", status);
             cJSON_AddStringToObject(o, "result", r->status == KPC_OK ? (r->outcome == 0 ? "built" : "hit") : "failed");
             cJSON_AddBoolToObject(o, "waited", r->outcome == 2);
+            cJSON_AddBoolToObject(o, "cached", cached);
             cJSON_AddNumberToObject(o, "seconds", r->seconds);
             cJSON_AddNumberToObject(o, "size", (double)r->size);
             cJSON *low = cJSON_AddObjectToObject(o, "lowered_names");
@@ -297,7 +322,7 @@ static int compile_report(const kpc_tool *t, const file_result *results)
             /* the code object's own bytes: `kpc ls` shows the file, which adds a header */
             char size[16];
             kpc_tool_human(size, sizeof size, r->size);
-            printf("%-12s %9.3f ms %5s code  %s\n", outcome[r->outcome], r->seconds * 1e3, size, file);
+            printf("%-12s %9.3f ms %5s code  %s\n", outcome[cached ? r->outcome : 3], r->seconds * 1e3, size, file);
             for (size_t e = 0; e < t->num_exprs; e++) {
                 const char *why, *low = lowered_name(r, e, &why);
                 if (why)
@@ -310,7 +335,29 @@ static int compile_report(const kpc_tool *t, const file_result *results)
     }
     if (arr)
         kpc_tool_print_json(arr);
+    if (not_cached) {
+        fprintf(stderr, "kpc compile: %d %s built but not cached: the cache directory %s is read-only for "
+                "this user (%s)\n", not_cached, kpc_tool_plural((uint64_t)not_cached, "object", "objects"),
+                t->set.cache_dir, uncached);
+        rc = KPC_TOOL_FAIL;
+    }
     return rc;
+}
+
+/* Why an object built now could not be stored under the cache dir ("" when it can): the
+ * deepest of v1/tmp (where every object is staged), v1 and the directory itself that
+ * exists, and what access(2) says of it (EACCES, EROFS). */
+static void uncached_reason(const kpc_root *root, char *out, size_t cap)
+{
+    const char *const dirs[] = {kpc_root_tmp_dir(root), kpc_root_v1(root), kpc_root_path(root)};
+    out[0] = '\0';
+    for (size_t i = 0; i < 3; i++) {
+        if (access(dirs[i], F_OK) != 0)
+            continue;
+        if (access(dirs[i], W_OK | X_OK) != 0)
+            snprintf(out, cap, "%s: %s", dirs[i], strerror(errno));
+        return;
+    }
 }
 
 int kpc_tool_compile_option(kpc_tool *t, int c, const char *arg)
@@ -352,6 +399,17 @@ int kpc_tool_compile(kpc_tool *t)
     if (rc != KPC_TOOL_OK)
         return rc;
     compile_job job = {.t = t};
+    /* the cache dir asked for must be one the library accepts: a refused one would have
+     * every file built, cached nowhere, and reported as if it were */
+    if (!(t->set.flags & KPC_NO_DISK)) {
+        kpc_store *st = NULL;
+        if ((rc = kpc_tool_store(t, &st)) != KPC_TOOL_OK) {
+            fprintf(stderr, "kpc compile: nothing compiled\n");
+            return rc;
+        }
+        uncached_reason(kpc_store_root(st), job.uncached, sizeof job.uncached);
+        kpc_store_close(st);
+    }
     size_t n = (size_t)t->num_operands;
     job.results = kpc_pool_alloc(n, sizeof *job.results);
     if (job.results == NULL) {
@@ -371,7 +429,7 @@ int kpc_tool_compile(kpc_tool *t)
         compile_progress(&job);
         fputc('\n', stderr);
     }
-    rc = compile_report(t, job.results);
+    rc = compile_report(t, job.results, job.uncached);
     kpc_pool_free(job.results, n, sizeof *job.results);
     return rc;
 }

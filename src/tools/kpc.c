@@ -124,7 +124,7 @@ int kpc_tool_open(kpc_tool *t)
 int kpc_tool_store(const kpc_tool *t, kpc_store **st)
 {
     if (kpc_store_open(t->set.cache_dir, t->set.disk_max_bytes, st) != KPC_OK) {
-        fprintf(stderr, "kpc %s: cannot use cache directory %s (see the log above)\n", t->cmd->name,
+        fprintf(stderr, "kpc %s: cannot use the cache directory %s: the line above says why\n", t->cmd->name,
                 t->set.cache_dir);
         return KPC_TOOL_FAIL;
     }
@@ -288,8 +288,8 @@ static const command commands[] = {
      "Get each FILE's code object through the cache (built once per host, then hit), as an\n"
      "application would, and print per file: built or hit, the time, the size of the code\n"
      "object itself (`kpc ls` shows the file, which adds a header) and the file name.\n"
-     "  -t, --target T     compile for target T (gfx90a, sm_90): no GPU needed; default: the\n"
-     "                     target of GPU 0\n"
+     "  -t, --target T     compile for target T (e.g. " KPC_TOOL_EXAMPLE_TARGET "): no GPU needed;\n"
+     "                     default: the target of GPU 0\n"
      "  --option OPT       a compiler option (repeatable)\n"
      "  --name-expr E      a name expression to lower, e.g. 'scale<float>' (repeatable)\n"
      "  -o, --output OUT   write the code object to OUT (with several files: OUT/NAME.co)\n"
@@ -344,6 +344,12 @@ static void print_main_help(FILE *f)
         fprintf(f, "  %-9s %s\n", commands[i].name, commands[i].summary);
     fprintf(f, "\nEvery command takes --cache-dir DIR, --json (where it prints data) and -h/--help.\n"
                "Exit status: 0 success, 1 failure, 2 bad usage. See kpc(1) and kpc-shm-reset(1).\n");
+    /* examples this build accepts: its own kind of target */
+    char compile[64];
+    snprintf(compile, sizeof compile, "kpc compile --target %s saxpy.hip", KPC_TOOL_EXAMPLE_TARGET);
+    fprintf(f, "\nExamples:\n  %-38s %s\n  %-38s %s\n  %-38s %s\n", compile,
+            "built once per host, then a hit; no GPU", "kpc stats", "this host's counters, the disk usage",
+            "kpc prune --max-size 1G", "least recently used out, down to 1G");
 }
 
 static void print_command_help(const command *c)

@@ -18,6 +18,14 @@
 
 enum { KPC_TOOL_OK = 0, KPC_TOOL_FAIL = 1, KPC_TOOL_USAGE = 2 };
 
+/* A target this build compiles for, for help texts and hints: an AMD build refuses sm_90
+ * and an NVIDIA build gfx90a. */
+#ifdef KPC_PLATFORM_NVIDIA
+#define KPC_TOOL_EXAMPLE_TARGET "sm_90"
+#else
+#define KPC_TOOL_EXAMPLE_TARGET "gfx90a"
+#endif
+
 /* getopt_long's values of the long options without a letter (kpc.c's table). */
 enum {
     KPC_TOOL_OPT_CACHE_DIR = 1000, KPC_TOOL_OPT_JSON, KPC_TOOL_OPT_MAX_SIZE, KPC_TOOL_OPT_STALE,

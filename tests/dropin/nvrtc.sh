@@ -178,6 +178,6 @@ if [ -n "$real_nvrtc" ]; then
   expect tl1 builds 3; expect tl2 builds 0; expect tl2 disk_hits 3; expect tl2 forwarded 0
   echo "as PyTorch loads NVRTC, the shim preloaded: warm $(cat "$tmp/tl2.stats")"
 else
-  echo "no CUDA here: skipped"
+  echo "real NVRTC: skipped: no libnvrtc.so.13 in /usr/local/cuda/lib64 or /usr/local/cuda/lib"
 fi
 echo "dropin nvrtc: passed"
