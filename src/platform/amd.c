@@ -297,18 +297,20 @@ static kpc_status canonical_target(const char *in, char *out, size_t cap)
 
 static void log_supported(const char *target)
 {
-    /* a dozen names a line: comgr knows 30 to 60 processors */
-    char list[2048] = "";
-    size_t n = 0, listed = 0;
+    /* lines of at most 80 columns: comgr knows 30 to 60 processors (and, from ROCm 6,
+     * generic targets with longer names: gfx10-3-generic) */
+    char list[4096] = "";
+    size_t n = 0, line = 80;
     amd.isa_count(&n);
     for (size_t i = 0; i < n; i++) {
         const char *name = NULL;
         if (amd.isa_name(i, &name) == 0 && name) {
             if (strncmp(name, ISA_PREFIX, strlen(ISA_PREFIX)) == 0)
                 name += strlen(ISA_PREFIX);
-            size_t used = strlen(list);
-            snprintf(list + used, sizeof list - used, "%s%s", listed % 12 ? " " : "\n    ", name);
-            listed++;
+            size_t used = strlen(list), len = strlen(name);
+            bool wrap = line + 1 + len > 80;
+            snprintf(list + used, sizeof list - used, "%s%s", wrap ? "\n    " : " ", name);
+            line = wrap ? 4 + len : line + 1 + len;
         }
     }
     KPC_LOG(KPC_LOG_ERROR, "target \"%s\" is not supported by this comgr, which supports:%s\n"
