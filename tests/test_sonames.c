@@ -51,7 +51,10 @@ static int child(const char *cache_dir)
     return s == KPC_OK ? 0 : 1;
 }
 
-/* The path a loaded library was opened from, in this process ("" if none). */
+/* The path a loaded library was opened from, in this process ("" if none). It stays
+ * loaded: comgr unloaded and loaded again registers LLVM's options a second time in the
+ * libLLVM that stayed (ROCm 5.7's comgr aborts: "Option 'disassemble' registered more than
+ * once"). */
 static const char *loaded_path(const char *name, char *out, size_t cap)
 {
     void *h = dlopen(name, RTLD_NOW | RTLD_LOCAL);
@@ -60,7 +63,6 @@ static const char *loaded_path(const char *name, char *out, size_t cap)
         struct link_map *lm;
         if (dlinfo(h, RTLD_DI_LINKMAP, &lm) == 0)
             ck_assert_ptr_nonnull(realpath(lm->l_name, out));
-        dlclose(h);
     }
     (void)cap;
     return out;
