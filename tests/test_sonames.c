@@ -80,6 +80,10 @@ START_TEST(newest_sonames_first)
     snprintf(name, sizeof name, "libhiprtc.so.%s", gen);
     if (!loaded_path(name, real_rtc, sizeof real_rtc)[0])
         strcpy(real_rtc, real_hip);
+    /* a runtime that links comgr (ROCm 5.7's) brings its own: then the loader answers
+     * kpc's dlopen of any comgr name with that one, whatever the name */
+    bool runtime_links_comgr = dlopen("libamd_comgr.so.2", RTLD_NOW | RTLD_NOLOAD) != NULL ||
+                               dlopen("libamd_comgr.so.3", RTLD_NOW | RTLD_NOLOAD) != NULL;
     if (!loaded_path("libamd_comgr.so.3", real_comgr, sizeof real_comgr)[0])
         loaded_path("libamd_comgr.so.2", real_comgr, sizeof real_comgr);
     snprintf(name, sizeof name, "libhiprtc-builtins.so.%s", gen);
@@ -119,7 +123,8 @@ START_TEST(newest_sonames_first)
     snprintf(want, sizeof want, "%s/libamdhip64.so.7\n", libs);
     ck_assert_msg(strstr(out, want) != NULL, "libamdhip64.so.7 was not loaded first:\n%s", out);
     snprintf(want, sizeof want, "%s/libamd_comgr.so.3\n", libs);
-    ck_assert_msg(strstr(out, want) != NULL, "libamd_comgr.so.3 was not loaded first:\n%s", out);
+    ck_assert_msg(runtime_links_comgr || strstr(out, want) != NULL, "libamd_comgr.so.3 was not loaded first:\n%s",
+                  out);
     if (strcmp(real_rtc, real_hip) != 0) { /* ROCm 6: hipRTC from its own library */
         snprintf(want, sizeof want, "%s/libhiprtc.so.7\n", libs);
         ck_assert_msg(strstr(out, want) != NULL, "libhiprtc.so.7 was not loaded first:\n%s", out);
