@@ -26,10 +26,12 @@ expect() { # expect NAME FIELD VALUE
 # equivalent A B: two code objects (ELF) from two compiles of one request: byte for byte,
 # or, where the compiler itself varies from run to run (hipRTC 6.4 lays out the variables
 # and strings it generates for a program's name expressions in another order each time),
-# the same size, the same symbols (name, size, kind, section; not where in the section)
-# and the same instructions
+# the same size, the same symbols (name, size, kind, section; not where in the section,
+# and the string literals .str, .str.1, ... by their sizes, not by the order that names
+# them) and the same instructions
 code_view() { # the symbols, sorted, and the instructions of a code object
-  readelf -sW "$1" | awk '$1 ~ /^[0-9]+:$/ { print $8, $3, $4, $5, $7 }' | sort
+  readelf -sW "$1" |
+    awk '$1 ~ /^[0-9]+:$/ { n = $8; if (n ~ /^\.str(\.[0-9]+)?$/) n = ".str"; print n, $3, $4, $5, $7 }' | sort
   readelf -x .text "$1"
 }
 equivalent() {
