@@ -13,6 +13,8 @@
 #   scripts/bench.sh --quick            fewer repeats and smaller sizes: a smoke test; it
 #                                       prints the table but leaves docs/ alone
 #   scripts/bench.sh --only storm,disk  some of: hit xproc storm index disk ccache cluster manifest
+#                                       comgr (--only comgr alone writes its own section
+#                                       of docs/benchmarks.md, "comgr")
 #   scripts/bench.sh --no-docs          do not touch docs/benchmarks.md
 #   scripts/bench.sh --render DIR       no run: render DIR/rows.tsv (with DIR/machine.txt,
 #                                       DIR/command.txt, DIR/section.txt), e.g. what
@@ -35,6 +37,9 @@
 #                                     the disk hit and the compile (root: simulated hosts)
 #   bench_manifest                 7  the hit of a source with 50 included files (in-memory
 #                                     and new process) beside the same headers in memory
+#   bench_comgr --procs 8          10 kpc beside comgr's own cache (plain hipRTC with it on):
+#                                     warm requests in a new process and in-process, 8
+#                                     processes x 4 kernels cold, the disk each keeps
 set -euo pipefail
 cd "$(dirname "$0")/.."
 root=$PWD
@@ -213,6 +218,7 @@ if ((quick)); then
   want ccache && step ccache "$bin/bench_ccache" --files 1 --runs 2
   want cluster && [ -x "$bin/bench_cluster" ] && step cluster "$bin/bench_cluster" --hosts 2 --procs 4 --k 4 --runs 5
   want manifest && step manifest "$bin/bench_manifest" --rounds 5 --runs 3
+  want comgr && step comgr "$bin/bench_comgr" --kernels 2 --procs 2 --runs 2
 else
   want hit && step hit "$bin/bench_hit"
   want xproc && step xproc "$bin/bench_xproc"
@@ -226,8 +232,12 @@ else
   want ccache && step ccache "$bin/bench_ccache"
   want cluster && [ -x "$bin/bench_cluster" ] && step cluster "$bin/bench_cluster" --hosts 4 --procs 8 --k 8 --runs 15
   want manifest && step manifest "$bin/bench_manifest"
+  want comgr && step comgr "$bin/bench_comgr" --kernels 4 --procs 8 --runs 5
 fi
 echo "bench: all done in $(($(date +%s) - start)) s; load average now $(cut -d' ' -f1-3 /proc/loadavg)" \
   | tee -a "$log" >&2
 
-render "$KPC_BENCH_ROWS" "$(machine_text)" "$command_line" "local" tests/bench/results/bench.json
+section=local json=tests/bench/results/bench.json
+# comgr alone: a section of its own, run where comgr has a cache (sid's ROCm, scripts/matrix.sh)
+[ "$only" = comgr ] && section=comgr json=tests/bench/results/bench-comgr.json
+render "$KPC_BENCH_ROWS" "$(machine_text)" "$command_line" "$section" "$json"

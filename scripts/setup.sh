@@ -31,7 +31,8 @@ packages=(
 codename=$(. /etc/os-release 2>/dev/null && echo "${VERSION_CODENAME:-}")
 resource_headers() {
   case $codename in
-    bookworm) echo libclang-common-15-dev ;;
+    bookworm) echo libclang-common-15-dev ;; # ROCm 5.2, LLVM 15
+    trixie) echo libclang-common-17-dev ;;   # ROCm 5.7, LLVM 17 (sid's comgr depends on its own)
     *) dpkg-query -W -f='${Depends}\n' 'libamd-comgr[0-9]*' 2>/dev/null |
          grep -oE 'libllvm[0-9]+' | head -n 1 | sed -E 's/libllvm([0-9]+)/libclang-common-\1-dev/' ;;
   esac

@@ -53,14 +53,14 @@ static uint64_t later(void)
 /* ---- dependency files ------------------------------------------------------------- */
 START_TEST(depfile_real_shape)
 {
-    const char *text = "/tmp/comgr-311493/output/CompileSource.bc: \\\n"
-                       "  /tmp/comgr-311493/input/CompileSource \\\n"
+    /* what hipRTC 5.2 writes with kpc's options (6.4 names the input by the source's name) */
+    const char *text = "kpc-deps: /tmp/comgr-311493/input/CompileSource \\\n"
                        "  /tmp/comgr-311493/include/hiprtc_runtime.h headers/test_header1.h \\\n"
                        "  headers/nested.h /tmp/comgr-311493/include/mem.h\n";
     char *target, **paths;
     size_t n;
     ck_assert_int_eq(kpc_depfile_parse(text, strlen(text), &target, &paths, &n), KPC_OK);
-    ck_assert_str_eq(target, "/tmp/comgr-311493/output/CompileSource.bc");
+    ck_assert_str_eq(target, "kpc-deps");
     ck_assert_uint_eq(n, 5);
     ck_assert_str_eq(paths[0], "/tmp/comgr-311493/input/CompileSource");
     ck_assert_str_eq(paths[2], "headers/test_header1.h");
@@ -109,6 +109,9 @@ START_TEST(depfile_escapes)
     ck_assert_int_eq(kpc_amd_deps_collect(path, &paths, &n), KPC_E_NOT_FOUND);
     /* a shape that is not comgr's: unknown too, never a guess */
     put("odd.d", "x.o: y.h z.h\n", path, sizeof path);
+    ck_assert_int_eq(kpc_amd_deps_collect(path, &paths, &n), KPC_E_NOT_FOUND);
+    /* comgr's shape under another target than kpc's: not the file kpc asked for */
+    put("other.d", "/tmp/comgr-1/output/a.bc: /tmp/comgr-1/input/a.hip h.h\n", path, sizeof path);
     ck_assert_int_eq(kpc_amd_deps_collect(path, &paths, &n), KPC_E_NOT_FOUND);
 #endif
 }

@@ -366,11 +366,14 @@ END_TEST
 
 
 /* ---- a name expression the compiler gave no lowered name for --------------------------- */
-START_TEST(refused_name_expression)
+#define NAMES_CODE                                                                                 \
+    "template <typename T> __global__ void k(T *x) { x[0] = 1; }\n"                                \
+    "__global__ void plain(float *x) { x[0] = 2; }\n"
+
+START_TEST(name_expression_without_lowered_name)
 {
 #ifndef KPC_PLATFORM_NVIDIA
-    const char *code = "template <typename T> __global__ void k(T *x) { x[0] = 1; }\n"
-                       "__global__ void plain(float *x) { x[0] = 2; }\n";
+    const char *code = NAMES_CODE;
     const char *exprs[] = {"k<float>", "(void(*)(float*))plain"};
     kpc_source src = ts_src(code, "names.hip");
     src.name_expressions = exprs;
@@ -379,7 +382,16 @@ START_TEST(refused_name_expression)
         kpc_cache *c = ts_open(mf_dir, 0, 0);
         kpc_context *ctx = ts_context(c);
         kpc_program *p = NULL;
-        ck_assert_int_eq(kpc_program_get(ctx, &src, &p), KPC_OK);
+        kpc_status s = kpc_program_get(ctx, &src, &p);
+        if (round == 0 && s == KPC_E_COMPILE && strstr(kpc_last_log(), "cannot take the address")) {
+            /* hipRTC 6.4 takes each expression's address in the source it compiles: the
+             * cast fails the compile, so no expression is accepted without a name there */
+            kpc_context_destroy(ctx);
+            kpc_cache_close(c);
+            ts_skip("this hipRTC fails the compile of an expression whose address it cannot take");
+            return;
+        }
+        ck_assert_msg(s == KPC_OK, "%s: %s", kpc_status_str(s), kpc_last_log());
         ck_assert_str_eq(kpc_program_lowered_name(p, "k<float>"), "_Z1kIfEvPT_");
         ck_assert_ptr_null(kpc_program_lowered_reason(p, "k<float>"));
         /* accepted, but no lowered name: "" (kpc.h), and the compiler's reason kept */
@@ -405,8 +417,16 @@ START_TEST(refused_name_expression)
     ck_assert_msg(strstr(out, "HIPRTC_ERROR_NAME_EXPRESSION_NOT_VALID") != NULL, "%s", out);
     free(out);
     free(err);
-    /* one it rejects while compiling fails the request, with the compiler's diagnostic */
+#endif
+}
+END_TEST
+
+/* one the compiler rejects while compiling fails the request, with its diagnostic */
+START_TEST(refused_name_expression)
+{
+#ifndef KPC_PLATFORM_NVIDIA
     const char *bad[] = {"nothere<int>"};
+    kpc_source src = ts_src(NAMES_CODE, "names.hip");
     src.name_expressions = bad;
     src.num_name_expressions = 1;
     kpc_cache *c = ts_open(mf_dir, 0, 0);
@@ -465,6 +485,7 @@ static Suite *suite(void)
     tcase_add_test(tc, recent_edit_not_cached);
     tcase_add_test(tc, host_headers_and_none);
     tcase_add_test(tc, quoted_include_and_the_working_directory);
+    tcase_add_test(tc, name_expression_without_lowered_name);
     tcase_add_test(tc, refused_name_expression);
     suite_add_tcase(s, tc);
     return s;

@@ -62,6 +62,11 @@ static struct {
     kpc_status hip_status, comgr_status;
 } amd;
 
+/* The name a HIP call has after the headers' macros (hipGetDeviceProperties is
+ * hipGetDevicePropertiesR0600 in ROCm 6's). */
+#define KPC_SYMBOL_NAME(call) KPC_SYMBOL_NAME_OF(call)
+#define KPC_SYMBOL_NAME_OF(name) #name
+
 static pthread_once_t hip_once = PTHREAD_ONCE_INIT, comgr_once = PTHREAD_ONCE_INIT;
 static pthread_mutex_t compile_lock = PTHREAD_MUTEX_INITIALIZER;
 
@@ -128,7 +133,10 @@ static kpc_status load_hip_symbols(void)
     LOAD(rtc, code, "hiprtcGetCode");
     LOAD(rtc, rtc_error, "hiprtcGetErrorString");
     LOAD(hip, device_count, "hipGetDeviceCount");
-    LOAD(hip, device_props, "hipGetDeviceProperties");
+    /* the entry point of the hipDeviceProp_t these headers declare: ROCm 6's headers
+     * rename both to ...R0600 (a new layout), while the old name stays in the library
+     * for binaries built against ROCm 5, with the old layout */
+    LOAD(hip, device_props, KPC_SYMBOL_NAME(hipGetDeviceProperties));
     LOAD(hip, set_device, "hipSetDevice");
     LOAD(hip, get_device, "hipGetDevice");
     LOAD(hip, module_load, "hipModuleLoadData");
@@ -289,18 +297,20 @@ static kpc_status canonical_target(const char *in, char *out, size_t cap)
 
 static void log_supported(const char *target)
 {
-    /* a dozen names a line: comgr knows 30 to 60 processors */
-    char list[2048] = "";
-    size_t n = 0, listed = 0;
+    /* lines of at most 80 columns: comgr knows 30 to 60 processors (and, from ROCm 6,
+     * generic targets with longer names: gfx10-3-generic) */
+    char list[4096] = "";
+    size_t n = 0, line = 80;
     amd.isa_count(&n);
     for (size_t i = 0; i < n; i++) {
         const char *name = NULL;
         if (amd.isa_name(i, &name) == 0 && name) {
             if (strncmp(name, ISA_PREFIX, strlen(ISA_PREFIX)) == 0)
                 name += strlen(ISA_PREFIX);
-            size_t used = strlen(list);
-            snprintf(list + used, sizeof list - used, "%s%s", listed % 12 ? " " : "\n    ", name);
-            listed++;
+            size_t used = strlen(list), len = strlen(name);
+            bool wrap = line + 1 + len > 80;
+            snprintf(list + used, sizeof list - used, "%s%s", wrap ? "\n    " : " ", name);
+            line = wrap ? 4 + len : line + 1 + len;
         }
     }
     KPC_LOG(KPC_LOG_ERROR, "target \"%s\" is not supported by this comgr, which supports:%s\n"
@@ -393,9 +403,12 @@ static const kpc_compiler hiprtc = {
     .destroy = rtc_destroy,
     .classify = rtc_classify,
     .error_string = rtc_error,
-    /* hipRTC's clang writes the files it read with -MD -MF (platform/amd_deps.c) */
+    /* hipRTC's clang writes the files it read to a dependency file (platform/amd_deps.c) */
+    .deps_options = kpc_amd_deps_options,
     .deps_from_file = kpc_amd_deps_collect,
 };
+
+_Static_assert(KPC_AMD_DEPS_OPTIONS <= KPC_COMPILE_DEPS_OPTIONS, "room for the dependency options");
 
 static kpc_status amd_compile(const char *target, const kpc_source *src, kpc_build *b)
 {

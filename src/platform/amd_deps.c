@@ -1,13 +1,15 @@
 /*
  * amd_deps.c - the files a hipRTC compile read, from the compiler itself.
  *
- * hipRTC (ROCm 5.2) hands its options to comgr's clang, which accepts -MD -MF <file>:
- * the compile writes a make-format dependency file and the code object is byte for
- * byte the one it builds without them (checked with ROCm 5.2.3 here: same bytes for
- * sources with and without file includes; docs/design.md). comgr compiles from a
- * temporary directory of its own:
+ * hipRTC hands its options to comgr's clang driver, and the driver hands -Xclang options
+ * to the device compile itself: kpc asks that for a dependency file (-dependency-file
+ * <file> -MT <target> -sys-header-deps: what -MD -MF <file> means to it). Not -MD -MF: a
+ * newer driver gives those to the host compile only, and a hipRTC compile has none (ROCm 6.4's clang warns "argument unused" and writes nothing). The code object is
+ * byte for byte the one it builds without them (checked here with ROCm 5.2.3 and 6.4.3;
+ * docs/design.md). comgr compiles from a temporary directory of its own (under comgr
+ * 7 a virtual one, with the same names):
  *
- *   <tmp>/output/CompileSource.bc: <tmp>/input/CompileSource \
+ *   kpc-deps: <tmp>/input/<source name> \
  *     <tmp>/include/hiprtc_runtime.h <tmp>/include/<each in-memory header> \
  *     headers/test_header1.h /usr/include/stdint.h ...
  *
@@ -43,6 +45,19 @@
 #include <stdlib.h>
 #include <string.h>
 #include <unistd.h>
+
+/* The rule's target in the dependency file: only a file with it is one kpc asked for. */
+#define DEPS_TARGET "kpc-deps"
+
+size_t kpc_amd_deps_options(const char *depfile, const char **opts)
+{
+    const char *const tokens[KPC_AMD_DEPS_OPTIONS] = {
+        "-Xclang", "-dependency-file", "-Xclang", depfile, "-Xclang", "-MT", "-Xclang", DEPS_TARGET,
+        "-Xclang", "-sys-header-deps"};
+    for (size_t i = 0; i < KPC_AMD_DEPS_OPTIONS; i++)
+        opts[i] = tokens[i];
+    return KPC_AMD_DEPS_OPTIONS;
+}
 
 /* The HIP headers of the loaded runtime: "<prefix>/include/hip/", set once. */
 static char hip_headers[4200];
@@ -121,9 +136,9 @@ kpc_status kpc_amd_deps_collect(const char *depfile, char ***paths, size_t *n)
     free(text);
     if (s != KPC_OK)
         return s == KPC_E_NOMEM ? s : KPC_E_NOT_FOUND;
-    /* comgr's directory: the input's grandparent; the target must lie in it too */
+    /* kpc's target; comgr's directory: the input's grandparent */
     size_t root = count > 0 ? comgr_root(v[0]) : 0;
-    if (root == 0 || strncmp(target, v[0], root) != 0) {
+    if (root == 0 || strcmp(target, DEPS_TARGET) != 0) {
         KPC_LOG(KPC_LOG_WARN, "dependency file of an unexpected shape (target %s): dependencies "
                 "unknown, the outcome is not cached", target);
         free(target);

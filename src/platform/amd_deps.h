@@ -8,6 +8,13 @@
 
 #include <stddef.h>
 
+/* The most options kpc_amd_deps_options writes. */
+#define KPC_AMD_DEPS_OPTIONS 10
+
+/* The options that make hipRTC's clang write the make-format dependency file depfile
+ * (into opts, up to KPC_AMD_DEPS_OPTIONS); returns how many. */
+size_t kpc_amd_deps_options(const char *depfile, const char **opts);
+
 /* Read, parse and remove the dependency file; *paths (kpc_depfile_paths_free) gets
  * the files outside comgr's temporary directory, in the compiler's order (NULL, 0 when
  * none). KPC_E_NOT_FOUND when the compile wrote no usable file (dependencies unknown). */

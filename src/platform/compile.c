@@ -145,7 +145,7 @@ kpc_status kpc_compile_run(const kpc_compiler *c, const char *target, const kpc_
     /* the compilers take a C string: copy a length-delimited source */
     size_t len = src->code_len ? src->code_len : strlen(src->code);
     char *code = malloc(len + 1);
-    const char **opts = calloc(src->num_options + 4, sizeof *opts);
+    const char **opts = calloc(src->num_options + 1 + KPC_COMPILE_DEPS_OPTIONS, sizeof *opts);
     const char **lowered = calloc(src->num_name_expressions + 1, sizeof *lowered);
     const char **reasons = calloc(src->num_name_expressions + 1, sizeof *reasons);
     char arch[96];
@@ -163,7 +163,7 @@ kpc_status kpc_compile_run(const kpc_compiler *c, const char *target, const kpc_
     snprintf(arch, sizeof arch, "%s%s", c->arch_option, target);
     int nopts = (int)src->num_options;
     opts[nopts++] = arch;
-    /* the dependency file: -MD -MF <file> after the caller's options (the last -MF wins) */
+    /* the dependency file: the compiler's options for it after the caller's */
     char depfile[4200] = "";
     /* the caller's own dependency options (-MM leaves system headers out, -M only
      * preprocesses) would change what the file says: its files are unknown then */
@@ -174,11 +174,9 @@ kpc_status kpc_compile_run(const kpc_compiler *c, const char *target, const kpc_
             b->deps_unknown = true;
     }
     if (c->deps_from_file && !b->deps_unknown) {
-        if (kpc_depfile_temp(depfile, sizeof depfile) == KPC_OK) {
-            opts[nopts++] = "-MD";
-            opts[nopts++] = "-MF";
-            opts[nopts++] = depfile;
-        } else
+        if (kpc_depfile_temp(depfile, sizeof depfile) == KPC_OK)
+            nopts += (int)c->deps_options(depfile, opts + nopts);
+        else
             b->deps_unknown = true;
     }
 

@@ -21,6 +21,9 @@
 
 #include <pthread.h>
 
+/* The most options a compiler's deps_options writes. */
+#define KPC_COMPILE_DEPS_OPTIONS 16
+
 /* What a compiler's result code means (the platform's classify). */
 enum kpc_compile_class {
     KPC_COMPILE_OK = 0,
@@ -49,13 +52,15 @@ typedef struct kpc_compiler {
     enum kpc_compile_class (*classify)(int result);
     const char *(*error_string)(int result);
     /* The files the compile reads (kpc_build.deps). A compiler that writes a make-format
-     * dependency file when given -MD -MF <file> (hipRTC's clang) sets deps_from_file:
-     * it gets that file after the compile and lists the files that are not its own. A
+     * dependency file when given the options deps_options writes for it (at most
+     * KPC_COMPILE_DEPS_OPTIONS; hipRTC's clang) sets those and deps_from_file: it gets
+     * that file after the compile and lists the files that are not its own. A
      * compiler without (NVRTC) sets deps_scan, which finds them from the request and says
      * whether an include was found nowhere (then a compile error is not cached: it may
      * be a missing header, whose later arrival no manifest would notice). Each
      * returns KPC_E_NOT_FOUND when it cannot tell (the outcome is then not cached).
      * Neither: the compile reads no file. */
+    size_t (*deps_options)(const char *depfile, const char **opts);
     kpc_status (*deps_from_file)(const char *depfile, char ***paths, size_t *n);
     kpc_status (*deps_scan)(const kpc_source *src, char ***paths, size_t *n, bool *unresolved);
 } kpc_compiler;

@@ -1,6 +1,6 @@
 /*
  * depfile.h - make-format dependency files (platform/depfile.c): how a compiler that
- * accepts -MD -MF (hipRTC's clang) tells the files it read.
+ * is asked for one (hipRTC's clang) tells the files it read.
  */
 #ifndef KPC_PLATFORM_DEPFILE_H
 #define KPC_PLATFORM_DEPFILE_H
@@ -17,8 +17,8 @@
  * there is no rule; KPC_E_NOMEM.
  */
 kpc_status kpc_depfile_parse(const char *text, size_t len, char **target, char ***paths, size_t *n);
-/* Create an empty temporary file (in $TMPDIR, else /tmp) for a compiler's -MF; path
- * gets its name ("" on failure, logged: KPC_E_IO). */
+/* Create an empty temporary file (in $TMPDIR, else /tmp) for a compiler's dependency
+ * file; path gets its name ("" on failure, logged: KPC_E_IO). */
 kpc_status kpc_depfile_temp(char *path, size_t cap);
 /* Free what kpc_depfile_parse (or a platform's dependency list) gave; NULL is fine. */
 void kpc_depfile_paths_free(char **paths, size_t n);

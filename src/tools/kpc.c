@@ -438,6 +438,11 @@ int main(int argc, char **argv)
         printf("kpc %s\n", KPC_TOOL_VERSION);
         return KPC_TOOL_OK;
     }
+    /* comgr's own cache (ROCm 6.4's comgr 3, on by default) caches only the link step of a
+     * hipRTC compile, yet keeps a second copy of every object kpc stores, under a size
+     * policy of its own: off for this tool's compiles (and its workers'), unless the user
+     * set it (docs/benchmarks.md, figure 10) */
+    setenv("AMD_COMGR_CACHE", "0", 0);
     kpc_tool t = {0};
     if (strcmp(name, "help") == 0) {
         if (argc > 3)

@@ -265,16 +265,17 @@ char *bn_multi_source(int kernels, int variant)
 static _Atomic unsigned *fake_count;
 static unsigned fake_ms;
 static size_t fake_code_size;
+/* where the spin's work goes: a store the compiler must keep, so the loop is not elided */
+static volatile uint64_t spin_sink;
 
 void bn_spin_cpu_ms(unsigned ms)
 {
     struct timespec t;
     clock_gettime(CLOCK_THREAD_CPUTIME_ID, &t);
     uint64_t end = (uint64_t)t.tv_sec * 1000000000ull + (uint64_t)t.tv_nsec + ms * 1000000ull;
-    volatile uint64_t x = 0;
     for (;;) {
         for (int i = 0; i < 10000; i++)
-            x += (uint64_t)i;
+            spin_sink += (uint64_t)i;
         clock_gettime(CLOCK_THREAD_CPUTIME_ID, &t);
         if ((uint64_t)t.tv_sec * 1000000000ull + (uint64_t)t.tv_nsec >= end)
             return;

@@ -151,6 +151,9 @@ int main(int argc, char **argv)
     }
     if (K < 1 || K > 64 || runs < 1)
         bn_die("bad --files or --runs");
+    /* the array sizes, taken while the checked values are known (the calls below could,
+     * as far as the compiler knows, change the globals) */
+    const size_t nk = (size_t)K, nv = nk * (size_t)runs;
     const char *missing = strcmp(kpc_platform_builtin.name, "amd") != 0 ? "the AMD platform"
                           : !bn_in_path("ccache")                       ? "ccache"
                           : !bn_in_path("hipcc")                        ? "hipcc"
@@ -174,9 +177,8 @@ int main(int argc, char **argv)
         bn_write_file(path, s, strlen(s));
         free(s);
     }
-    size_t nv = (size_t)K * (size_t)runs;
-    double *hip = calloc((size_t)K, sizeof(double)), *cc_cold = calloc((size_t)K, sizeof(double)),
-           *cc_warm = calloc(nv, sizeof(double)), *k_cold = calloc((size_t)K, sizeof(double)),
+    double *hip = calloc(nk, sizeof(double)), *cc_cold = calloc(nk, sizeof(double)),
+           *cc_warm = calloc(nv, sizeof(double)), *k_cold = calloc(nk, sizeof(double)),
            *k_warm = calloc(nv, sizeof(double));
 
     for (int i = 0; i < K; i++) {
@@ -195,8 +197,8 @@ int main(int argc, char **argv)
     long hits = ccache_stat("direct_cache_hit") - hits0, misses = ccache_stat("cache_miss");
     if (hits != (long)nv)
         bn_say("ccache: %ld direct hits of %zu warm calls (%ld misses in all)", hits, nv, misses);
-    double h = bn_median(hip, (size_t)K), cc = bn_median(cc_cold, (size_t)K),
-           cw = bn_median(cc_warm, nv), kc = bn_median(k_cold, (size_t)K), kw = bn_median(k_warm, nv);
+    double h = bn_median(hip, nk), cc = bn_median(cc_cold, nk),
+           cw = bn_median(cc_warm, nv), kc = bn_median(k_cold, nk), kw = bn_median(k_warm, nv);
     double kh = in_process_hit();
     /* context: what any new process costs here, fork + exec + exit of /bin/true */
     double *tv = calloc(nv, sizeof(double));

@@ -23,15 +23,18 @@ add_test(NAME dropin_nvrtc COMMAND ${_d}/nvrtc.sh ${PROJECT_BINARY_DIR}
 set_tests_properties(dropin_nvrtc PROPERTIES LABELS "dropin;threads" TIMEOUT 300)
 
 if(KPC_PLATFORM STREQUAL "amd")
-  find_library(KPC_AMDHIP64 NAMES amdhip64 PATHS /opt/rocm/lib REQUIRED)
+  # the app links hipRTC as its users do: libhiprtc (ROCm 6 and 7: libhiprtc.so.6/.7)
+  # where there is one, else the HIP runtime that holds it (ROCm 5: libamdhip64.so.5)
+  find_library(KPC_HIPRTC_LIBRARY NAMES hiprtc amdhip64 PATHS /opt/rocm/lib REQUIRED)
+  message(STATUS "kpc: the drop-in tests link hipRTC from ${KPC_HIPRTC_LIBRARY}")
   add_library(fake_hiprtc SHARED ${_d}/fake_rtc.c) # a hipRTC with the link API (5.3+)
   set_target_properties(fake_hiprtc PROPERTIES C_VISIBILITY_PRESET hidden)
   add_executable(hiprtc_app ${_d}/hiprtc_app.c)
   target_include_directories(hiprtc_app PRIVATE ${HIP_INCLUDE_DIR})
-  target_link_libraries(hiprtc_app PRIVATE ${KPC_AMDHIP64} ${CMAKE_DL_LIBS})
-  add_executable(hiprtc_app_kpc ${_d}/hiprtc_app.c) # -lkpc-hiprtc ahead of the HIP runtime
+  target_link_libraries(hiprtc_app PRIVATE ${KPC_HIPRTC_LIBRARY} ${CMAKE_DL_LIBS})
+  add_executable(hiprtc_app_kpc ${_d}/hiprtc_app.c) # -lkpc-hiprtc ahead of hipRTC
   target_include_directories(hiprtc_app_kpc PRIVATE ${HIP_INCLUDE_DIR})
-  target_link_libraries(hiprtc_app_kpc PRIVATE kpc::hiprtc ${KPC_AMDHIP64} ${CMAKE_DL_LIBS})
+  target_link_libraries(hiprtc_app_kpc PRIVATE kpc::hiprtc ${KPC_HIPRTC_LIBRARY} ${CMAKE_DL_LIBS})
   add_test(NAME dropin_hiprtc COMMAND ${_d}/hiprtc.sh ${PROJECT_BINARY_DIR}
     $<TARGET_FILE:hiprtc_app> $<TARGET_FILE:hiprtc_app_kpc> $<TARGET_FILE:fake_hiprtc>)
   set_tests_properties(dropin_hiprtc PROPERTIES LABELS "dropin" TIMEOUT 600)

@@ -2,8 +2,10 @@
 # hiprtc.sh - libkpc-hiprtc against the real hipRTC (ROCm 5.2, gfx90a, real compiles, no
 # GPU), through tests/dropin/hiprtc_app.c, a program that knows nothing of kpc:
 #   1. the real hipRTC alone (the reference), then LD_PRELOAD twice, each in a new
-#      process: the first builds each source once, the second compiles nothing; code
-#      bytes, lowered names, statuses equal the reference's;
+#      process: the first builds each source once, the second compiles nothing; lowered
+#      names and statuses equal the reference's, the code objects too (byte for byte, or
+#      equivalent where the compiler varies between runs: common.sh), and the warm run's
+#      are the cold run's bytes;
 #   2. the same program linked with -lkpc-hiprtc: a cold and a warm run;
 #   3. a compile error: the real status and log (comgr's temp dir aside), cold and warm;
 #   4. -I ./headers (two-token and attached, relative to the working directory): built
@@ -43,6 +45,7 @@ run p1 good env LD_PRELOAD="$preload" "$app"
 run p2 good env LD_PRELOAD="$preload" "$app"
 same real p1
 same real p2
+identical p1 p2
 expect p1 compiles 3; expect p1 kpc 3; expect p1 builds 3; expect p1 forwarded 0
 expect p2 compiles 3; expect p2 kpc 3; expect p2 builds 0; expect p2 disk_hits 3
 expect p2 forwarded 0; expect p2 materialized 0
@@ -56,6 +59,7 @@ run l1 good "$app_linked"
 run l2 good "$app_linked"
 same real l1
 same real l2
+identical l1 l2
 expect l1 builds 3; expect l2 builds 0; expect l2 forwarded 0
 
 echo "== 3. a compile error: the real status and log"
@@ -86,6 +90,7 @@ inc i1 env LD_PRELOAD="$preload" "$app"
 inc i2 env LD_PRELOAD="$preload" "$app"
 same real_inc i1
 same real_inc i2
+identical i1 i2
 expect i1 kpc 2; expect i1 builds 2; expect i1 forwarded 0
 expect i2 kpc 2; expect i2 builds 0; expect i2 disk_hits 2; expect i2 forwarded 0
 # the header edited (same size, so only its contents tell): rebuilt, never the stale object

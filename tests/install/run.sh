@@ -56,7 +56,8 @@ if [ "$man" = ON ]; then
     grep -q "^NAME" <<<"$text"
   done
   text=$(man_text kpc)
-  grep -q "kpc - the kpc code-object cache tool" <<<"$text"
+  # (newer groff justifies the NAME line: "kpc  -  the kpc ...")
+  grep -qE "kpc +- +the kpc code-object cache tool" <<<"$text"
 fi
 what="CMake and pkg-config consumers"
 [ "$man" = ON ] && what="$what and the man pages"

@@ -1,0 +1,160 @@
+#!/usr/bin/env bash
+# matrix.sh - the README's two commands on every Debian release whose ROCm kpc supports,
+# each in a clean root, and one table of what came out. Run it before a release: it takes
+# tens of minutes a release (the packages, the build, the suite), too slow for CI.
+#
+#   bookworm (Debian 12)  ROCm 5.2: hipRTC inside libamdhip64.so.5, comgr 2.4
+#   trixie   (Debian 13)  ROCm 5.7: hipRTC inside libamdhip64.so.5, comgr 2.6
+#   sid      (unstable)   ROCm 6.4: libhiprtc.so.6 beside libamdhip64.so.6, comgr 3 (7.x)
+#
+# For each release: a minimal root is bootstrapped once (debootstrap --variant=minbase,
+# from the mirror this machine's apt uses) and kept in DIR/RELEASE; every run copies
+# it afresh to DIR/run/RELEASE, clones the current commit (HEAD, not uncommitted changes)
+# into /root/kpc there and runs, as root, `scripts/demo.sh` then `scripts/test.sh` inside
+# it as a container would: its own mount, PID and IPC namespaces, the root bound on itself
+# and pivot_root'ed into (so `/` is a mount point and nsenter cannot leave it), with a
+# fresh /proc, /dev, and tmpfs /dev/shm, /tmp and /run. The downloaded packages are kept
+# in DIR/apt/RELEASE between runs. Logs: DIR/logs/RELEASE-{demo,test}.log; the last run's
+# root stays until the next run of that release (--shell enters it).
+#
+# The table: the packages' versions, the test verdict (passed / skipped / failed over the
+# passes that ran), and the demo's figures: the cold first pass (4 kernels built, new
+# processes, the sum of their compile times), the warm second pass (the same 4 from the
+# cache in new processes, the sum), and a hit from a process's own map.
+#
+# usage: scripts/matrix.sh [--passes "plain asan ..."] [--dir DIR] [RELEASE...]
+#        scripts/matrix.sh --shell RELEASE [COMMAND...]   a shell (or COMMAND) in the
+#                                             last run's root, in /root/kpc
+#   RELEASE      bookworm, trixie, sid (default: all three, in that order)
+#   --passes P   KPC_TEST_PASSES for scripts/test.sh (default: every pass)
+#   --dir DIR    where roots, packages and logs live (default /var/cache/kpc-matrix,
+#                or KPC_MATRIX_DIR); needs a few GB a release
+#   KPC_MATRIX_MIRROR  the Debian mirror (default: the first of this machine's apt sources)
+# Needs root (debootstrap, namespaces), git, and debootstrap (installed when missing).
+set -euo pipefail
+cd "$(dirname "$0")/.."
+repo=$PWD
+
+dir=${KPC_MATRIX_DIR:-/var/cache/kpc-matrix}
+passes=${KPC_TEST_PASSES:-}
+shell="" shell_cmd=""
+releases=()
+while (($#)); do
+  case $1 in
+    --passes) passes=$2; shift ;;
+    --dir) dir=$2; shift ;;
+    --shell) shell=$2; shift 2; shell_cmd=$*; break ;;
+    -h|--help) sed -n '2,/^set -euo/p' "$0" | sed '$d; s/^# \{0,1\}//'; exit 0 ;;
+    bookworm|trixie|sid) releases+=("$1") ;;
+    *) echo "matrix: unknown argument '$1' (see scripts/matrix.sh --help)" >&2; exit 2 ;;
+  esac
+  shift
+done
+((${#releases[@]})) || releases=(bookworm trixie sid)
+
+if [ "$(id -u)" -ne 0 ]; then
+  echo "matrix: needs root (debootstrap and mount namespaces); run it as root or with sudo" >&2
+  exit 1
+fi
+
+# container ROOT COMMAND: run COMMAND (a bash script) as root inside ROOT, isolated as
+# the header says; its status is the command's
+container() {
+  local root=$1 cmd=$2
+  cp /etc/resolv.conf "$root/etc/resolv.conf" # apt-get inside needs the host's resolver
+  unshare --mount --pid --ipc --fork --propagation private /bin/bash -euc '
+    root=$1 apt=$2 cmd=$3
+    mount --bind "$root" "$root"
+    mount -t proc proc "$root/proc"
+    mount --rbind /sys "$root/sys"
+    mount --rbind /dev "$root/dev"
+    mount -t tmpfs -o mode=1777,size=4g kpc-matrix-shm "$root/dev/shm"
+    mount -t tmpfs -o mode=1777 kpc-matrix-tmp "$root/tmp"
+    mount -t tmpfs -o mode=755 kpc-matrix-run "$root/run"
+    mkdir -p "$apt" "$root/var/cache/apt/archives"
+    mount --bind "$apt" "$root/var/cache/apt/archives"
+    cd "$root"
+    mkdir -p .old-root
+    pivot_root . .old-root
+    cd /
+    umount -l /.old-root
+    rmdir /.old-root
+    exec env -i HOME=/root TERM="${TERM:-dumb}" LANG=C.UTF-8 \
+      PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin /bin/bash -c "$cmd"
+  ' container "$root" "$dir/apt/$(basename "$root")" "$cmd"
+}
+
+if [ -n "$shell" ]; then
+  [ -d "$dir/run/$shell/root/kpc" ] || { echo "matrix: no run of $shell in $dir/run" >&2; exit 1; }
+  container "$dir/run/$shell" "cd /root/kpc && ${shell_cmd:-exec bash -i}"
+  exit
+fi
+
+command -v debootstrap >/dev/null || {
+  echo "matrix: installing debootstrap"
+  apt-get install -y --no-install-recommends debootstrap >/dev/null
+}
+mirror=${KPC_MATRIX_MIRROR:-$( (grep -rhoE '^(URIs:|deb) +https?://[^ ]+/debian/?( |$)' \
+  /etc/apt/sources.list /etc/apt/sources.list.d 2>/dev/null || true) | head -n 1 | awk '{print $2}')}
+mirror=${mirror:-http://deb.debian.org/debian}
+commit=$(git rev-parse HEAD)
+[ -z "$(git status --porcelain --untracked-files=no)" ] ||
+  echo "matrix: uncommitted changes are not tested: the roots get commit ${commit:0:12}" >&2
+mkdir -p "$dir/run" "$dir/apt" "$dir/logs"
+
+# figures RELEASE: one table row from the logs of its run
+row() {
+  local rel=$1 demo=$dir/logs/$1-demo.log test=$dir/logs/$1-test.log versions=$dir/logs/$1-versions.txt
+  local hip rtc comgr gcc verdict passed skipped failed cold warm inproc
+  pkg() { awk -v re="$1" '$1 ~ re && $2 != "" { print $2; exit }' "$versions" 2>/dev/null; }
+  hip=$(pkg '^libamdhip64-[0-9]+$'); rtc=$(pkg '^libhiprtc[0-9]+$'); comgr=$(pkg '^libamd-comgr[0-9]+$')
+  [ -n "$rtc" ] && rtc="libhiprtc.so.${rtc%%.*} $rtc" || rtc="in libamdhip64.so.${hip%%.*}"
+  gcc=$(awk '$1 == "gcc" { print $2; exit }' "$versions" 2>/dev/null)
+  verdict=$(grep -E '^kpc tests: ' "$test" 2>/dev/null | tail -n 1)
+  passed=$(sed -nE 's/.* ([0-9]+) passed.*/\1/p' <<<"$verdict")
+  skipped=$(sed -nE 's/.* ([0-9]+) skipped.*/\1/p' <<<"$verdict")
+  failed=$(sed -nE 's/.* ([0-9]+) failed.*/\1/p' <<<"$verdict")
+  # the demo's passes: "built  3862.315 ms ..." then "hit  0.532 ms ..."
+  cold=$(awk '$1 == "built" && $3 == "ms" { s += $2; n++ } END { if (n) printf "%.0f ms (%d)", s, n }' "$demo" 2>/dev/null)
+  warm=$(awk '$1 == "hit" && $3 == "ms" { s += $2; n++ } END { if (n) printf "%.1f ms (%d)", s, n }' "$demo" 2>/dev/null)
+  inproc=$(awk '/^get 3: / { print $(NF-3), $(NF-2); exit }' "$demo" 2>/dev/null)
+  printf '| %s | %s | %s | %s | %s | %s | %s | %s | %s | %s | %s |\n' "$rel" "${hip:-?}" "$rtc" \
+    "${comgr:-?}" "${gcc:-?}" "${passed:-?}" "${skipped:-0}" "${failed:-?}" "${cold:-demo failed}" \
+    "${warm:-demo failed}" "${inproc:-?}"
+}
+
+for rel in "${releases[@]}"; do
+  base=$dir/$rel run=$dir/run/$rel
+  if [ ! -d "$base" ]; then
+    echo "== $rel: debootstrap --variant=minbase $rel from $mirror (once; kept in $base)"
+    rm -rf "$base.tmp"
+    debootstrap --variant=minbase "$rel" "$base.tmp" "$mirror" >"$dir/logs/$rel-debootstrap.log" 2>&1 || {
+      echo "matrix: debootstrap of $rel failed: $dir/logs/$rel-debootstrap.log" >&2; exit 1; }
+    # a mirror that is a snapshot of a past day serves Release files past their
+    # Valid-Until; the root trusts them as debootstrap did
+    echo 'Acquire::Check-Valid-Until "false";' >"$base.tmp/etc/apt/apt.conf.d/99kpc-matrix"
+    mv "$base.tmp" "$base"
+  fi
+  echo "== $rel: a clean root in $run, commit ${commit:0:12} in /root/kpc"
+  rm -rf "$run"
+  cp -a "$base" "$run"
+  git clone --quiet --no-checkout "$repo" "$run/root/kpc"
+  git -C "$run/root/kpc" checkout --quiet --detach "$commit"
+  rm -f "$dir/logs/$rel-"{demo,test,versions}.*
+  echo "== $rel: scripts/demo.sh (log: $dir/logs/$rel-demo.log)"
+  container "$run" "cd /root/kpc && scripts/demo.sh" >"$dir/logs/$rel-demo.log" 2>&1 ||
+    echo "matrix: $rel: the demo failed (its log above)" >&2
+  echo "== $rel: scripts/test.sh${passes:+ (passes: $passes)} (log: $dir/logs/$rel-test.log)"
+  container "$run" "cd /root/kpc && ${passes:+KPC_TEST_PASSES='$passes'} scripts/test.sh" \
+    >"$dir/logs/$rel-test.log" 2>&1 || true
+  grep -E '^(kpc tests: |skipped: )' "$dir/logs/$rel-test.log" | sed 's/^/   /' || true
+  container "$run" "dpkg-query -W -f='\${Package} \${Version}\n' 'libamdhip64-*' 'libhiprtc*' \
+    'libamd-comgr*' 2>/dev/null; echo gcc \$(gcc -dumpfullversion 2>/dev/null)" >"$dir/logs/$rel-versions.txt" || true
+done
+
+echo
+echo "kpc release matrix, commit ${commit:0:12}, $(date -u +%Y-%m-%d), test passes: ${passes:-all}"
+echo
+echo "| release | HIP runtime | hipRTC | comgr | GCC | passed | skipped | failed | cold: demo's builds | warm: its hits, new processes | hit in process |"
+echo "| --- | --- | --- | --- | --- | ---: | ---: | ---: | ---: | ---: | ---: |"
+for rel in "${releases[@]}"; do row "$rel"; done
