@@ -57,11 +57,29 @@ char *ts_tmpdir(void)
     return out;
 }
 
+/* The host-index segments in /dev/shm (names without the slash), read once. */
+static char (*sweep_shm)[256];
+static size_t sweep_nshm;
+static void load_shm_list(void);
+static void free_shm_list(void);
+static void sweep_dir(const char *path);
+static int sweep_one(const char *path, const struct stat *sb, int flag, struct FTW *ftw);
+
 void ts_cleanup(char *dir)
 {
     char root[4096];
     if (realpath(dir, root))
         kpc_index_unlink(root);
+    /* and the segments of this dir that a case's other users made (a tool run as
+     * another uid names its segment with that uid) */
+    char *slash0 = strrchr(dir, '/');
+    *slash0 = '\0';
+    char parent[4096];
+    load_shm_list();
+    if (sweep_nshm > 0)
+        nftw(realpath(dir, parent) ? parent : dir, sweep_one, 16, FTW_PHYS);
+    free_shm_list();
+    *slash0 = '/';
     char *slash = strrchr(dir, '/');
     *slash = '\0'; /* remove the mkdtemp parent too */
     ts_rm_rf(dir);
@@ -489,12 +507,9 @@ void ts_skip(const char *why_fmt, ...)
 }
 
 /* ---- the suite's scratch root ---- */
-/* The host-index segments in /dev/shm (names without the slash), read once. */
-static char (*sweep_shm)[256];
-static size_t sweep_nshm;
 
-/* Unlink the segments of cache directory `path` (the index, its temporary and .real
- * ones), whichever user made them: a case may act as another user. */
+/* Unlink the segments of cache directory `path` (the index of every layout, its
+ * temporary and .real ones), whichever user made them: a case may act as another user. */
 static void sweep_dir(const char *path)
 {
     char name[96];
@@ -504,7 +519,9 @@ static void sweep_dir(const char *path)
     bool found = false;
     for (size_t i = 0; i < sweep_nshm; i++) {
         const char *e = strchr(sweep_shm[i] + 4, '-'); /* past "kpc-<uid>" */
-        if (e == NULL || strncmp(e + 1, hash, len) != 0 || (e[1 + len] != '\0' && e[1 + len] != '.'))
+        /* then the end, a temporary's ".tmp-..." or the layout's "-L<format>" */
+        if (e == NULL || strncmp(e + 1, hash, len) != 0 ||
+            (e[1 + len] != '\0' && e[1 + len] != '.' && e[1 + len] != '-'))
             continue;
         if (!found)
             kpc_index_unlink(path);
@@ -529,7 +546,8 @@ static int sweep_one(const char *path, const struct stat *sb, int flag, struct F
     return 0;
 }
 
-static void sweep_root(const char *root)
+/* Read the list of kpc segments in /dev/shm (sweep_shm), once per sweep. */
+static void load_shm_list(void)
 {
     DIR *d = opendir("/dev/shm");
     size_t cap = 0;
@@ -545,11 +563,21 @@ static void sweep_root(const char *root)
     }
     if (d)
         closedir(d);
-    if (sweep_nshm > 0)
-        nftw(root, sweep_one, 16, FTW_PHYS);
+}
+
+static void free_shm_list(void)
+{
     free(sweep_shm);
     sweep_shm = NULL;
     sweep_nshm = 0;
+}
+
+static void sweep_root(const char *root)
+{
+    load_shm_list();
+    if (sweep_nshm > 0)
+        nftw(root, sweep_one, 16, FTW_PHYS);
+    free_shm_list();
     ts_rm_rf(root);
 }
 
