@@ -57,7 +57,7 @@ static void print_proc(pid_t pid, void *arg)
     (void)arg;
     char path[64], cmd[256] = "?";
     snprintf(path, sizeof path, "/proc/%d/cmdline", (int)pid);
-    FILE *f = fopen(path, "re");
+    FILE *f = fopen(path, "re"); /* /proc: not kpc's file */
     if (f) {
         size_t n = fread(cmd, 1, sizeof cmd - 1, f);
         fclose(f);

@@ -96,11 +96,14 @@ void kpc_shm_off(kpc_index *ix, const char *fmt, ...)
 static bool segment_intact(kpc_index *ix)
 {
     struct stat st;
-    if (fstat(ix->fd, &st) == 0 && (uint64_t)st.st_size >= ix->size)
+    /* an fstat that fails tells nothing of the size: go on, as in the window above (turning
+     * the index off there would strand this process's building slots) */
+    if (kpc__fstat(ix->fd, &st) != 0 || (uint64_t)st.st_size >= ix->size)
         return true;
     if (!atomic_exchange(&ix->unmapped, true)) {
         kpc_shm_off(ix, "the host index segment was truncated (%lld of %zu bytes)",
                (long long)st.st_size, ix->size);
+        /* bare: the repair after a failure must not fail in turn */
         if (mmap(ix->h, ix->size, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_FIXED,
                  -1, 0) == MAP_FAILED)
             KPC_LOG(KPC_LOG_ERROR, "mmap(MAP_FIXED) over the truncated host index: %s",
@@ -175,7 +178,7 @@ static size_t sweep_temps(const char *name, kpc_index_temp_fn fn, void *arg)
 {
     char prefix[128];
     int plen = snprintf(prefix, sizeof prefix, "%s.tmp-", name + 1); /* no leading '/' */
-    DIR *d = opendir("/dev/shm");
+    DIR *d = kpc__opendir("/dev/shm");
     if (d == NULL)
         return 0;
     size_t removed = 0;
@@ -196,7 +199,7 @@ static size_t sweep_temps(const char *name, kpc_index_temp_fn fn, void *arg)
             continue;
         char shm[300];
         snprintf(shm, sizeof shm, "/%s", e->d_name);
-        if (shm_unlink(shm) != 0) {
+        if (kpc__shm_unlink(shm) != 0) {
             if (errno != ENOENT)
                 KPC_LOG(KPC_LOG_WARN, "shm_unlink(%s): %s", shm, strerror(errno));
             continue;
@@ -226,25 +229,25 @@ static kpc_status create_segment(const char *name, size_t capacity, bool *lost)
     sweep_temps(name, NULL, NULL);
     snprintf(tmp, sizeof tmp, "%s.tmp-%d-%llu-%llx", name, (int)getpid(),
              (unsigned long long)kpc__proc_start_time(getpid()), (unsigned long long)kpc__now_ns());
-    int fd = kpc__sys_fault(KPC_SYS_OPEN) ? -1 : shm_open(tmp, O_RDWR | O_CREAT | O_EXCL | O_CLOEXEC, 0600);
+    int fd = kpc__shm_open(tmp, O_RDWR | O_CREAT | O_EXCL | O_CLOEXEC, 0600);
     if (fd < 0) {
         KPC_LOG(KPC_LOG_ERROR, "shm_open(%s): %s", tmp, strerror(errno));
         return KPC_E_SHM;
     }
     uint32_t nslots = slots_for(capacity);
     size_t size = segment_size(nslots);
-    int r = kpc__sys_fault(KPC_SYS_FALLOCATE) ? errno : posix_fallocate(fd, 0, (off_t)size);
+    int r = kpc__posix_fallocate(fd, 0, (off_t)size);
     if (r != 0) {
         KPC_LOG(KPC_LOG_ERROR, "posix_fallocate(%s, %zu bytes): %s", tmp, size, strerror(r));
         close(fd);
-        shm_unlink(tmp);
+        shm_unlink(tmp); /* bare, as every clean-up after a failure: it must not fail */
         return KPC_E_SHM;
     }
-    ix_header *h = kpc__sys_fault(KPC_SYS_MMAP) ? MAP_FAILED : mmap(NULL, size, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
+    ix_header *h = kpc__mmap(NULL, size, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
     close(fd);
     if (h == MAP_FAILED) {
         KPC_LOG(KPC_LOG_ERROR, "mmap(%s): %s", tmp, strerror(errno));
-        shm_unlink(tmp);
+        shm_unlink(tmp); /* bare: a clean-up */
         return KPC_E_SHM;
     }
     h->ixh_format = layout_format();
@@ -261,7 +264,7 @@ static kpc_status create_segment(const char *name, size_t capacity, bool *lost)
     munmap(h, size);
     snprintf(tmp_path, sizeof tmp_path, "/dev/shm%s", tmp);
     snprintf(final_path, sizeof final_path, "/dev/shm%s", name);
-    if (s == KPC_OK && link(tmp_path, final_path) != 0) {
+    if (s == KPC_OK && kpc__link(tmp_path, final_path) != 0) {
         if (errno == EEXIST)
             *lost = true;
         else {
@@ -269,7 +272,7 @@ static kpc_status create_segment(const char *name, size_t capacity, bool *lost)
             s = KPC_E_SHM;
         }
     }
-    shm_unlink(tmp);
+    shm_unlink(tmp); /* bare: the temporary name goes whatever happened */
     if (s == KPC_OK && !*lost)
         KPC_LOG(KPC_LOG_INFO, "created host index %s: %zu entries, %zu bytes", name, capacity, size);
     return s;
@@ -277,7 +280,7 @@ static kpc_status create_segment(const char *name, size_t capacity, bool *lost)
 
 static kpc_status attach(const char *name, kpc_index *ix)
 {
-    int fd = kpc__sys_fault(KPC_SYS_OPENR) ? -1 : shm_open(name, O_RDWR | O_CLOEXEC | O_NOFOLLOW, 0);
+    int fd = kpc__shm_open(name, O_RDWR | O_CLOEXEC | O_NOFOLLOW, 0);
     if (fd < 0) {
         if (errno == ENOENT)
             return KPC_E_NOT_FOUND;
@@ -286,7 +289,7 @@ static kpc_status attach(const char *name, kpc_index *ix)
     }
     struct stat st;
     const char *why = NULL;
-    if (fstat(fd, &st) != 0)
+    if (kpc__fstat(fd, &st) != 0)
         why = "fstat failed";
     else if (st.st_uid != geteuid())
         why = "owned by another user";
@@ -300,8 +303,7 @@ static kpc_status attach(const char *name, kpc_index *ix)
                 "replaces it", name, why);
         return KPC_E_CORRUPT;
     }
-    ix_header *h = kpc__sys_fault(KPC_SYS_MMAP) ? MAP_FAILED
-                   : mmap(NULL, (size_t)st.st_size, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
+    ix_header *h = kpc__mmap(NULL, (size_t)st.st_size, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
     if (h == MAP_FAILED) {
         KPC_LOG(KPC_LOG_ERROR, "mmap(%s): %s", name, strerror(errno));
         close(fd);
@@ -398,7 +400,7 @@ kpc_status kpc_index_unlink(const char *cache_root)
     /* with the segment go the temporary ones its dead creators left: no later create of
      * this root may come to sweep them */
     sweep_temps(name, NULL, NULL);
-    if (shm_unlink(name) != 0)
+    if (kpc__shm_unlink(name) != 0)
         return errno == ENOENT ? KPC_E_NOT_FOUND : KPC_E_SHM;
     return KPC_OK;
 }

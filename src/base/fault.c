@@ -10,8 +10,12 @@
 #define _GNU_SOURCE
 #include "base/fault.h"
 
+#include <dirent.h>
+#include <errno.h>
 #include <fcntl.h>
 #include <stdio.h>
+#include <sys/file.h>
+#include <sys/mman.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
@@ -38,10 +42,22 @@ int kpc__fstatat(int dir, const char *path, struct stat *st, int flags)
     return kpc__sys_fault(KPC_SYS_READ) ? -1 : fstatat(dir, path, st, flags);
 }
 
+ssize_t kpc__read(int fd, void *buf, size_t n)
+{
+    return kpc__sys_fault(KPC_SYS_READ) ? -1 : read(fd, buf, n);
+}
+
 ssize_t kpc__pread(int fd, void *buf, size_t n, off_t off)
 {
     return kpc__sys_fault(KPC_SYS_READ) ? -1 : pread(fd, buf, n, off);
 }
+
+ssize_t kpc__write(int fd, const void *buf, size_t n)
+{
+    return kpc__sys_fault(KPC_SYS_WRITE) ? -1 : write(fd, buf, n);
+}
+
+int kpc__fsync(int fd) { return kpc__sys_fault(KPC_SYS_FSYNC) ? -1 : fsync(fd); }
 
 int kpc__unlinkat(int dir, const char *path, int flags)
 {
@@ -58,8 +74,33 @@ int kpc__mkdirat(int dir, const char *path, mode_t mode)
     return kpc__sys_fault(KPC_SYS_MKDIR) ? -1 : mkdirat(dir, path, mode);
 }
 
+int kpc__link(const char *from, const char *to)
+{
+    return kpc__sys_fault(KPC_SYS_RENAME) ? -1 : link(from, to);
+}
+
+DIR *kpc__opendir(const char *path) { return kpc__sys_fault(KPC_SYS_OPENR) ? NULL : opendir(path); }
+
+int kpc__flock(int fd, int op) { return kpc__sys_fault(KPC_SYS_FLOCK) ? -1 : flock(fd, op); }
+
+int kpc__shm_open(const char *name, int flags, mode_t mode)
+{
+    return kpc__sys_fault(open_kind(flags)) ? -1 : shm_open(name, flags, mode);
+}
+
+int kpc__shm_unlink(const char *name) { return kpc__sys_fault(KPC_SYS_UNLINK) ? -1 : shm_unlink(name); }
+
+int kpc__posix_fallocate(int fd, off_t off, off_t len)
+{
+    return kpc__sys_fault(KPC_SYS_FALLOCATE) ? errno : posix_fallocate(fd, off, len);
+}
+
+void *kpc__mmap(void *addr, size_t len, int prot, int flags, int fd, off_t off)
+{
+    return kpc__sys_fault(KPC_SYS_MMAP) ? MAP_FAILED : mmap(addr, len, prot, flags, fd, off);
+}
+
 #ifdef KPC_TEST_HOOKS
-#include <errno.h>
 #include <stdatomic.h>
 
 static const struct {

@@ -11,6 +11,7 @@
 #ifndef KPC_BASE_FAULT_H
 #define KPC_BASE_FAULT_H
 
+#include <dirent.h>
 #include <stdbool.h>
 #include <stddef.h>
 #include <sys/types.h>
@@ -55,18 +56,34 @@ static inline int kpc__sys_fault(enum kpc_sys_call call)
 }
 #endif
 
-/* The library's file-system calls, each through the table (base/fault.c): code below
- * the API calls these, never the bare call, so that the fault test can fail every one of
- * them (in a release build each is the bare call). An open is KPC_SYS_OPEN when it may
- * create or write, KPC_SYS_OPENR otherwise; fstat, fstatat and pread are KPC_SYS_READ. */
+/* The library's file-system and shared-memory calls, each through the table
+ * (base/fault.c): code below the API calls these, never the bare call, so that the fault
+ * test can fail every one of them (in a release build each is the bare call). An open
+ * (of a file or a segment) is KPC_SYS_OPEN when it may create or write, KPC_SYS_OPENR
+ * otherwise; fstat, fstatat, read and pread are KPC_SYS_READ; opendir is KPC_SYS_OPENR.
+ * The path calls take a directory (AT_FDCWD for a plain path). A call left bare on
+ * purpose says why beside it: a clean-up after a failure (removing a temporary, an
+ * unlock), which must not fail in turn, or a file that is not kpc's (/proc, stderr). */
 struct stat;
 int kpc__open(const char *path, int flags, mode_t mode);
 int kpc__openat(int dir, const char *path, int flags, mode_t mode);
 int kpc__fstat(int fd, struct stat *st);
 int kpc__fstatat(int dir, const char *path, struct stat *st, int flags);
+ssize_t kpc__read(int fd, void *buf, size_t n);
 ssize_t kpc__pread(int fd, void *buf, size_t n, off_t off);
+ssize_t kpc__write(int fd, const void *buf, size_t n);
+int kpc__fsync(int fd);
 int kpc__unlinkat(int dir, const char *path, int flags);
 int kpc__renameat(int from_dir, const char *from, int to_dir, const char *to);
 int kpc__mkdirat(int dir, const char *path, mode_t mode);
+/* A link into place is a rename that never replaces: KPC_SYS_RENAME. */
+int kpc__link(const char *from, const char *to);
+DIR *kpc__opendir(const char *path);
+int kpc__flock(int fd, int op);
+int kpc__shm_open(const char *name, int flags, mode_t mode);
+int kpc__shm_unlink(const char *name);
+/* posix_fallocate's contract: 0 or the error number (errno is not set). */
+int kpc__posix_fallocate(int fd, off_t off, off_t len);
+void *kpc__mmap(void *addr, size_t len, int prot, int flags, int fd, off_t off);
 
 #endif /* KPC_BASE_FAULT_H */

@@ -56,7 +56,7 @@ static kpc_status check_ancestors(const char *what, const char *real)
         else
             *slash = '\0';
         struct stat st;
-        if (stat(buf, &st) != 0) {
+        if (kpc__fstatat(AT_FDCWD, buf, &st, 0) != 0) {
             KPC_LOG(KPC_LOG_ERROR, "stat(%s): %s: cannot check the directories above %s %s", buf,
                     strerror(errno), what, real);
             return KPC_E_IO;
@@ -112,7 +112,8 @@ kpc_status kpc_root_check_trust(const char *what, const char *path, const struct
 static kpc_status check_owner(const char *dir)
 {
     struct stat lst, st;
-    if (lstat(dir, &lst) != 0 || stat(dir, &st) != 0) {
+    if (kpc__fstatat(AT_FDCWD, dir, &lst, AT_SYMLINK_NOFOLLOW) != 0 ||
+        kpc__fstatat(AT_FDCWD, dir, &st, 0) != 0) {
         KPC_LOG(KPC_LOG_ERROR, "stat(%s): %s", dir, strerror(errno));
         return KPC_E_IO;
     }
@@ -143,7 +144,7 @@ kpc_status kpc_root_open(const char *dir, kpc_root **out)
     if (dir == NULL || dir[0] == '\0')
         return KPC_E_INVALID;
     struct stat st;
-    if (stat(dir, &st) != 0 && kpc__mkdir_p(dir, 0700) != 0) {
+    if (kpc__fstatat(AT_FDCWD, dir, &st, 0) != 0 && kpc__mkdir_p(dir, 0700) != 0) {
         KPC_LOG(KPC_LOG_ERROR, "mkdir(%s): %s", dir, strerror(errno));
         return KPC_E_IO;
     }
@@ -314,7 +315,7 @@ int kpc_root_lock(const kpc_root *r, const char *name, bool nowait, const char *
         return -1;
     *call = "flock";
     int rc;
-    while ((rc = kpc__sys_fault(KPC_SYS_FLOCK) ? -1 : flock(fd, nowait ? LOCK_EX | LOCK_NB : LOCK_EX)) != 0 &&
+    while ((rc = kpc__flock(fd, nowait ? LOCK_EX | LOCK_NB : LOCK_EX)) != 0 &&
            errno == EINTR)
         ;
     if (rc != 0) {

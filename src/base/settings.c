@@ -264,7 +264,7 @@ kpc_status kpc__secret_file_read(const char *name, const char *path, void **buf,
         KPC_LOG(KPC_LOG_WARN, "%s is set but empty", name);
         return KPC_E_INVALID;
     }
-    int fd = kpc__sys_fault(KPC_SYS_OPENR) ? -1 : open(path, O_RDONLY | O_NONBLOCK | O_NOCTTY | O_CLOEXEC);
+    int fd = kpc__open(path, O_RDONLY | O_NONBLOCK | O_NOCTTY | O_CLOEXEC, 0);
     if (fd < 0) {
         KPC_LOG(KPC_LOG_WARN, "%s=%s: %s", name, path, strerror(errno));
         return KPC_E_INVALID;

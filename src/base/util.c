@@ -30,6 +30,8 @@ uint64_t kpc__wall_ns(void)
     return (uint64_t)t.tv_sec * 1000000000u + (uint64_t)t.tv_nsec;
 }
 
+/* /proc is the kernel's, not kpc's files: its reads stay bare (and a failure already
+ * reads as "no such process"). */
 uint64_t kpc__proc_start_time(pid_t pid)
 {
     char path[64], buf[1024];
@@ -100,7 +102,7 @@ kpc_status kpc__read_fd(int fd, size_t max, void **buf, size_t *size)
 kpc_status kpc__read_fd_stat(int fd, size_t max, void **buf, size_t *size, struct stat *stp)
 {
     struct stat st;
-    if (kpc__sys_fault(KPC_SYS_READ) != 0 || fstat(fd, &st) != 0)
+    if (kpc__fstat(fd, &st) != 0)
         return KPC_E_IO;
     *stp = st;
     if (!S_ISREG(st.st_mode))
@@ -113,7 +115,7 @@ kpc_status kpc__read_fd_stat(int fd, size_t max, void **buf, size_t *size, struc
         return KPC_E_NOMEM;
     size_t got = 0;
     while (got < want) {
-        ssize_t n = kpc__sys_fault(KPC_SYS_READ) ? -1 : pread(fd, b + got, want - got, (off_t)got);
+        ssize_t n = kpc__pread(fd, b + got, want - got, (off_t)got);
         if (n < 0 && errno == EINTR)
             continue;
         if (n < 0) {
@@ -132,16 +134,14 @@ kpc_status kpc__read_fd_stat(int fd, size_t max, void **buf, size_t *size, struc
 
 int kpc_open_regular(int dirfd, const char *path, int flags, mode_t mode, struct stat *stp)
 {
-    if (kpc__sys_fault((flags & O_ACCMODE) == O_RDONLY ? KPC_SYS_OPENR : KPC_SYS_OPEN) != 0)
-        return -1;
     int fd;
     do
-        fd = openat(dirfd, path, flags | O_NONBLOCK | O_CLOEXEC | O_NOCTTY, mode);
+        fd = kpc__openat(dirfd, path, flags | O_NONBLOCK | O_CLOEXEC | O_NOCTTY, mode);
     while (fd < 0 && errno == EINTR);
     if (fd < 0)
         return -1;
     struct stat st;
-    int failed = fstat(fd, &st) != 0;
+    int failed = kpc__fstat(fd, &st) != 0;
     if (failed || !S_ISREG(st.st_mode)) {
         int err = failed ? errno : EINVAL;
         close(fd);
@@ -157,9 +157,7 @@ int kpc__write_all(int fd, const void *buf, size_t size)
 {
     const char *p = buf;
     while (size > 0) {
-        if (kpc__sys_fault(KPC_SYS_WRITE) != 0)
-            return -1;
-        ssize_t n = write(fd, p, size);
+        ssize_t n = kpc__write(fd, p, size);
         if (n < 0 && errno == EINTR)
             continue;
         if (n < 0)
@@ -186,9 +184,7 @@ int kpc__mkdir_p(const char *path, mode_t mode)
         if (*p == '/' || *p == '\0') {
             char c = *p;
             *p = '\0';
-            if (kpc__sys_fault(KPC_SYS_MKDIR) != 0)
-                return -1;
-            if (mkdir(tmp, mode) != 0 && errno != EEXIST)
+            if (kpc__mkdirat(AT_FDCWD, tmp, mode) != 0 && errno != EEXIST)
                 return -1;
             if (c == '\0')
                 break;
@@ -196,7 +192,7 @@ int kpc__mkdir_p(const char *path, mode_t mode)
         }
     }
     struct stat st;
-    if (stat(path, &st) != 0)
+    if (kpc__fstatat(AT_FDCWD, path, &st, 0) != 0)
         return -1;
     if (!S_ISDIR(st.st_mode)) {
         errno = ENOTDIR;

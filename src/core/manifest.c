@@ -43,7 +43,7 @@ static bool recent(const struct stat *st, int64_t now_ns)
 
 static int stat_at(int dirfd, const char *name, struct stat *st)
 {
-    return kpc__sys_fault(KPC_SYS_READ) ? -1 : fstatat(dirfd, name, st, 0);
+    return kpc__fstatat(dirfd, name, st, 0);
 }
 
 /* Hash the file open on fd to its end, streaming; 0 or -1 with errno. */
@@ -54,7 +54,7 @@ static int hash_fd(int fd, uint8_t digest[16])
     char buf[65536];
     off_t off = 0;
     for (;;) {
-        ssize_t n = kpc__sys_fault(KPC_SYS_READ) ? -1 : pread(fd, buf, sizeof buf, off);
+        ssize_t n = kpc__pread(fd, buf, sizeof buf, off);
         if (n < 0 && errno == EINTR)
             continue;
         if (n < 0)
@@ -78,7 +78,7 @@ static int stat_and_hash(int dirfd, const char *name, struct stat *st, uint8_t d
         return -1;
     struct stat after;
     int r = hash_fd(fd, digest);
-    if (r == 0 && (kpc__sys_fault(KPC_SYS_READ) != 0 || fstat(fd, &after) != 0))
+    if (r == 0 && kpc__fstat(fd, &after) != 0)
         r = -1;
     else if (r == 0 && (after.st_size != st->st_size || ts_ns(after.st_mtim) != ts_ns(st->st_mtim) ||
                         ts_ns(after.st_ctim) != ts_ns(st->st_ctim))) {
@@ -259,8 +259,7 @@ static int dir_of(dir_cache *c, const kpc_manifest_file *f, const char **name)
     unsigned slot = c->next++ % DIR_SLOTS;
     if (c->path[slot] && c->fd[slot] >= 0)
         close(c->fd[slot]);
-    int fd = kpc__sys_fault(KPC_SYS_OPENR) ? -1
-             : open(f->dir_len ? dir : "/", O_PATH | O_DIRECTORY | O_CLOEXEC);
+    int fd = kpc__open(f->dir_len ? dir : "/", O_PATH | O_DIRECTORY | O_CLOEXEC, 0);
     c->fd[slot] = fd;
     c->err[slot] = fd < 0 ? errno : 0;
     c->path[slot] = f->path;

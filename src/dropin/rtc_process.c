@@ -7,6 +7,7 @@
 #define _GNU_SOURCE
 #include "dropin/rtc.h"
 
+#include "base/fault.h"
 #include "base/log.h"
 #include "base/settings.h"
 #include "base/util.h"
@@ -151,7 +152,7 @@ __attribute__((destructor)) static void write_stats(void)
                      (unsigned long long)st.build_failures, (unsigned long long)st.cached_failures,
                      (unsigned long long)st.disk_hits,
                      (unsigned long long)st.mem_hits, (unsigned long long)st.waits);
-    int fd = open(path, O_WRONLY | O_CREAT | O_APPEND | O_CLOEXEC, 0644);
+    int fd = kpc__open(path, O_WRONLY | O_CREAT | O_APPEND | O_CLOEXEC, 0644);
     if (fd < 0 || n <= 0 || kpc__write_all(fd, line, (size_t)n) != 0)
         KPC_LOG(KPC_LOG_ERROR, "%s: cannot write KPC_DROPIN_STATS=%s", v->name, path);
     if (fd >= 0)

@@ -16,6 +16,7 @@
 #include "platform/amd_deps.h"
 #include "platform/compile.h"
 #include "platform/identity.h"
+#include "base/fault.h"
 #include "base/log.h"
 
 #include <bsd/string.h>
@@ -193,7 +194,7 @@ static void add_device_libs(XXH3_state_t *st, kpc_identity_files *files)
         return;
     char dir[600];
     snprintf(dir, sizeof dir, "%s/amdgcn/bitcode", dirname(comgr_path));
-    DIR *d = opendir(dir);
+    DIR *d = kpc__opendir(dir);
     if (d == NULL)
         return;
     char *names[256];

@@ -124,8 +124,7 @@ kpc_status kpc_amd_deps_collect(const char *depfile, char ***paths, size_t *n)
     kpc_status s = fd < 0 ? KPC_E_NOT_FOUND : kpc__read_fd(fd, 64u << 20, &text, &size);
     if (fd >= 0)
         close(fd);
-    if (kpc__sys_fault(KPC_SYS_UNLINK) == 0)
-        unlink(depfile);
+    kpc__unlinkat(AT_FDCWD, depfile, 0);
     if (s != KPC_OK || size == 0) {
         free(text);
         return KPC_E_NOT_FOUND; /* a fatal error: clang wrote nothing */

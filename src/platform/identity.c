@@ -10,6 +10,7 @@
  */
 #define _GNU_SOURCE
 #include "platform/identity.h"
+#include "base/fault.h"
 #include "base/log.h"
 
 #include <elf.h>
@@ -55,7 +56,7 @@ bool kpc_identity_recall(const kpc_root *root, const char *platform, uint8_t id[
             break;
         }
         struct stat st;
-        ok = stat(fpath, &st) == 0 && (unsigned long long)st.st_dev == dev &&
+        ok = kpc__fstatat(AT_FDCWD, fpath, &st, 0) == 0 && (unsigned long long)st.st_dev == dev &&
              (unsigned long long)st.st_ino == ino && (unsigned long long)st.st_size == size &&
              (unsigned long long)st.st_mtim.tv_sec * 1000000000ull + (unsigned long long)st.st_mtim.tv_nsec == mtime;
         files++;
@@ -84,7 +85,7 @@ void kpc_identity_remember(const kpc_root *root, const char *platform, const kpc
     size_t n = (size_t)snprintf(buf, sizeof buf, "%s\nid %s\n", ID_MAGIC, hex);
     for (size_t i = 0; i < files->count && n < sizeof buf; i++) {
         struct stat st;
-        if (stat(files->paths[i], &st) != 0)
+        if (kpc__fstatat(AT_FDCWD, files->paths[i], &st, 0) != 0)
             continue;
         n += (size_t)snprintf(buf + n, sizeof buf - n, "file %llu %llu %llu %llu %s\n",
                               (unsigned long long)st.st_dev, (unsigned long long)st.st_ino,

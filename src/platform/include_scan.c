@@ -83,7 +83,7 @@ static bool in_memory(const scan *s, const char *name)
 static bool consider(scan *s, const char *path)
 {
     struct stat st;
-    if (s->unknown || s->nomem || s->refused[0] || kpc__sys_fault(KPC_SYS_READ) || stat(path, &st) != 0 ||
+    if (s->unknown || s->nomem || s->refused[0] || kpc__fstatat(AT_FDCWD, path, &st, 0) != 0 ||
         S_ISDIR(st.st_mode)) /* a directory of that name: the compiler looks on */
         return false;
     if (!S_ISREG(st.st_mode)) {

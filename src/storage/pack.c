@@ -266,7 +266,7 @@ kpc_status kpc_pack_open(const char *path, kpc_pack **out)
 kpc_status kpc_pack_check_trust(const kpc_pack *p)
 {
     struct stat sb; /* of the file held open: the one read is the one checked */
-    if (kpc__sys_fault(KPC_SYS_READ) != 0 || fstat(p->fd, &sb) != 0) {
+    if (kpc__fstat(p->fd, &sb) != 0) {
         KPC_LOG(KPC_LOG_ERROR, "fstat(%s): %s: pack not used", p->path, strerror(errno));
         return KPC_E_IO;
     }
@@ -359,7 +359,7 @@ struct kpc_pack_writer {
 static kpc_status check_out(const char *path)
 {
     struct stat st;
-    if (lstat(path, &st) != 0) {
+    if (kpc__fstatat(AT_FDCWD, path, &st, AT_SYMLINK_NOFOLLOW) != 0) {
         if (errno == ENOENT)
             return KPC_OK;
         KPC_LOG(KPC_LOG_ERROR, "lstat(%s): %s", path, strerror(errno));
@@ -390,7 +390,7 @@ kpc_status kpc_pack_create(const char *path, kpc_pack_writer **out)
         return KPC_E_NOMEM;
     snprintf(w->path, sizeof w->path, "%s", path);
     snprintf(w->tmp, sizeof w->tmp, "%s.%d.tmp", path, (int)getpid());
-    w->fd = kpc__sys_fault(KPC_SYS_OPEN) ? -1 : open(w->tmp, O_RDWR | O_CREAT | O_EXCL | O_CLOEXEC, 0644);
+    w->fd = kpc__open(w->tmp, O_RDWR | O_CREAT | O_EXCL | O_CLOEXEC, 0644);
     if (w->fd < 0) {
         KPC_LOG(KPC_LOG_ERROR, "open(%s): %s", w->tmp, strerror(errno));
         free(w);
@@ -406,8 +406,7 @@ void kpc_pack_discard(kpc_pack_writer *w)
     if (w == NULL)
         return;
     close(w->fd);
-    if (kpc__sys_fault(KPC_SYS_UNLINK) == 0)
-        unlink(w->tmp);
+    kpc__unlinkat(AT_FDCWD, w->tmp, 0); /* faultable: a test sees the temp file it leaves */
     free(w->index);
     free(w);
 }
@@ -466,12 +465,12 @@ kpc_status kpc_pack_finish(kpc_pack_writer *w, size_t *count)
     else if (kpc__sys_fault(KPC_SYS_WRITE) != 0 || lseek(w->fd, 0, SEEK_SET) < 0 ||
              kpc__write_all(w->fd, h, PACK_HEADER) != 0)
         failed = "write";
-    else if (kpc__sys_fault(KPC_SYS_FSYNC) != 0 || fsync(w->fd) != 0)
+    else if (kpc__fsync(w->fd) != 0)
         failed = "fsync";
     else if (check_out(w->path) != KPC_OK) { /* made a FIFO or a link while we wrote */
         kpc_pack_discard(w);
         return KPC_E_INVALID;
-    } else if (kpc__sys_fault(KPC_SYS_RENAME) != 0 || rename(w->tmp, w->path) != 0)
+    } else if (kpc__renameat(AT_FDCWD, w->tmp, AT_FDCWD, w->path) != 0)
         failed = "rename";
     if (failed) {
         KPC_LOG(KPC_LOG_ERROR, "%s(%s): %s", failed, failed[0] == 'r' ? w->path : w->tmp, strerror(errno));

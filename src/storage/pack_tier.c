@@ -24,6 +24,7 @@
 
 #include <dirent.h>
 #include <errno.h>
+#include <fcntl.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -61,7 +62,7 @@ static int by_name(const void *a, const void *b)
 /* Every *.kpack of dir, in name order. */
 static void add_dir(pack_tier *t, const char *dir)
 {
-    DIR *d = kpc__sys_fault(KPC_SYS_OPENR) ? NULL : opendir(dir);
+    DIR *d = kpc__opendir(dir);
     if (d == NULL) {
         KPC_LOG(KPC_LOG_WARN, "KPC_PACK_PATH: opendir(%s): %s", dir, strerror(errno));
         return;
@@ -132,7 +133,7 @@ kpc_status kpc_pack_tier_open(const kpc_tier_env *env, kpc_tier **out)
     char *save = NULL;
     for (char *item = strtok_r(list, ":", &save); item; item = strtok_r(NULL, ":", &save)) {
         struct stat sb;
-        if (kpc__sys_fault(KPC_SYS_READ) != 0 || stat(item, &sb) != 0)
+        if (kpc__fstatat(AT_FDCWD, item, &sb, 0) != 0)
             KPC_LOG(KPC_LOG_WARN, "KPC_PACK_PATH: %s: %s", item, strerror(errno));
         else if (S_ISDIR(sb.st_mode))
             add_dir(t, item);

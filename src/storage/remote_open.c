@@ -147,9 +147,9 @@ static void host_identity(char *out, size_t cap)
     if (gethostname(host, sizeof host) != 0)
         snprintf(host, sizeof host, "unknown");
     host[sizeof host - 1] = '\0';
-    int fd = kpc__sys_fault(KPC_SYS_OPENR) ? -1 : open("/proc/sys/kernel/random/boot_id", O_RDONLY | O_CLOEXEC);
+    int fd = kpc__open("/proc/sys/kernel/random/boot_id", O_RDONLY | O_CLOEXEC, 0);
     if (fd >= 0) {
-        ssize_t n = kpc__sys_fault(KPC_SYS_READ) ? -1 : read(fd, boot, sizeof boot - 1);
+        ssize_t n = kpc__read(fd, boot, sizeof boot - 1);
         boot[n > 0 ? n : 0] = '\0';
         boot[strcspn(boot, "\n")] = '\0';
         close(fd);

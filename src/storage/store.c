@@ -199,8 +199,9 @@ kpc_status kpc_store_read(kpc_store *st, const kpc_key *key, const char *target,
             return KPC_E_NOT_FOUND;
         if (errno == ELOOP) { /* a symlink where a record should be: never followed */
             struct stat lsb;
-            bool is_link = fstatat(at, rel(st, path), &lsb, AT_SYMLINK_NOFOLLOW) == 0 && S_ISLNK(lsb.st_mode);
-            if (is_link && unlinkat(at, rel(st, path), 0) == 0) {
+            bool is_link =
+                kpc__fstatat(at, rel(st, path), &lsb, AT_SYMLINK_NOFOLLOW) == 0 && S_ISLNK(lsb.st_mode);
+            if (is_link && kpc__unlinkat(at, rel(st, path), 0) == 0) {
                 KPC_LOG(KPC_LOG_WARN, "%s is a symbolic link: removed, it will be rebuilt", path);
                 kpc_store_usage_add(st, -(int64_t)lsb.st_size, -1); /* the walk counted it */
             } else
@@ -288,14 +289,14 @@ static kpc_status write_record(kpc_store *st, const kpc_record *rec, const void 
         (second_size && kpc__write_all(fd, names_or_log, second_size) != 0) ||
         (r.request_size && kpc__write_all(fd, r.request, r.request_size) != 0))
         failed = "write";
-    else if (sync && (kpc__sys_fault(KPC_SYS_FSYNC) != 0 || fsync(fd) != 0))
+    else if (sync && kpc__fsync(fd) != 0)
         failed = "fsync";
     int saved = errno;
     close(fd);
     if (failed == NULL && (kpc__renameat(at, rel(st, tmp), at, rel(st, path)) != 0))
         failed = "rename", saved = errno;
     if (failed != NULL) {
-        unlinkat(at, rel(st, tmp), 0);
+        unlinkat(at, rel(st, tmp), 0); /* bare: a clean-up after a failure must not fail */
         errno = saved;
         write_failed(st, failed, failed[0] == 'r' ? path : tmp);
         return KPC_E_IO;

@@ -338,7 +338,7 @@ uint64_t kpc_store_sweep_tmp(kpc_store *st, bool by_age)
         else {
             /* another kpc's name: by its age alone, and only where asked (prune) */
             struct stat sb;
-            stale = by_age && fstatat(dirfd(d), e->d_name, &sb, AT_SYMLINK_NOFOLLOW) == 0 &&
+            stale = by_age && kpc__fstatat(dirfd(d), e->d_name, &sb, AT_SYMLINK_NOFOLLOW) == 0 &&
                     (uint64_t)sb.st_mtim.tv_sec * 1000000000ull + stale_ns < now;
         }
         if (!stale)
@@ -405,7 +405,7 @@ static kpc_status prune(kpc_store *st, uint64_t target_bytes, const uint8_t *kee
     for (size_t i = 0; i < a.n; i++)
         free(a.items[i].path);
     free(a.items);
-    flock(lock, LOCK_UN);
+    flock(lock, LOCK_UN); /* bare: an unlock must not fail (close drops the lock anyway) */
     close(lock);
     if (res->files_removed)
         KPC_LOG(KPC_LOG_INFO, "pruned %llu files (%llu bytes) from %s",

@@ -10,6 +10,7 @@
  * into a kpc_tool by src/tools/kpc.c (kpc_tool_compile_option is its handler).
  */
 #define _GNU_SOURCE
+#include "base/fault.h"
 #include "base/log.h"
 #include "base/root.h"
 #include "core/program.h"
@@ -83,7 +84,7 @@ static const char *lowered_name(const file_result *r, size_t e, const char **rea
 /* A source file, or NULL with errno set (EISDIR for a directory, not the read's EEXIST). */
 static char *read_source(const char *path, size_t *len)
 {
-    int fd = open(path, O_RDONLY | O_CLOEXEC);
+    int fd = kpc__open(path, O_RDONLY | O_CLOEXEC, 0);
     if (fd < 0)
         return NULL;
     void *buf = NULL;
@@ -111,7 +112,7 @@ static int write_out(const kpc_tool *t, int i, kpc_program *p)
     }
     size_t size;
     const void *code = kpc_program_code(p, &size);
-    int fd = open(path, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
+    int fd = kpc__open(path, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
     if (fd < 0 || kpc__write_all(fd, code, size) != 0) {
         fprintf(stderr, "kpc compile: cannot write %s: %s\n", path, strerror(errno));
         if (fd >= 0)
@@ -383,7 +384,7 @@ int kpc_tool_compile(kpc_tool *t)
 {
     if (t->num_operands > 1 && t->out) {
         struct stat st;
-        if (stat(t->out, &st) != 0 || !S_ISDIR(st.st_mode))
+        if (kpc__fstatat(AT_FDCWD, t->out, &st, 0) != 0 || !S_ISDIR(st.st_mode))
             return kpc_tool_usage_error(t, "with several files, -o names an existing directory: %s", t->out);
         /* DIR/NAME.co per file: two files of one name would overwrite each other */
         for (int i = 0; i < t->num_operands; i++)

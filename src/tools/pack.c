@@ -57,7 +57,7 @@ static int add_record(const kpc_store_entry *e, void *arg)
         wanted = strcmp(e->rec->target, c->targets[i]) == 0;
     if (!wanted)
         return 0;
-    int fd = kpc__sys_fault(KPC_SYS_OPENR) ? -1 : open(e->path, O_RDONLY | O_CLOEXEC | O_NOFOLLOW | O_NONBLOCK);
+    int fd = kpc__open(e->path, O_RDONLY | O_CLOEXEC | O_NOFOLLOW | O_NONBLOCK, 0);
     void *buf = NULL;
     size_t size = 0;
     kpc_status s = fd < 0 ? KPC_E_NOT_FOUND : kpc__read_fd(fd, (1u << 30) + 256u, &buf, &size);
