@@ -247,20 +247,23 @@ START_TEST(unauthenticated)
     char env_remote[160];
     snprintf(env_remote, sizeof env_remote, "KPC_REMOTE=%s", rs_redis.url);
     const char *env[] = {env_remote, NULL};
-    const char *argv[] = {getenv("KPC_TOOL"), "compile", "--target", ts_target(), NULL, NULL};
+    /* a cache dir of the test's own: never the user's */
+    char cache_dir[4300];
+    snprintf(cache_dir, sizeof cache_dir, "%s/tool-cache", rs_base);
+    const char *argv[] = {getenv("KPC_TOOL"), "compile", "--cache-dir", cache_dir, "--target", ts_target(), NULL, NULL};
     char src[4300];
     snprintf(src, sizeof src, "%s/k.hip", rs_base);
     char *code = rs_source(s, 0);
     ts_write_file(src, code, strlen(code));
     free(code);
-    argv[4] = src;
+    argv[6] = src;
     char *out = NULL, *err = NULL;
     ck_assert_int_eq(ts_exec(argv, env, &out, &err), 0);
     ck_assert_msg(strstr(err, "kpc remote keygen") != NULL, "stderr: %s", err);
     ck_assert_ptr_null(strstr(strstr(err, "kpc remote keygen") + 1, "kpc remote keygen")); /* once */
     free(out);
     free(err);
-    const char *stats[] = {getenv("KPC_TOOL"), "stats", NULL};
+    const char *stats[] = {getenv("KPC_TOOL"), "stats", "--cache-dir", cache_dir, NULL};
     ck_assert_int_eq(ts_exec(stats, env, &out, &err), 0);
     ck_assert_msg(strstr(out, "records not served") != NULL, "stats: %s", out);
     free(out);

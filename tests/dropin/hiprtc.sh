@@ -166,7 +166,15 @@ echo "== 9. the corpus: a warm run compiles nothing, with the real hipRTC's answ
 newcache corpus
 run real_c corpus "$app"
 grep -q "^0 log 0 non-empty" "$tmp/real_c/report" || fail "no warning log under -Wall: $(cat "$tmp/real_c/report")"
-grep -q "^2 lowered (void .* 10 -$" "$tmp/real_c/report" || fail "the cast was lowered: $(cat "$tmp/real_c/report")"
+# program 2 asks for a cast hipRTC cannot lower: 5.x compiles it and answers "not valid"
+# for that name; 6.4 fails the whole compile (it cannot take the expression's address).
+# Either way kpc must answer as the real one did, cold and warm.
+failures=1
+if grep -q "^2 compile 6 " "$tmp/real_c/report"; then
+  failures=2
+else
+  grep -q "^2 lowered (void .* 10 -$" "$tmp/real_c/report" || fail "the cast was lowered: $(cat "$tmp/real_c/report")"
+fi
 run c1 corpus env LD_PRELOAD="$preload" "$app"
 run c2 corpus env LD_PRELOAD="$preload" "$app"
 for c in c1 c2; do
@@ -175,10 +183,10 @@ for c in c1 c2; do
     cmp <(norm_log "$f") <(norm_log "$tmp/$c/$(basename "$f")") || fail "$c: $(basename "$f") differs from the real log"
   done
 done
-expect c1 compiles 7; expect c1 kpc 7; expect c1 builds 6; expect c1 build_failures 1
+expect c1 compiles 7; expect c1 kpc 7; expect c1 builds $((7 - failures)); expect c1 build_failures "$failures"
 expect c1 forwarded 0; expect c1 materialized 0
 expect c2 compiles 7; expect c2 kpc 7; expect c2 builds 0; expect c2 build_failures 0
-expect c2 cached_failures 1; expect c2 forwarded 0; expect c2 materialized 0
+expect c2 cached_failures "$failures"; expect c2 forwarded 0; expect c2 materialized 0
 echo "corpus: cold $(cat "$tmp/c1.stats")"
 echo "corpus: warm $(cat "$tmp/c2.stats")"
 echo "dropin hiprtc: passed"
