@@ -155,6 +155,9 @@ typedef struct kpc_stats {
     /* this process: requests answered with a compile error kept in the cache (its log
      * read back, no compile run; build_failures counts the compiles that failed) */
     uint64_t cached_failures;
+    /* this process: requests answered by the shared directory of KPC_SHARED_DIR, and
+     * records there refused as damaged (each then built, or read from a tier below) */
+    uint64_t shared_hits, shared_refused;
 } kpc_stats;
 
 typedef struct kpc_source {

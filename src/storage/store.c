@@ -1,6 +1,7 @@
 /*
  * store.c - the disk tree: one file per record, read, written and removed here
- * (walks, usage, pruning: store_walk.c); and the disk tree as the first storage tier.
+ * (walks, usage, pruning: store_walk.c); and the disk tree as the first storage tier
+ * (its ops serve the shared directory's tree too, at a second root: storage/shared_tier.c).
  * Paths come from the cache directory's owner (base/root.h):
  *
  *   <root>/v1/<target>/<first 2 hex of key>/<32 hex key>.co    code object record
@@ -62,7 +63,7 @@ void kpc_store_usage_add(kpc_store *st, int64_t bytes, int64_t files)
 }
 
 /* ---- open ------------------------------------------------------------------------------ */
-kpc_status kpc_store_open_root(kpc_root *root, uint64_t max_bytes, kpc_store **out)
+static kpc_status open_at(kpc_root *root, uint64_t max_bytes, bool shared, kpc_store **out)
 {
     *out = NULL;
     kpc_store *store = calloc(1, sizeof *store);
@@ -70,22 +71,38 @@ kpc_status kpc_store_open_root(kpc_root *root, uint64_t max_bytes, kpc_store **o
         return KPC_E_NOMEM;
     store->root = root;
     store->max_bytes = max_bytes;
+    store->shared = shared;
     kpc_store_share_usage(store, &store->local_bytes, &store->local_files, &store->local_known);
     kpc_store_sweep_tmp(store, false); /* what killed writers left: nobody else removes it */
     *out = store;
     return KPC_OK;
 }
 
-kpc_status kpc_store_open(const char *dir, uint64_t max_bytes, kpc_store **out)
+kpc_status kpc_store_open_root(kpc_root *root, uint64_t max_bytes, kpc_store **out)
+{
+    return open_at(root, max_bytes, false, out);
+}
+
+static kpc_status open_dir(const char *dir, uint64_t max_bytes, bool shared, kpc_store **out)
 {
     *out = NULL;
     kpc_root *root;
     kpc_status s = kpc_root_open(dir, &root);
-    if (s == KPC_OK && (s = kpc_store_open_root(root, max_bytes, out)) != KPC_OK)
+    if (s == KPC_OK && (s = open_at(root, max_bytes, shared, out)) != KPC_OK)
         kpc_root_close(root);
     if (s == KPC_OK)
         (*out)->own_root = true;
     return s;
+}
+
+kpc_status kpc_store_open(const char *dir, uint64_t max_bytes, kpc_store **out)
+{
+    return open_dir(dir, max_bytes, false, out);
+}
+
+kpc_status kpc_store_open_shared(const char *dir, kpc_store **out)
+{
+    return open_dir(dir, UINT64_MAX, true, out);
 }
 
 void kpc_store_close(kpc_store *st)
@@ -246,8 +263,13 @@ kpc_status kpc_store_read(kpc_store *st, const kpc_key *key, const char *target,
 
 static void write_failed(kpc_store *st, const char *call, const char *path)
 {
-    int level = atomic_fetch_add(&st->write_failures, 1) == 0 ? KPC_LOG_ERROR : KPC_LOG_WARN;
-    KPC_LOG(level, "%s(%s): %s: the object is not cached on disk", call, path, strerror(errno));
+    bool first = atomic_fetch_add(&st->write_failures, 1) == 0;
+    if (st->shared) /* a read-only shared directory is a choice: said once, not on every build */
+        KPC_LOG(first ? KPC_LOG_WARN : KPC_LOG_DEBUG, "%s(%s): %s: the object is not stored in the "
+                "shared directory", call, path, strerror(errno));
+    else
+        KPC_LOG(first ? KPC_LOG_ERROR : KPC_LOG_WARN, "%s(%s): %s: the object is not cached on disk", call,
+                path, strerror(errno));
 }
 
 /* sync: fsync before the rename. A copy of a record another tier holds skips it: after
@@ -301,6 +323,8 @@ static kpc_status write_record(kpc_store *st, const kpc_record *rec, const void 
         write_failed(st, failed, failed[0] == 'r' ? path : tmp);
         return KPC_E_IO;
     }
+    if (st->shared)
+        return KPC_OK; /* no estimate, no limit: kpc_store_open_shared */
     kpc_store_usage_add(st, KPC_RECORD_HEADER + (int64_t)(r.code_size + second_size + r.request_size), 1);
     if (atomic_load(st->known) == 0) {
         uint64_t bytes, files;
@@ -400,22 +424,28 @@ static const kpc_tier_ops disk_ops = {
     .close = disk_close,
 };
 
+kpc_status kpc_store_tier(kpc_store *st, kpc_tier **out)
+{
+    *out = NULL;
+    disk_tier *d = calloc(1, sizeof *d);
+    if (d == NULL) {
+        kpc_store_close(st);
+        return KPC_E_NOMEM;
+    }
+    d->store = st;
+    d->t.ops = &disk_ops;
+    *out = &d->t;
+    return KPC_OK;
+}
+
 kpc_status kpc_store_tier_open(const kpc_tier_env *env, kpc_tier **out)
 {
     *out = NULL;
     if (env->root == NULL)
         return KPC_E_NOT_FOUND;
-    disk_tier *d = calloc(1, sizeof *d);
-    if (d == NULL)
-        return KPC_E_NOMEM;
-    kpc_status s = kpc_store_open_root(env->root, env->disk_max_bytes, &d->store);
-    if (s != KPC_OK) {
-        free(d);
-        return s;
-    }
-    d->t.ops = &disk_ops;
-    *out = &d->t;
-    return KPC_OK;
+    kpc_store *st;
+    kpc_status s = kpc_store_open_root(env->root, env->disk_max_bytes, &st);
+    return s == KPC_OK ? kpc_store_tier(st, out) : s;
 }
 
 kpc_store *kpc_store_of_tier(kpc_tier *t)

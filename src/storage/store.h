@@ -17,6 +17,15 @@ typedef struct kpc_store kpc_store;
 kpc_status kpc_store_open(const char *dir, uint64_t max_bytes, kpc_store **out);
 /* The same on a root the caller keeps open longer than the store. */
 kpc_status kpc_store_open_root(kpc_root *root, uint64_t max_bytes, kpc_store **out);
+/* The tree of a cache directory several hosts mount (storage/shared_tier.c), opened
+ * and checked as kpc_store_open does. Two things differ, since other hosts write it too:
+ * a staging file is taken for a live writer's until it is KPC_STALE_TMP_MS old (its pid
+ * and start time name a process of another host as often as one of this host), and the
+ * store keeps no size limit and no usage estimate (a walk of a tree on a network file
+ * system in every process would cost more than the cache saves): `kpc prune` on the
+ * directory keeps its size. Its failed writes are logged as warnings: a read-only one
+ * is a choice, not an error. */
+kpc_status kpc_store_open_shared(const char *dir, kpc_store **out);
 void kpc_store_close(kpc_store *st);
 const kpc_root *kpc_store_root(const kpc_store *st);
 /* Host-wide usage estimate, kept in the shm index where there is one. */
@@ -80,7 +89,13 @@ kpc_status kpc_store_clear(kpc_store *st, uint64_t *files_removed, uint64_t *fil
 /* The disk tree as a storage tier (storage/tier.h): the tier owns a store on env->root
  * (KPC_E_NOT_FOUND without a root: no disk level). */
 kpc_status kpc_store_tier_open(const kpc_tier_env *env, kpc_tier **out);
-/* The store behind a disk tier (NULL for another tier). */
+/* A store as a tier with the disk tree's ops (the shared directory's); the tier owns st
+ * from now on, also when this fails (st is then closed). */
+kpc_status kpc_store_tier(kpc_store *st, kpc_tier **out);
+/* The shared directory of KPC_SHARED_DIR as a tier (storage/shared_tier.c): KPC_E_NOT_FOUND
+ * (absent) when the setting is unset; a directory that is missing or refused is logged. */
+kpc_status kpc_shared_tier_open(const kpc_tier_env *env, kpc_tier **out);
+/* The store behind a tier of the disk tree's ops (NULL for another tier). */
 kpc_store *kpc_store_of_tier(kpc_tier *t);
 
 #endif /* KPC_STORAGE_STORE_H */

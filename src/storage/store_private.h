@@ -14,6 +14,7 @@
 struct kpc_store {
     kpc_root *root;
     bool own_root;    /* opened by kpc_store_open: closed with the store */
+    bool shared;      /* a tree other hosts write too (kpc_store_open_shared) */
     uint64_t max_bytes;
     /* usage estimate: in the host index if shared, else here */
     _Atomic uint64_t local_bytes, local_files;

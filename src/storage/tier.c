@@ -3,7 +3,7 @@
  *
  * The table's order is the walk's order: nearest and cheapest first. A tier's open
  * function answers KPC_E_NOT_FOUND when it is not configured (no KPC_PACK_PATH, no
- * KPC_REMOTE): it is then simply absent. A tier that fails to open is logged and left
+ * KPC_SHARED_DIR, no KPC_REMOTE): it is then simply absent. A tier that fails to open is logged and left
  * out; the cache goes on with the others.
  */
 #include "storage/tier.h"
@@ -18,6 +18,7 @@
 
 #define STAT(field) offsetof(kpc_stats, field)
 static const kpc_tier_stats_map pack_stats = {.hits = STAT(pack_hits), .refused = STAT(pack_refused)};
+static const kpc_tier_stats_map shared_stats = {.hits = STAT(shared_hits), .refused = STAT(shared_refused)};
 static const kpc_tier_stats_map remote_stats = {
     .hits = STAT(remote_hits), .misses = STAT(remote_misses), .builds = STAT(remote_builds),
     .waits = STAT(remote_waits), .takeovers = STAT(remote_takeovers), .errors = STAT(remote_errors),
@@ -33,6 +34,7 @@ typedef struct tier_row {
 static const tier_row tier_table[] = {
     {"disk", kpc_store_tier_open, KPC_TIER_WRITABLE | KPC_TIER_HOST_DISK, NULL},
     {"pack", kpc_pack_tier_open, 0, &pack_stats}, /* read-only: after the disk, before a compile */
+    {"shared", kpc_shared_tier_open, KPC_TIER_WRITABLE, &shared_stats}, /* KPC_SHARED_DIR */
     {"redis", kpc_remote_tier_open, KPC_TIER_COORDINATES, &remote_stats}, /* last, coordinating */
 };
 

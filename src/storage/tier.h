@@ -4,6 +4,7 @@
  *
  *   tier 0      disk tree (storage/store.c)         writable
  *   tier 1..    packs of pre-built records          read-only
+ *   then        a directory several hosts share     writable (storage/shared_tier.c)
  *   last        a cluster store (Redis)             writable, coordinating
  *
  * A tier is a `struct kpc_tier` (embedded as the first member of the implementation's
@@ -154,7 +155,7 @@ typedef struct kpc_tier_ops {
 
 struct kpc_tier {
     const kpc_tier_ops *ops;
-    const char *name; /* "disk", "pack", "redis": logs and stats (set from its row) */
+    const char *name; /* "disk", "pack", "shared", "redis": logs and stats (from its row) */
     unsigned flags;   /* enum kpc_tier_flags (set from its row) */
     const kpc_tier_stats_map *stats; /* from its row; NULL: not in kpc_stats */
     uint64_t watch_ns; /* peek: how long a host waiter waits before it looks, and between looks */
