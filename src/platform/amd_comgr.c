@@ -81,23 +81,22 @@ static int cmp_str(const void *a, const void *b)
     return strcmp(*(char *const *)a, *(char *const *)b);
 }
 
-void kpc_comgr_identity_add_device_libs(XXH3_state_t *st, kpc_identity_files *files)
+/* Hash the files of dir whose names end in suffix (name, then content, in name order)
+ * into st; one entry in files stands for the directory: its mtime changes when a package
+ * upgrade replaces a file. */
+static void hash_dir(XXH3_state_t *st, kpc_identity_files *files, const char *dir, const char *suffix)
 {
-    char comgr_path[512];
-    uint8_t id[64];
-    if (kpc_identity_loaded_build_id("libamd_comgr", id, sizeof id, comgr_path, sizeof comgr_path) == 0)
-        return;
-    char dir[600];
-    snprintf(dir, sizeof dir, "%s/amdgcn/bitcode", dirname(comgr_path));
     DIR *d = kpc__opendir(dir);
     if (d == NULL)
         return;
-    char *names[256];
-    size_t n = 0;
+    char *names[512];
+    size_t n = 0, slen = strlen(suffix);
     struct dirent *e;
-    while ((e = readdir(d)) != NULL && n < 256)
-        if (strstr(e->d_name, ".bc") != NULL)
-            names[n++] = strdup(e->d_name);
+    while ((e = readdir(d)) != NULL && n < 512) {
+        size_t len = strlen(e->d_name);
+        if (len > slen && strcmp(e->d_name + len - slen, suffix) == 0 && (names[n] = strdup(e->d_name)))
+            n++;
+    }
     closedir(d);
     qsort(names, n, sizeof names[0], cmp_str);
     for (size_t i = 0; i < n; i++) {
@@ -110,7 +109,6 @@ void kpc_comgr_identity_add_device_libs(XXH3_state_t *st, kpc_identity_files *fi
             XXH3_128bits_update(st, names[i], strlen(names[i]) + 1);
             XXH3_128bits_update(st, buf, size);
             free(buf);
-            /* one entry stands for the directory: its mtime changes when a file does */
         }
         if (fd >= 0)
             close(fd);
@@ -118,6 +116,25 @@ void kpc_comgr_identity_add_device_libs(XXH3_state_t *st, kpc_identity_files *fi
     }
     if (files->count < 32)
         strlcpy(files->paths[files->count++], dir, sizeof files->paths[0]);
+}
+
+void kpc_comgr_identity_add_device_libs(XXH3_state_t *st, kpc_identity_files *files)
+{
+    char comgr_path[512];
+    uint8_t id[64];
+    if (kpc_identity_loaded_build_id("libamd_comgr", id, sizeof id, comgr_path, sizeof comgr_path) == 0)
+        return;
+    char dir[600];
+    snprintf(dir, sizeof dir, "%s/amdgcn/bitcode", dirname(comgr_path));
+    hash_dir(st, files, dir, ".bc");
+}
+
+void kpc_comgr_identity_add_hip_headers(XXH3_state_t *st, kpc_identity_files *files, const char *hip_dir)
+{
+    char detail[700];
+    snprintf(detail, sizeof detail, "%samd_detail", hip_dir);
+    hash_dir(st, files, hip_dir, ".h");
+    hash_dir(st, files, detail, ".h");
 }
 
 /* ---- targets ------------------------------------------------------------------------ */

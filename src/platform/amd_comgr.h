@@ -30,5 +30,9 @@ kpc_status kpc_comgr_target_normalize(const kpc_root *root, const char *platform
  * loaded comgr, where they are files) into st, and remember their directory in files. */
 struct XXH3_state_s;
 void kpc_comgr_identity_add_device_libs(struct XXH3_state_s *st, kpc_identity_files *files);
+/* Hash the HIP headers of hip_dir ("<dir>/hip/": its headers and amd_detail/'s) into st
+ * and remember both directories in files: for a platform that compiles them from disk. */
+void kpc_comgr_identity_add_hip_headers(struct XXH3_state_s *st, kpc_identity_files *files,
+                                        const char *hip_dir);
 
 #endif /* KPC_PLATFORM_AMD_COMGR_H */
