@@ -15,11 +15,11 @@
  *
  * Traps of comgr 2.4 (ROCm 5.2) handled here: a target it does not know crashes it
  * (platform/amd_comgr.c validates every target first); its logs are not
- * NUL-terminated; it is not safe to call from several threads (its actions share
- * LLVM's global state; later comgr versions take a lock inside), so compiles are
- * serialized and parallel_compiles stays false. Name expressions are hipRTC's way:
- * each is instantiated by a constant of the source, then found among the executable's
- * symbols by its demangled name.
+ * NUL-terminated; it is not safe to call from several threads (8 threads compiling at
+ * once gave objects other than the serial ones, which are stable; later comgr versions
+ * lock inside), so compiles are serialized and parallel_compiles stays false. Name
+ * expressions are hipRTC's way: each is instantiated by a constant of the source, then
+ * found among the executable's symbols by its demangled name.
  */
 #define _GNU_SOURCE
 #include "platform/amd_comgr.h"
