@@ -185,7 +185,9 @@ static int cg_create(void **out, const char *code, const char *name, const kpc_s
     p->src = src;
     p->code_len = strlen(code);
     p->code = strdup(code);
-    p->name = strdup(name);
+    /* comgr writes the source to <its temporary dir>/input/<name>: the base name alone */
+    const char *base = strrchr(name, '/') ? strrchr(name, '/') + 1 : name;
+    p->name = strdup(strcmp(base, "") && strcmp(base, ".") && strcmp(base, "..") ? base : "kpc_source.hip");
     if (p->code == NULL || p->name == NULL) {
         free(p->code);
         free(p->name);
