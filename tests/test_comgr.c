@@ -69,8 +69,7 @@ static bool has_symbol(const unsigned char *p, size_t size, const char *sym)
 START_TEST(compiles_a_gfx90a_object_with_the_kernels)
 {
     kpc_cache *c = ts_open(mf_dir, 0, 0);
-    kpc_context *ctx = NULL;
-    ck_assert_int_eq(kpc_context_create_for_target(c, "gfx90a", &ctx), KPC_OK);
+    kpc_context *ctx = ts_context(c); /* gfx90a: ts_target() */
     const char *exprs[] = {"kpc_comgr_twice<float>", "&kpc_comgr_twice<int>"};
     kpc_source src = ts_src(kernels, "scale.hip");
     src.name_expressions = exprs;
@@ -135,8 +134,7 @@ START_TEST(second_get_is_a_hit_with_the_same_bytes)
     size_t first_size = 0, again_size = 0;
     for (int round = 0; round < 2; round++) { /* a fresh cache handle: the disk tier answers */
         kpc_cache *c = ts_open(mf_dir, 0, 0);
-        kpc_context *ctx = NULL;
-        ck_assert_int_eq(kpc_context_create_for_target(c, "gfx90a", &ctx), KPC_OK);
+        kpc_context *ctx = ts_context(c); /* gfx90a: ts_target() */
         void *code = ts_get_code(ctx, &src, round ? &again_size : &first_size);
         *(round ? &again : &first) = code;
         ck_assert_uint_eq(stats_of(c).builds, round ? 0 : 1);
@@ -169,8 +167,7 @@ START_TEST(a_header_read_from_disk_is_a_dependency)
             mf_settle();
         }
         kpc_cache *c = ts_open(mf_dir, 0, 0);
-        kpc_context *ctx = NULL;
-        ck_assert_int_eq(kpc_context_create_for_target(c, "gfx90a", &ctx), KPC_OK);
+        kpc_context *ctx = ts_context(c); /* gfx90a: ts_target() */
         code[round] = ts_get_code(ctx, &src, &size[round]);
         /* built, then a hit while the header stands, then built again once it changed */
         ck_assert_uint_eq(stats_of(c).builds, round == 1 ? 0 : 1);
@@ -187,8 +184,7 @@ END_TEST
 START_TEST(in_memory_headers_are_included)
 {
     kpc_cache *c = ts_open(mf_dir, 0, 0);
-    kpc_context *ctx = NULL;
-    ck_assert_int_eq(kpc_context_create_for_target(c, "gfx90a", &ctx), KPC_OK);
+    kpc_context *ctx = ts_context(c); /* gfx90a: ts_target() */
     const char *names[] = {"offset.h"}, *bodies[] = {"#define OFFSET 7\n"};
     kpc_source src = ts_src("#include \"offset.h\"\n"
                             "extern \"C\" __global__ void kpc_comgr_add(int *x) { x[threadIdx.x] += OFFSET; }\n",
@@ -209,8 +205,7 @@ END_TEST
 START_TEST(compile_error_returns_the_log)
 {
     kpc_cache *c = ts_open(mf_dir, 0, 0);
-    kpc_context *ctx = NULL;
-    ck_assert_int_eq(kpc_context_create_for_target(c, "gfx90a", &ctx), KPC_OK);
+    kpc_context *ctx = ts_context(c); /* gfx90a: ts_target() */
     /* a name with directories: comgr is given its base name (it writes the source there) */
     kpc_source src = ts_src("extern \"C\" __global__ void kpc_comgr_bad(int *x) { x[0] = kpc_no_such_name; }\n",
                             "../../src/bad.hip");
