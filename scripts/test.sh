@@ -1,14 +1,15 @@
 #!/usr/bin/env bash
 # test.sh - every test, in passes: the suite as built (plain), again under AddressSanitizer
-# and UndefinedBehaviorSanitizer, the threaded tests under ThreadSanitizer, and the NVIDIA
-# platform build where CUDA is installed, and the libFuzzer targets (scripts/fuzz.sh, clang-14)
+# and UndefinedBehaviorSanitizer, the threaded tests under ThreadSanitizer, the NVIDIA
+# platform build where CUDA is installed, the comgr platform build (HIP through comgr
+# alone: its own tests) where comgr's header is installed, and the libFuzzer targets (scripts/fuzz.sh, clang-14)
 # for a bounded time. Then a check that no test left anything behind:
 # a shared-memory segment, a file in /tmp, or a process. As root the tests run with a
 # private, empty /tmp and /dev/shm (a mount namespace; a checkout under /tmp is carried
 # into it), so whatever is there afterwards is theirs; elsewhere what of this user
 # appeared in /tmp (kpc-*) and /dev/shm during the run counts. Ends with one verdict line
 # over everything, which CI reads:
-#   kpc tests: 590 passed, 9 skipped, 0 failed (plain, asan+ubsan, tsan, nvidia: skipped, fuzz)
+#   kpc tests: 590 passed, 9 skipped, 0 failed (plain, asan+ubsan, tsan, nvidia: skipped, comgr, fuzz)
 # preceded by one line per skip with its reason. A skip is a test case that printed
 # "CASE: skipped: REASON", a test that CTest reports skipped (it printed "skipped: REASON"),
 # or a pass that could not run here; a skip that names no reason is a failure. Counted
@@ -28,10 +29,10 @@ set -uo pipefail
 cd "$(dirname "$0")/.."
 root=$PWD
 jobs=$(nproc)
-passes=(plain asan tsan nvidia fuzz)
+passes=(plain asan tsan nvidia comgr fuzz)
 # KPC_TEST_PASSES="plain tsan": only those (a quick run; the verdict names what ran)
 [ -z "${KPC_TEST_PASSES:-}" ] || read -r -a passes <<<"$KPC_TEST_PASSES"
-declare -A pass_title=([plain]="plain" [asan]="asan+ubsan" [tsan]="tsan" [nvidia]="nvidia" [fuzz]="fuzz")
+declare -A pass_title=([plain]="plain" [asan]="asan+ubsan" [tsan]="tsan" [nvidia]="nvidia" [comgr]="comgr" [fuzz]="fuzz")
 
 setup=1 verbose=()
 while (($#)); do
@@ -229,6 +230,26 @@ pass_nvidia() {
   scripts/test-nvidia.sh 2>&1 | tee "$log"
   count "$log" "${KPC_NVIDIA_BUILD_DIR:-build-nvidia}" nvidia
   rm -f "$log"
+}
+
+pass_comgr() {
+  if [ ! -f /usr/include/amd_comgr.h ] && [ ! -f /opt/rocm/include/amd_comgr.h ] &&
+     [ ! -f /opt/rocm/include/amd_comgr/amd_comgr.h ]; then
+    skip_pass "no comgr header (libamd-comgr-dev)"; return 0
+  fi
+  echo "== build-comgr/: the comgr platform (HIP through comgr alone, no hipRTC)"
+  # only what its tests run: the library, the tool and test_comgr
+  local log=$logs/build-comgr.log
+  if ! { cmake -S . -B build-comgr -DKPC_PLATFORM=comgr -DCMAKE_BUILD_TYPE=RelWithDebInfo \
+           -DKPC_BUILD_BENCH=OFF -DKPC_BUILD_MAN=OFF >"$log" 2>&1 &&
+         cmake --build build-comgr -j"$jobs" --target kpc_tool kpc-shm-reset test_comgr >>"$log" 2>&1; }; then
+    tail -n 60 "$log"; rm -f "$log"
+    total_failed=$((total_failed + 1))
+    summary+=("comgr: build failed")
+    return 0
+  fi
+  rm -f "$log"
+  run_ctest build-comgr -L comgr
 }
 
 pass_fuzz() {

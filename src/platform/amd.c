@@ -5,29 +5,26 @@
  * warm hit and the tools never pay their ~19 ms load, and run where ROCm is absent.
  *
  * Traps of hipRTC 5.2 handled here: a target comgr does not know crashes inside comgr,
- * so every target is validated against comgr's ISA list first; the program log is not
- * NUL-terminated; hiprtcVersion is a constant 9.0, so the identity is built from the
- * build ids of the libraries that compile; the compile holds a global lock anyway, so
- * compiles are serialized here too (one place to reason about). The compile's steps and
+ * so every target is validated against comgr's ISA list first (platform/amd_comgr.c,
+ * shared with the comgr platform); the program log is not NUL-terminated;
+ * hiprtcVersion is a constant 9.0, so the identity is built from the build ids of the
+ * libraries that compile; the compile holds a global lock anyway, so compiles are
+ * serialized here too (one place to reason about). The compile's steps and
  * their failures are platform/compile.c's; this file gives it hipRTC's calls.
  */
 #define _GNU_SOURCE
 #define __HIP_PLATFORM_AMD__ 1
+#include "platform/amd_comgr.h"
 #include "platform/amd_deps.h"
 #include "platform/compile.h"
 #include "platform/identity.h"
 #include "base/fault.h"
 #include "base/log.h"
 
-#include <bsd/string.h>
-#include <dirent.h>
 #include <dlfcn.h>
 #include <errno.h>
-#include <fcntl.h>
 #include <hip/hip_runtime_api.h>
 #include <hip/hiprtc.h>
-#include <amd_comgr.h>
-#include <libgen.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -37,7 +34,7 @@
 
 /* ---- lazily loaded entry points ----------------------------------------------------- */
 static struct {
-    void *hip, *rtc, *comgr, *builtins; /* rtc: libhiprtc, or the same handle as hip */
+    void *hip, *rtc, *builtins; /* rtc: libhiprtc, or the same handle as hip */
     hiprtcResult (*create)(hiprtcProgram *, const char *, const char *, int, const char **, const char **);
     hiprtcResult (*add_name)(hiprtcProgram, const char *);
     hiprtcResult (*compile)(hiprtcProgram, int, const char **);
@@ -56,11 +53,7 @@ static struct {
     hipError_t (*module_unload)(hipModule_t);
     hipError_t (*module_function)(hipFunction_t *, hipModule_t, const char *);
     const char *(*hip_error)(hipError_t);
-    int (*isa_count)(size_t *);
-    int (*isa_name)(size_t, const char **);
-    int (*isa_metadata)(const char *, amd_comgr_metadata_node_t *);
-    int (*destroy_metadata)(amd_comgr_metadata_node_t);
-    kpc_status hip_status, comgr_status;
+    kpc_status hip_status;
 } amd;
 
 /* The name a HIP call has after the headers' macros (hipGetDeviceProperties is
@@ -68,7 +61,7 @@ static struct {
 #define KPC_SYMBOL_NAME(call) KPC_SYMBOL_NAME_OF(call)
 #define KPC_SYMBOL_NAME_OF(name) #name
 
-static pthread_once_t hip_once = PTHREAD_ONCE_INIT, comgr_once = PTHREAD_ONCE_INIT;
+static pthread_once_t hip_once = PTHREAD_ONCE_INIT;
 static pthread_mutex_t compile_lock = PTHREAD_MUTEX_INITIALIZER;
 
 #define LOAD(lib, field, name)                                                                 \
@@ -82,9 +75,9 @@ static pthread_mutex_t compile_lock = PTHREAD_MUTEX_INITIALIZER;
 
 /* The sonames of each ROCm generation, newest first; the unversioned development links
  * last. hipRTC lived inside libamdhip64 up to ROCm 6 (6 also ships libhiprtc.so.6) and is
- * only in libhiprtc.so.7 since ROCm 7.0; comgr is libamd_comgr.so.2 in ROCm 5 and 6 and
- * libamd_comgr.so.3 in ROCm 7. The first HIP runtime that opens picks the generation;
- * hipRTC comes from that generation's libhiprtc if it has one, else from the runtime. */
+ * only in libhiprtc.so.7 since ROCm 7.0 (comgr's sonames: platform/amd_comgr.c). The
+ * first HIP runtime that opens picks the generation; hipRTC comes from that
+ * generation's libhiprtc if it has one, else from the runtime. */
 static const struct rocm_sonames {
     const char *hip, *hiprtc, *builtins;
 } rocm_sonames[] = {
@@ -93,17 +86,6 @@ static const struct rocm_sonames {
     {"libamdhip64.so.5", NULL, "libhiprtc-builtins.so.5"},
     {"libamdhip64.so", "libhiprtc.so", "libhiprtc-builtins.so"},
 };
-static const char *const comgr_sonames[] = {"libamd_comgr.so.3", "libamd_comgr.so.2", "libamd_comgr.so", NULL};
-
-static void *open_first(const char *const *names)
-{
-    for (; *names; names++) {
-        void *h = dlopen(*names, RTLD_NOW | RTLD_LOCAL);
-        if (h)
-            return h;
-    }
-    return NULL;
-}
 
 static void *open_one(const char *name)
 {
@@ -150,22 +132,7 @@ static kpc_status load_hip_symbols(void)
     return KPC_OK;
 }
 
-static kpc_status load_comgr_symbols(void)
-{
-    amd.comgr = open_first(comgr_sonames);
-    if (amd.comgr == NULL) {
-        KPC_LOG(KPC_LOG_ERROR, "cannot load comgr (libamd_comgr.so.3 or .2): %s", dlerror());
-        return KPC_E_UNAVAILABLE;
-    }
-    LOAD(comgr, isa_count, "amd_comgr_get_isa_count");
-    LOAD(comgr, isa_name, "amd_comgr_get_isa_name");
-    LOAD(comgr, isa_metadata, "amd_comgr_get_isa_metadata");
-    LOAD(comgr, destroy_metadata, "amd_comgr_destroy_metadata");
-    return KPC_OK;
-}
-
 static void load_hip(void) { amd.hip_status = load_hip_symbols(); }
-static void load_comgr(void) { amd.comgr_status = load_comgr_symbols(); }
 
 static kpc_status need_hip(void)
 {
@@ -173,58 +140,7 @@ static kpc_status need_hip(void)
     return amd.hip_status;
 }
 
-static kpc_status need_comgr(void)
-{
-    pthread_once(&comgr_once, load_comgr);
-    return amd.comgr_status;
-}
-
 /* ---- identity ----------------------------------------------------------------------- */
-static int cmp_str(const void *a, const void *b)
-{
-    return strcmp(*(char *const *)a, *(char *const *)b);
-}
-
-/* The device libraries comgr links into every object: beside comgr, amdgcn/bitcode. */
-static void add_device_libs(XXH3_state_t *st, kpc_identity_files *files)
-{
-    char comgr_path[512];
-    uint8_t id[64];
-    if (kpc_identity_loaded_build_id("libamd_comgr", id, sizeof id, comgr_path, sizeof comgr_path) == 0)
-        return;
-    char dir[600];
-    snprintf(dir, sizeof dir, "%s/amdgcn/bitcode", dirname(comgr_path));
-    DIR *d = kpc__opendir(dir);
-    if (d == NULL)
-        return;
-    char *names[256];
-    size_t n = 0;
-    struct dirent *e;
-    while ((e = readdir(d)) != NULL && n < 256)
-        if (strstr(e->d_name, ".bc") != NULL)
-            names[n++] = strdup(e->d_name);
-    closedir(d);
-    qsort(names, n, sizeof names[0], cmp_str);
-    for (size_t i = 0; i < n; i++) {
-        char path[1200];
-        snprintf(path, sizeof path, "%s/%s", dir, names[i]);
-        int fd = kpc_open_regular(AT_FDCWD, path, O_RDONLY, 0, NULL); /* never blocks on a FIFO */
-        void *buf;
-        size_t size;
-        if (fd >= 0 && kpc__read_fd(fd, 64u << 20, &buf, &size) == KPC_OK) {
-            XXH3_128bits_update(st, names[i], strlen(names[i]) + 1);
-            XXH3_128bits_update(st, buf, size);
-            free(buf);
-            /* one entry stands for the directory: its mtime changes when a file does */
-        }
-        if (fd >= 0)
-            close(fd);
-        free(names[i]);
-    }
-    if (files->count < 32)
-        strlcpy(files->paths[files->count++], dir, sizeof files->paths[0]);
-}
-
 /* hipRTC turns these into hidden compile options */
 static const char *const amd_key_env[] = {"GPU_ENABLE_WAVE32_MODE", "GPU_ENABLE_WGP_MODE", NULL};
 
@@ -232,9 +148,10 @@ static kpc_status amd_identity(const kpc_root *root, uint8_t id[16], char *desc,
 {
     desc[0] = '\0';
     if (!kpc_identity_recall(root, "amd", id)) {
+        void *comgr;
         kpc_status s = need_hip();
         if (s == KPC_OK)
-            s = need_comgr();
+            s = kpc_comgr_open(&comgr);
         if (s != KPC_OK)
             return s;
         XXH3_state_t st;
@@ -246,7 +163,7 @@ static kpc_status amd_identity(const kpc_root *root, uint8_t id[16], char *desc,
         kpc_identity_add_build_id(&st, &files, "libamd_comgr", desc, desc_cap);
         kpc_identity_add_build_id(&st, &files, "libLLVM", desc, desc_cap);
         kpc_identity_add_build_id(&st, &files, "libhiprtc-builtins", desc, desc_cap);
-        add_device_libs(&st, &files);
+        kpc_comgr_identity_add_device_libs(&st, &files);
         XXH128_canonicalFromHash((XXH128_canonical_t *)id, XXH3_128bits_digest(&st));
         kpc_identity_remember(root, "amd", &files, id);
         KPC_LOG(KPC_LOG_INFO, "compiler identity: %s", desc);
@@ -255,103 +172,10 @@ static kpc_status amd_identity(const kpc_root *root, uint8_t id[16], char *desc,
 }
 
 /* ---- targets ------------------------------------------------------------------------ */
-#define ISA_PREFIX "amdgcn-amd-amdhsa--"
-
-/* Canonical form: processor, then sramecc, then xnack, each feature once with + or -. */
-static kpc_status canonical_target(const char *in, char *out, size_t cap)
-{
-    char proc[32] = "", sramecc = 0, xnack = 0;
-    const char *p = in;
-    if (strncmp(p, ISA_PREFIX, strlen(ISA_PREFIX)) == 0)
-        p += strlen(ISA_PREFIX);
-    size_t len = strcspn(p, ":");
-    if (len == 0 || len >= sizeof proc)
-        return KPC_E_INVALID;
-    memcpy(proc, p, len);
-    for (size_t i = 0; i < len; i++)
-        if (!((proc[i] >= 'a' && proc[i] <= 'z') || (proc[i] >= '0' && proc[i] <= '9')))
-            return KPC_E_INVALID;
-    p += len;
-    while (*p == ':') {
-        p++;
-        size_t flen = strcspn(p, ":");
-        if (flen < 2)
-            return KPC_E_INVALID;
-        char sign = p[flen - 1];
-        if (sign != '+' && sign != '-')
-            return KPC_E_INVALID;
-        char *slot = flen - 1 == 7 && strncmp(p, "sramecc", 7) == 0 ? &sramecc
-                     : flen - 1 == 5 && strncmp(p, "xnack", 5) == 0 ? &xnack
-                                                                     : NULL;
-        if (slot == NULL || *slot != 0)
-            return KPC_E_INVALID;
-        *slot = sign;
-        p += flen;
-    }
-    if (*p != '\0')
-        return KPC_E_INVALID;
-    int n = snprintf(out, cap, "%s%s%s%s%s", proc, sramecc ? ":sramecc" : "",
-                     sramecc ? (char[]){sramecc, 0} : "", xnack ? ":xnack" : "",
-                     xnack ? (char[]){xnack, 0} : "");
-    return n > 0 && (size_t)n < cap ? KPC_OK : KPC_E_INVALID;
-}
-
-static void log_supported(const char *target)
-{
-    /* lines of at most 80 columns: comgr knows 30 to 60 processors (and, from ROCm 6,
-     * generic targets with longer names: gfx10-3-generic) */
-    char list[4096] = "";
-    size_t n = 0, line = 80;
-    amd.isa_count(&n);
-    for (size_t i = 0; i < n; i++) {
-        const char *name = NULL;
-        if (amd.isa_name(i, &name) == 0 && name) {
-            if (strncmp(name, ISA_PREFIX, strlen(ISA_PREFIX)) == 0)
-                name += strlen(ISA_PREFIX);
-            size_t used = strlen(list), len = strlen(name);
-            bool wrap = line + 1 + len > 80;
-            snprintf(list + used, sizeof list - used, "%s%s", wrap ? "\n    " : " ", name);
-            line = wrap ? 4 + len : line + 1 + len;
-        }
-    }
-    KPC_LOG(KPC_LOG_ERROR, "target \"%s\" is not supported by this comgr, which supports:%s\n"
-            "    (with :sramecc+/- and :xnack+/- where the processor has them)", target, list);
-}
-
 static kpc_status amd_target_normalize(const kpc_root *root, const uint8_t id[16], const char *target,
                                        char *out, size_t cap)
 {
-    if (canonical_target(target, out, cap) != KPC_OK) {
-        KPC_LOG(KPC_LOG_ERROR, "target \"%s\" is malformed (e.g. gfx90a or gfx90a:sramecc+:xnack-)", target);
-        return KPC_E_INVALID;
-    }
-    if (kpc_platform_targets_known(root, "amd", id, out))
-        return KPC_OK;
-    kpc_status s = need_comgr();
-    if (s != KPC_OK)
-        return s;
-    /* the processor must be one comgr lists: compiling for any other crashes comgr */
-    size_t n = 0, plen = strcspn(out, ":");
-    bool listed = false;
-    amd.isa_count(&n);
-    for (size_t i = 0; i < n && !listed; i++) {
-        const char *name = NULL;
-        if (amd.isa_name(i, &name) != 0 || name == NULL)
-            continue;
-        if (strncmp(name, ISA_PREFIX, strlen(ISA_PREFIX)) == 0)
-            name += strlen(ISA_PREFIX);
-        listed = strlen(name) == plen && strncmp(name, out, plen) == 0;
-    }
-    char full[128];
-    snprintf(full, sizeof full, ISA_PREFIX "%s", out);
-    amd_comgr_metadata_node_t meta;
-    if (!listed || amd.isa_metadata(full, &meta) != 0) {
-        log_supported(target);
-        return KPC_E_INVALID;
-    }
-    amd.destroy_metadata(meta);
-    kpc_platform_targets_remember(root, "amd", id, out);
-    return KPC_OK;
+    return kpc_comgr_target_normalize(root, "amd", id, target, out, cap);
 }
 
 /* ---- compile: hipRTC's calls for platform/compile.c ------------------------------------ */

@@ -17,7 +17,8 @@
  * comes from libhiprtc-builtins (in the compiler identity), so everything under <tmp>
  * is left out. So are the files of the compiler's own installation, which its identity
  * covers (an upgrade changes the build ids it is made of): the HIP headers beside the
- * loaded libamdhip64 (<prefix>/include/hip/ for <prefix>/lib/.../libamdhip64.so) and
+ * loaded libamdhip64 (<prefix>/include/hip/ for <prefix>/lib/.../libamdhip64.so; the
+ * system's, hashed into its identity, on the comgr platform) and
  * clang's resource headers (.../clang/<version>/include/). Every other file (user
  * headers, host system headers such as libstdc++'s <type_traits>) is a dependency.
  * Without this, every source that includes <hip/hip_runtime.h> would pay a stat per
@@ -59,27 +60,53 @@ size_t kpc_amd_deps_options(const char *depfile, const char **opts)
     return KPC_AMD_DEPS_OPTIONS;
 }
 
-/* The HIP headers of the loaded runtime: "<prefix>/include/hip/", set once. */
+/* The HIP headers of the compiler's installation, "<dir>/hip/", set once: beside the
+ * loaded libamdhip64 (<prefix>/include/hip/); where no HIP runtime is loaded (the comgr
+ * platform, whose compiles include them from disk), those clang finds in the system
+ * include directories, which that platform's identity hashes. */
 static char hip_headers[4200];
 static pthread_once_t hip_headers_once = PTHREAD_ONCE_INIT;
 
-static void find_hip_headers(void)
+static bool hip_headers_of_runtime(void)
 {
     char loaded[4096], path[PATH_MAX];
     uint8_t id[64];
     /* the real path: the loader may name it through a link (/lib -> usr/lib) */
     if (kpc_identity_loaded_build_id("libamdhip64", id, sizeof id, loaded, sizeof loaded) == 0 ||
         realpath(loaded, path) == NULL)
-        return;
+        return false;
     /* <prefix>/lib/..., <prefix>/lib64/... or <prefix>/lib/<multiarch>/... */
     char *lib = strstr(path, "/lib");
     for (char *next = lib; next; next = strstr(next + 1, "/lib"))
         if (strncmp(next, "/lib/", 5) == 0 || strncmp(next, "/lib64/", 7) == 0)
             lib = next;
     if (lib == NULL || lib == path)
-        return;
+        return false;
     *lib = '\0';
     snprintf(hip_headers, sizeof hip_headers, "%s/include/hip/", path);
+    return true;
+}
+
+static void find_hip_headers(void)
+{
+    static const char *const system_dirs[] = {"/usr/local/include", "/usr/include"};
+    if (hip_headers_of_runtime())
+        return;
+    for (size_t i = 0; i < sizeof system_dirs / sizeof system_dirs[0]; i++) {
+        char header[256], real[PATH_MAX];
+        snprintf(header, sizeof header, "%s/hip/hip_runtime.h", system_dirs[i]);
+        if (realpath(header, real) != NULL) {
+            *strrchr(real, '/') = '\0';
+            snprintf(hip_headers, sizeof hip_headers, "%s/", real);
+            return;
+        }
+    }
+}
+
+const char *kpc_amd_deps_hip_headers(void)
+{
+    pthread_once(&hip_headers_once, find_hip_headers);
+    return hip_headers[0] ? hip_headers : NULL;
 }
 
 /* A file of the compiler's own installation (its identity covers it). The test is on
@@ -89,8 +116,7 @@ static bool installed(const char *given)
 {
     char real[PATH_MAX];
     const char *path = realpath(given, real) ? real : given;
-    pthread_once(&hip_headers_once, find_hip_headers);
-    if (hip_headers[0] && strncmp(path, hip_headers, strlen(hip_headers)) == 0)
+    if (kpc_amd_deps_hip_headers() && strncmp(path, hip_headers, strlen(hip_headers)) == 0)
         return true;
     /* clang's resource headers: .../clang/<version>/include/... */
     for (const char *p = strstr(path, "/clang/"); p; p = strstr(p + 1, "/clang/")) {

@@ -20,4 +20,9 @@ size_t kpc_amd_deps_options(const char *depfile, const char **opts);
  * none). KPC_E_NOT_FOUND when the compile wrote no usable file (dependencies unknown). */
 kpc_status kpc_amd_deps_collect(const char *depfile, char ***paths, size_t *n);
 
+/* The directory of the HIP headers the compiler's identity covers ("<dir>/hip/"), or
+ * NULL: beside the loaded libamdhip64, else (no HIP runtime loaded) the system's
+ * <hip/hip_runtime.h>. Their files are never dependencies. */
+const char *kpc_amd_deps_hip_headers(void);
+
 #endif /* KPC_PLATFORM_AMD_DEPS_H */

@@ -1,7 +1,7 @@
 /*
  * platform.h - the seam between the cache and a compiler + device runtime. One platform
- * is built in (platform/amd.c: hipRTC + HIP; platform/nvidia.c: NVRTC + the CUDA driver);
- * tests install a fake one. What every platform shares lives once: the compile steps in
+ * is built in (platform/amd.c: hipRTC + HIP; platform/nvidia.c: NVRTC + the CUDA driver;
+ * platform/comgr.c: comgr alone, no device runtime); tests install a fake one. What every platform shares lives once: the compile steps in
  * platform/compile.c, the identity memo in platform/identity.c, the lowered-name table
  * in platform/names.c, the target memo here (platform/platform.c), what each
  * option means in platform/options.c. A platform file keeps only its own API calls.
@@ -44,7 +44,7 @@ typedef struct kpc_build {
 void kpc_platform_build_free(kpc_build *b);
 
 typedef struct kpc_platform {
-    const char *name; /* "amd", "nvidia", "fake" */
+    const char *name; /* "amd", "nvidia", "comgr", "fake" */
     /* Identity of the compiler: 16 bytes that change whenever the compiler or its libraries
      * change. Records carry it (`kpc prune --stale` compares it). root (may be NULL)
      * remembers it between processes so that a warm hit needs no compiler load. */
