@@ -153,7 +153,8 @@ typedef struct kpc_stats {
      * as damaged (each then built) */
     uint64_t pack_hits, pack_refused;
     /* this process: requests answered with a compile error kept in the cache (its log
-     * read back, no compile run; build_failures counts the compiles that failed) */
+     * read back from any tier, another host's through the cluster tier included; no
+     * compile run; build_failures counts the compiles that failed) */
     uint64_t cached_failures;
 } kpc_stats;
 

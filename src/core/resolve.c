@@ -348,7 +348,8 @@ static kpc_status coordinate(kpc_context *ctx, const kpc_key *key, kpc_claim *cl
         *log = log_text(&res.rec);
         kpc_claim_finish(claim, KPC_CLAIM_FAILED, NULL, NULL, NULL);
         kpc_record_free(&res.rec);
-        atomic_fetch_add_explicit(&ctx->cache->build_failures, 1, memory_order_relaxed);
+        /* answered from the cluster, compiled by nobody here: a cached failure */
+        atomic_fetch_add_explicit(&ctx->cache->cached_failures, 1, memory_order_relaxed);
         return KPC_E_COMPILE;
     }
     return KPC_E_NOT_FOUND; /* BUILD: the lease is in the claim */
