@@ -62,6 +62,7 @@ static kpc_status prog_from_record(const kpc_key *key, kpc_record *rec, kpc_prog
     b.names_size = rec->names_size;
     b.code = rec->payload; /* the code is the head of the payload: keep it */
     b.code_size = rec->code_size;
+    b.bitcode = (rec->flags & KPC_RECORD_BITCODE) != 0;
     rec->payload = NULL;
     kpc_status s = kpc_program_new(key, &b, out);
     if (s != KPC_OK)
@@ -269,6 +270,7 @@ static kpc_status build(kpc_context *ctx, const kpc_key *key, const kpc_source *
             src->name ? src->name : "(unnamed)", ctx->target, (double)(kpc__now_ns() - t0) / 1e6,
             b.code_size, b.num_deps);
     fill_record(&rec, ctx, &object, src, KPC_RECORD_CODE);
+    rec.flags = b.bitcode ? KPC_RECORD_BITCODE : 0;
     rec.code_size = b.code_size;
     rec.names_size = b.names_size;
     /* the request beside the object, for `kpc replay`; failing to encode it costs only
@@ -479,6 +481,14 @@ static kpc_status resolve(kpc_context *ctx, const kpc_key *key, const kpc_source
         return s;
     const kpc_platform *pf = ctx->cache->platform;
     kpc_program *p = *out;
+    if (p->bitcode) { /* for a link step, not a device: a compile-only context hands it out */
+        KPC_LOG(KPC_LOG_ERROR, "%s gives LLVM bitcode for %s (relocatable device code), which no "
+                "device loads: use a compile-only context", src->name ? src->name : "(unnamed)",
+                ctx->target);
+        kpc_program_release(p);
+        *out = NULL;
+        return KPC_E_INVALID;
+    }
     s = pf->module_load(ctx->device, p->code, p->code_size, &p->module);
     if (s == KPC_E_CORRUPT && from_disk) {
         char hex[KPC_KEY_HEX];

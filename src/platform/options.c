@@ -68,14 +68,15 @@ static const row hiprtc_rows[] = {
     /* the caller's own dependency output */
     {"-M", PREFIX, KPC_OPTION_DEPFILE, 0},
     /* never keyed */
-    FORWARD("-fgpu-rdc"), FORWARD("-fsave"), FORWARD("-fsanitize"), FORWARD("-fprofile"),
+    FORWARD("-fsave"), FORWARD("-fsanitize"), FORWARD("-fprofile"),
     FORWARD("-fcoverage"), FORWARD("-fplugin"), FORWARD("-fmodule"), FORWARD("-fdebug-prefix"),
     FORWARD("-fembed"), FORWARD("-Wp,"), FORWARD("-Wl,"), FORWARD("-Wa,"), FORWARD("-gsplit"),
     FORWARD("-mtune"), FORWARD("-save-temps"),
     /* known to change only the compile, said wholly in the option's text */
     KEY("-D"), KEY("-U"), KEY("-O"), KEY("-std="), KEY("--std="), KEY("-W"), KEY("-w"), KEY("-f"),
     KEY("-m"), KEY("-g"), KEY("--define-macro="), KEY("--undefine-macro="),
-    /* a launch bound, and optimization remarks (they go to the log, kept with the object) */
+    /* a launch bound, and optimization remarks (they go to the log, kept with the object);
+     * -fgpu-rdc (under -f): its bitcode is a record of its own kind (storage/record.h) */
     KEY("--gpu-max-threads-per-block="), KEY("-Rpass"),
     {NULL, EXACT, KPC_OPTION_OTHER, 0}};
 
