@@ -236,7 +236,8 @@ KPC_API void kpc_context_destroy(kpc_context *ctx);
  * found), is returned but not cached. A request that reads no file is as fast as before.
  * @param out receives a reference; release it with kpc_program_release().
  * @return KPC_OK; KPC_E_INVALID (NULL argument, empty source, an option that sets the
- *         target, a cache opened by the parent of this fork child); KPC_E_COMPILE (*out is NULL, kpc_last_log() holds the compiler's log);
+ *         target, a cache opened by the parent of this fork child, a device context asked
+ *         for -fgpu-rdc where hipRTC gives bitcode); KPC_E_COMPILE (*out is NULL, kpc_last_log() holds the compiler's log);
  *         KPC_E_HIP (the runtime refused a freshly built object); KPC_E_UNAVAILABLE;
  *         KPC_E_NOMEM.
  */
@@ -275,7 +276,9 @@ KPC_API kpc_status kpc_program_retain(kpc_program *prog);
 KPC_API void kpc_program_release(kpc_program *prog);
 
 /**
- * The code object bytes (AMDGPU ELF, cubin or PTX); valid while a reference is held.
+ * The code object bytes (AMDGPU ELF, cubin or PTX; LLVM bitcode for -fgpu-rdc where
+ * hipRTC gives it, ROCm 5.3 and later, which only a compile-only context hands out);
+ * valid while a reference is held.
  * @param size receives the size; may be NULL. Returns NULL for NULL prog.
  */
 KPC_API const void *kpc_program_code(const kpc_program *prog, size_t *size);

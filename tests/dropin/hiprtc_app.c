@@ -14,7 +14,7 @@
  * corpus (the cases a warm run must answer without a compile: a warning log under -Wall,
  * -Rpass remarks, a name expression hipRTC cannot lower, names asked that were not added
  * or NULL, --gpu-max-threads-per-block, an empty option, a compile error, a NULL
- * program name, -fgpu-rdc: its bitcode, OUTDIR/N.bc, where hipRTC gives bitcode).
+ * program name, -fgpu-rdc: its bitcode, OUTDIR/N.bc, where hipRTC gives bitcode, -mtune=).
  */
 #define __HIP_PLATFORM_AMD__ 1
 #include <hip/hiprtc.h>
@@ -256,6 +256,7 @@ int main(int argc, char **argv)
         const char *maxt[] = {"--offload-arch=gfx90a", "--gpu-max-threads-per-block=256"};
         const char *empty[] = {"--offload-arch=gfx90a", ""};
         const char *rdc[] = {"--offload-arch=gfx90a", "-fgpu-rdc"};
+        const char *tune[] = {"--offload-arch=gfx90a", "-mtune=gfx908"};
         const char *exprs[] = {"scale<float>", "(void (*)(double *, double, int))scale<double>", "ns::fill<7>"};
         compile(0, unused_var, "unused.hip", 0, NULL, NULL, NULL, 0, wall, 2);
         compile(1, loop, "loop.hip", 0, NULL, NULL, NULL, 0, rpass, 3);
@@ -265,6 +266,7 @@ int main(int argc, char **argv)
         compile(5, broken, "broken.hip", 0, NULL, NULL, NULL, 0, wall, 2);
         compile(6, saxpy, NULL, 0, NULL, NULL, NULL, 0, arch, 3);
         compile(7, saxpy, "rdc.hip", 0, NULL, NULL, NULL, 0, rdc, 2);
+        compile(8, saxpy, "tune.hip", 0, NULL, NULL, NULL, 0, tune, 2);
     } else if (strcmp(mode, "link") == 0) {
         link_api();
     } else {
