@@ -239,10 +239,16 @@ static kpc_status fake_compile(const char *target, const kpc_source *src, kpc_bu
         b->local = true;
         return KPC_E_COMPILE;
     }
-    /* a fake ELF header so the code-object checks work; then a hash of the request */
+    /* a fake ELF header so the code-object checks work; then a hash of the request.
+     * -fgpu-rdc: LLVM bitcode's magic instead, as hipRTC 5.3 and later give */
     b->code_size = 128;
     unsigned char *c = calloc(1, b->code_size);
     memcpy(c, "\x7f" "ELF", 4);
+    for (size_t i = 0; i < src->num_options; i++)
+        if (strcmp(src->options[i], "-fgpu-rdc") == 0) {
+            memcpy(c, "BC\xc0\xde", 4);
+            b->bitcode = true;
+        }
 #ifdef KPC_PLATFORM_NVIDIA
     c[18] = 190;
 #else
@@ -259,11 +265,27 @@ static kpc_status fake_compile(const char *target, const kpc_source *src, kpc_bu
     return KPC_OK;
 }
 
+bool ts_fake_has_device;
+
 static kpc_status fake_device_target(int device, char *out, size_t cap)
 {
-    (void)device, (void)out, (void)cap;
-    return KPC_E_NO_DEVICE;
+    if (!ts_fake_has_device || device != 0)
+        return KPC_E_NO_DEVICE;
+    snprintf(out, cap, "%s", ts_target());
+    return KPC_OK;
 }
+
+static kpc_status fake_module_load(int device, const void *code, size_t size, void **module)
+{
+    (void)device, (void)code, (void)size;
+    atomic_fetch_add(fake_count + 1, 1);
+    *module = (void *)fake_count;
+    return KPC_OK;
+}
+
+static void fake_module_unload(int device, void *module) { (void)device, (void)module; }
+
+unsigned ts_fake_loads(void) { return fake_count ? atomic_load(fake_count + 1) : 0; }
 
 static const kpc_platform fake_platform = {
     .name = "fake",
@@ -271,6 +293,8 @@ static const kpc_platform fake_platform = {
     .target_normalize = fake_normalize,
     .compile = fake_compile,
     .device_target = fake_device_target,
+    .module_load = fake_module_load,
+    .module_unload = fake_module_unload,
 };
 
 void ts_fake_install(void)
@@ -280,6 +304,8 @@ void ts_fake_install(void)
         ck_assert_ptr_ne(fake_count, MAP_FAILED);
     }
     atomic_store(fake_count, 0);
+    atomic_store(fake_count + 1, 0);
+    ts_fake_has_device = false;
     kpc_platform_set(&fake_platform);
 }
 

@@ -59,12 +59,17 @@ kpc_source ts_src(const char *code, const char *name);
 void *ts_get_code(kpc_context *ctx, const kpc_source *src, size_t *size);
 
 /* The fake platform: compiles in microseconds (or sleeps "// sleep_ms=N" from the
- * source), fails for a source containing "#error" (a compile error), fails every compile
+ * source), gives bitcode for the option -fgpu-rdc (as hipRTC 5.3 and later), fails for a
+ * source containing "#error" (a compile error), fails every compile
  * as a local fault (b->local) while KPC_FAKE_LOCAL_FAULT is set, and counts its compiles in memory
  * shared by every process forked after ts_fake_install(). */
 void ts_fake_install(void);
 void ts_fake_remove(void);
 unsigned ts_fake_compiles(void);
+/* The fake platform's device 0 (of target ts_target()), off unless set after
+ * ts_fake_install(); the modules it loaded. */
+extern bool ts_fake_has_device;
+unsigned ts_fake_loads(void);
 
 /* Fork n children that each run fn(i, arg) and exit with its return value; wait for all.
  * Returns how many exited 0. */

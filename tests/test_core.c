@@ -6,6 +6,7 @@
 #define _GNU_SOURCE
 #include "support.h"
 
+#include <dirent.h>
 #include <pthread.h>
 #include <stdint.h>
 #include <stdio.h>
@@ -375,6 +376,53 @@ START_TEST(targets_are_validated_and_normalized)
 }
 END_TEST
 
+#ifndef KPC_PLATFORM_NVIDIA
+/* comgr's generic targets (ROCm 6 lists gfx9-4-generic, gfx10-3-generic, gfx11-generic...)
+ * are processors whose names have dashes: accepted where the compiler's target list has
+ * them. ROCm 5.2's comgr lists none, so the list is the memo of validated targets. */
+START_TEST(generic_targets_from_the_target_list)
+{
+    kpc_cache *c = ts_open(dir, 0, 0);
+    kpc_context *ctx = NULL;
+    ck_assert_int_eq(kpc_context_create_for_target(c, "gfx90a", &ctx), KPC_OK); /* writes the memo */
+    kpc_context_destroy(ctx);
+    /* a generic name comgr does not list, and malformed ones, are refused */
+    const char *bad[] = {"gfx99-9-generic", "gfx10--generic", "-gfx9-generic", "gfx9-generic-",
+                         "gfx9-Generic", "gfx9-4-generic:xnack"};
+    for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
+        ctx = (kpc_context *)1;
+        ck_assert_msg(kpc_context_create_for_target(c, bad[i], &ctx) == KPC_E_INVALID, "target \"%s\"", bad[i]);
+        ck_assert_ptr_null(ctx);
+    }
+    kpc_cache_close(c);
+    /* the compiler's list, as the memo of validated targets holds it */
+    char v1[4096], memo[4400] = "";
+    snprintf(v1, sizeof v1, "%s/v1", dir);
+    DIR *d = opendir(v1);
+    ck_assert_ptr_nonnull(d);
+    for (struct dirent *e; (e = readdir(d)) != NULL;)
+        if (strncmp(e->d_name, "targets-amd-", 12) == 0)
+            snprintf(memo, sizeof memo, "%s/%s", v1, e->d_name);
+    closedir(d);
+    ck_assert_msg(memo[0] != '\0', "no target memo in %s", v1);
+    FILE *f = fopen(memo, "a");
+    ck_assert_ptr_nonnull(f);
+    fputs("gfx10-3-generic\ngfx9-4-generic:sramecc+:xnack-\n", f);
+    fclose(f);
+    c = ts_open(dir, 0, 0);
+    ck_assert_int_eq(kpc_context_create_for_target(c, "gfx10-3-generic", &ctx), KPC_OK);
+    ck_assert_str_eq(kpc_context_target(ctx), "gfx10-3-generic");
+    kpc_context_destroy(ctx);
+    ck_assert_int_eq(kpc_context_create_for_target(c, "amdgcn-amd-amdhsa--gfx9-4-generic:xnack-:sramecc+", &ctx),
+                     KPC_OK);
+    ck_assert_str_eq(kpc_context_target(ctx), "gfx9-4-generic:sramecc+:xnack-");
+    kpc_context_destroy(ctx);
+    ck_assert_int_eq(kpc_context_create_for_target(c, "gfx99-9-generic", &ctx), KPC_E_INVALID);
+    kpc_cache_close(c);
+}
+END_TEST
+#endif
+
 START_TEST(null_and_empty_arguments)
 {
     kpc_cache *c = ts_open(dir, 0, 0);
@@ -653,6 +701,9 @@ int main(void)
     tcase_add_test(tc, last_log_is_per_thread);
     tcase_add_test(tc, lru_drops_the_map_reference_only);
     tcase_add_test(tc, targets_are_validated_and_normalized);
+#ifndef KPC_PLATFORM_NVIDIA
+    tcase_add_test(tc, generic_targets_from_the_target_list);
+#endif
     tcase_add_test(tc, null_and_empty_arguments);
     tcase_add_test(tc, device_context_without_gpu);
     tcase_add_test(tc, status_names);

@@ -277,6 +277,11 @@ START_TEST(coordinating_tier_hit_and_failed)
     ck_assert_str_eq(kpc_last_log(), log);
     ck_assert_uint_eq(ts_fake_compiles(), 0);
     ck_assert_int_eq(fake.finishes, 0);
+    /* another host's failure, served: cached here, never a build failure of this process */
+    kpc_stats st;
+    kpc_stats_get(c, &st);
+    ck_assert_uint_eq(st.build_failures, 0);
+    ck_assert_uint_eq(st.cached_failures, 1);
     kpc_context_destroy(ctx);
     kpc_cache_close(c);
     fake_reset();

@@ -423,7 +423,7 @@ START_TEST(every_damage_kind_is_rebuilt)
     }
     /* another format version, with a header that is otherwise sound */
     memcpy(buf, o.file, o.file_size);
-    le32_put(buf + 8, 3); /* 1 and 2 are read */
+    le32_put(buf + 8, 4); /* 1 to 3 are read */
     reseal_header(buf);
     ts_write_file(o.path, buf, o.file_size);
     expect_rebuilt(dir, &src, &o, "unsupported format version");
@@ -1375,6 +1375,103 @@ START_TEST(prune_stale_removes_other_compilers_records)
 }
 END_TEST
 
+/* ---- a record of LLVM bitcode (-fgpu-rdc from hipRTC 5.3) ------------------------------ */
+static uint32_t le32_at(const unsigned char *p)
+{
+    return (uint32_t)p[0] | (uint32_t)p[1] << 8 | (uint32_t)p[2] << 16 | (uint32_t)p[3] << 24;
+}
+
+/* The record says its bytes are bitcode (flags 1, version 3, which readers of versions 1
+ * and 2 refuse), so no reader takes it for a code object: a compile-only context hands it
+ * out (warm too), a device context never loads it, and an unknown flag is refused. */
+START_TEST(bitcode_record_is_never_loaded)
+{
+    ts_fake_install();
+    ts_fake_has_device = true;
+    const char *rdc[] = {"-fgpu-rdc"};
+    kpc_source src = ts_src("extern \"C\" __global__ void k(int *x) { x[0] = 1; }", "rdc.hip");
+    src.options = rdc;
+    src.num_options = 1;
+    kpc_source plain = ts_src("extern \"C\" __global__ void k(int *x) { x[0] = 2; }", "plain.hip");
+    kpc_cache *c = ts_open(dir, 0, 0);
+    kpc_context *ctx = ts_context(c);
+    kpc_program *p = NULL;
+    ck_assert_int_eq(kpc_program_get(ctx, &src, &p), KPC_OK);
+    ck_assert(kpc_program_is_bitcode(p));
+    size_t size;
+    const void *code = kpc_program_code(p, &size);
+    ck_assert_uint_eq(size, 128);
+    ck_assert_mem_eq(code, "BC\xc0\xde", 4);
+    unsigned char first[128];
+    memcpy(first, code, sizeof first);
+    kpc_program_release(p);
+    ck_assert_int_eq(kpc_program_get(ctx, &plain, &p), KPC_OK);
+    ck_assert(!kpc_program_is_bitcode(p));
+    kpc_program_release(p);
+    kpc_key key, plain_key;
+    ts_key(ctx, &src, &key);
+    ts_key(ctx, &plain, &plain_key);
+    kpc_context_destroy(ctx);
+    kpc_cache_close(c);
+    char path[4400], plain_path[4400];
+    ts_record_path(dir, ts_target(), &key, "co", path, sizeof path);
+    ts_record_path(dir, ts_target(), &plain_key, "co", plain_path, sizeof plain_path);
+    size_t fsize, psize;
+    unsigned char *file = ts_read_file(path, &fsize), *pfile = ts_read_file(plain_path, &psize);
+    ck_assert_ptr_nonnull(file);
+    ck_assert_ptr_nonnull(pfile);
+    ck_assert_uint_eq(le32_at(file + 8), 3); /* version */
+    ck_assert_uint_eq(le32_at(file + 36), 1); /* flags: bitcode */
+    ck_assert_uint_le(le32_at(pfile + 8), 2); /* a code object: what older readers take */
+    ck_assert_uint_eq(le32_at(pfile + 36), 0);
+    free(pfile);
+
+    /* warm: a new cache (a new process's view) reads it back as bitcode, compiles nothing */
+    c = ts_open(dir, KPC_NO_SHM, 0);
+    ctx = ts_context(c);
+    ck_assert_int_eq(kpc_program_get(ctx, &src, &p), KPC_OK);
+    ck_assert(kpc_program_is_bitcode(p));
+    code = kpc_program_code(p, &size);
+    ck_assert_uint_eq(size, sizeof first);
+    ck_assert_mem_eq(code, first, sizeof first);
+    kpc_program_release(p);
+    kpc_context_destroy(ctx);
+    ck_assert_uint_eq(ts_fake_compiles(), 2);
+    ck_assert_uint_eq(stats_of(c).disk_hits, 1);
+    /* a device context: refused, nothing loaded; the code object beside it loads */
+    ck_assert_int_eq(kpc_context_create(c, 0, &ctx), KPC_OK);
+    p = (kpc_program *)1;
+    ck_assert_int_eq(kpc_program_get(ctx, &src, &p), KPC_E_INVALID);
+    ck_assert_ptr_null(p);
+    ck_assert_uint_eq(ts_fake_loads(), 0);
+    ck_assert_int_eq(kpc_program_get(ctx, &plain, &p), KPC_OK);
+    ck_assert_uint_eq(ts_fake_loads(), 1);
+    kpc_program_release(p);
+    kpc_context_destroy(ctx);
+    kpc_cache_close(c);
+    ck_assert_uint_eq(ts_fake_compiles(), 2);
+
+    /* a flag this reader does not know: refused whole, removed, built again */
+    le32_put(file + 36, 3);
+    reseal_header(file);
+    ts_write_file(path, file, fsize);
+    c = ts_open(dir, KPC_NO_SHM, 0);
+    ctx = ts_context(c);
+    ts_log_begin(KPC_LOG_WARN);
+    ck_assert_int_eq(kpc_program_get(ctx, &src, &p), KPC_OK);
+    char *log = ts_log_end();
+    ck_assert_msg(strstr(log, "unknown flags") != NULL, "log: %s", log);
+    free(log);
+    ck_assert(kpc_program_is_bitcode(p));
+    kpc_program_release(p);
+    ck_assert_uint_eq(ts_fake_compiles(), 3);
+    kpc_context_destroy(ctx);
+    kpc_cache_close(c);
+    free(file);
+    ts_fake_remove();
+}
+END_TEST
+
 int main(void)
 {
     Suite *s = suite_create("store");
@@ -1393,6 +1490,7 @@ int main(void)
         {"limit", 120, {size_limit_holds_and_recent_objects_survive, pruning_while_reading_never_tears}},
         {"off", 120, {kpc_disable_turns_disk_and_shm_off, no_disk_flag_turns_disk_off,
                       prune_stale_removes_other_compilers_records}},
+        {"bitcode", 60, {bitcode_record_is_never_loaded}},
     };
     for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
         TCase *tc = tcase_create(cases[i].name);

@@ -153,7 +153,8 @@ typedef struct kpc_stats {
      * as damaged (each then built) */
     uint64_t pack_hits, pack_refused;
     /* this process: requests answered with a compile error kept in the cache (its log
-     * read back, no compile run; build_failures counts the compiles that failed) */
+     * read back from any tier, another host's through the cluster tier included; no
+     * compile run; build_failures counts the compiles that failed) */
     uint64_t cached_failures;
     /* this process: requests answered by the shared directory of KPC_SHARED_DIR, and
      * records there refused as damaged (each then built, or read from a tier below) */
@@ -238,7 +239,8 @@ KPC_API void kpc_context_destroy(kpc_context *ctx);
  * found), is returned but not cached. A request that reads no file is as fast as before.
  * @param out receives a reference; release it with kpc_program_release().
  * @return KPC_OK; KPC_E_INVALID (NULL argument, empty source, an option that sets the
- *         target, a cache opened by the parent of this fork child); KPC_E_COMPILE (*out is NULL, kpc_last_log() holds the compiler's log);
+ *         target, a cache opened by the parent of this fork child, a device context asked
+ *         for -fgpu-rdc where hipRTC gives bitcode); KPC_E_COMPILE (*out is NULL, kpc_last_log() holds the compiler's log);
  *         KPC_E_HIP (the runtime refused a freshly built object); KPC_E_UNAVAILABLE;
  *         KPC_E_NOMEM.
  */
@@ -277,7 +279,9 @@ KPC_API kpc_status kpc_program_retain(kpc_program *prog);
 KPC_API void kpc_program_release(kpc_program *prog);
 
 /**
- * The code object bytes (AMDGPU ELF, cubin or PTX); valid while a reference is held.
+ * The code object bytes (AMDGPU ELF, cubin or PTX; LLVM bitcode for -fgpu-rdc where
+ * hipRTC gives it, ROCm 5.3 and later, which only a compile-only context hands out);
+ * valid while a reference is held.
  * @param size receives the size; may be NULL. Returns NULL for NULL prog.
  */
 KPC_API const void *kpc_program_code(const kpc_program *prog, size_t *size);

@@ -44,6 +44,7 @@ kpc_status kpc_program_new(const kpc_key *key, kpc_build *b, kpc_program **out)
     p->object = *key;
     p->code = b->code;
     p->code_size = b->code_size;
+    p->bitcode = b->bitcode;
     p->names = b->names;
     p->names_size = b->names_size;
     p->device = -1;
@@ -213,4 +214,9 @@ kpc_status kpc_kernel_get(kpc_context *ctx, kpc_program *prog, const char *kerne
     if (s == KPC_E_NOT_FOUND)
         KPC_LOG(KPC_LOG_ERROR, "kpc_kernel_get: no kernel \"%s\" in the module", kernel_name);
     return s;
+}
+
+bool kpc_program_is_bitcode(const kpc_program *prog)
+{
+    return prog != NULL && prog->bitcode;
 }

@@ -39,6 +39,7 @@ struct kpc_program {
     bool transient;
     void *code;
     size_t code_size;
+    bool bitcode; /* code is LLVM bitcode (a -fgpu-rdc compile): never loaded as a module */
     void *names; /* encoded lowered-name table */
     size_t names_size;
     /* device programs only */
@@ -64,6 +65,10 @@ void kpc_program_map_drop(kpc_program *prog);
  * record; "" when the compiler said nothing. For the drop-ins, which hand it back as the
  * real library would. */
 const char *kpc_program_build_log(const kpc_program *prog);
+/* Whether prog's code is LLVM bitcode (a relocatable-device-code compile, for a link
+ * step) rather than a code object: for the drop-ins, which hand it back through the
+ * bitcode calls. */
+bool kpc_program_is_bitcode(const kpc_program *prog);
 /* The compiler's reason for an empty lowered name (platform/names.h), or NULL: for the
  * tools (`kpc compile` prints it). */
 const char *kpc_program_lowered_reason(const kpc_program *prog, const char *name_expression);

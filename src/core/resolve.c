@@ -62,6 +62,7 @@ static kpc_status prog_from_record(const kpc_key *key, kpc_record *rec, kpc_prog
     b.names_size = rec->names_size;
     b.code = rec->payload; /* the code is the head of the payload: keep it */
     b.code_size = rec->code_size;
+    b.bitcode = (rec->flags & KPC_RECORD_BITCODE) != 0;
     rec->payload = NULL;
     kpc_status s = kpc_program_new(key, &b, out);
     if (s != KPC_OK)
@@ -269,6 +270,7 @@ static kpc_status build(kpc_context *ctx, const kpc_key *key, const kpc_source *
             src->name ? src->name : "(unnamed)", ctx->target, (double)(kpc__now_ns() - t0) / 1e6,
             b.code_size, b.num_deps);
     fill_record(&rec, ctx, &object, src, KPC_RECORD_CODE);
+    rec.flags = b.bitcode ? KPC_RECORD_BITCODE : 0;
     rec.code_size = b.code_size;
     rec.names_size = b.names_size;
     /* the request beside the object, for `kpc replay`; failing to encode it costs only
@@ -348,7 +350,8 @@ static kpc_status coordinate(kpc_context *ctx, const kpc_key *key, kpc_claim *cl
         *log = log_text(&res.rec);
         kpc_claim_finish(claim, KPC_CLAIM_FAILED, NULL, NULL, NULL);
         kpc_record_free(&res.rec);
-        atomic_fetch_add_explicit(&ctx->cache->build_failures, 1, memory_order_relaxed);
+        /* answered from the cluster, compiled by nobody here: a cached failure */
+        atomic_fetch_add_explicit(&ctx->cache->cached_failures, 1, memory_order_relaxed);
         return KPC_E_COMPILE;
     }
     return KPC_E_NOT_FOUND; /* BUILD: the lease is in the claim */
@@ -478,6 +481,14 @@ static kpc_status resolve(kpc_context *ctx, const kpc_key *key, const kpc_source
         return s;
     const kpc_platform *pf = ctx->cache->platform;
     kpc_program *p = *out;
+    if (p->bitcode) { /* for a link step, not a device: a compile-only context hands it out */
+        KPC_LOG(KPC_LOG_ERROR, "%s gives LLVM bitcode for %s (relocatable device code), which no "
+                "device loads: use a compile-only context", src->name ? src->name : "(unnamed)",
+                ctx->target);
+        kpc_program_release(p);
+        *out = NULL;
+        return KPC_E_INVALID;
+    }
     s = pf->module_load(ctx->device, p->code, p->code_size, &p->module);
     if (s == KPC_E_CORRUPT && from_disk) {
         char hex[KPC_KEY_HEX];

@@ -6,7 +6,7 @@
  * The target is the value of --offload-arch= or --gpu-architecture=, else the current
  * HIP device's (as hipRTC does): its gcnArchName with features, read through a kpc
  * device context once per device. Everything hipRTC exports beyond the program calls kpc
- * answers (the link API, bitcode, ROCm 5.3 and later) goes to the real library untouched.
+ * answers (the link API, ROCm 5.3 and later) goes to the real library untouched.
  */
 #define _GNU_SOURCE
 #include "dropin/rtc.h"
@@ -66,7 +66,8 @@ static const rtc_vendor hip = {
     .real_env = KPC_SET_REAL_HIPRTC,
     .sonames = hip_sonames,
     .dirs = hip_dirs,
-    .code_fns = {{"hiprtcGetCodeSize", "hiprtcGetCode"}, {NULL, NULL}},
+    .code_fns = {{"hiprtcGetCodeSize", "hiprtcGetCode"}, {NULL, NULL},
+                 {"hiprtcGetBitcodeSize", "hiprtcGetBitcode"}},
     .log_counts_nul = false, /* hipRTC's log is not NUL-terminated */
     .empty_code_after_failure = true,
     .default_target = hip_default_target,
@@ -130,17 +131,16 @@ HIPRTC_API const char *hiprtcGetErrorString(hiprtcResult result)
 
 HIPRTC_API RTC_FORWARD(&hip, hiprtcVersion, (int *major, int *minor), (major, minor))
 
-/* bitcode (-fgpu-rdc is never keyed, so such a program is already the real one's) */
+/* bitcode: -fgpu-rdc is keyed, and from ROCm 5.3 its compile gives bitcode, which the
+ * cache holds as such (5.2 has no bitcode calls: it links the compile into a code object) */
 HIPRTC_API hiprtcResult hiprtcGetBitcodeSize(hiprtcProgram prog, size_t *bitcode_size)
 {
-    int (*f)(void *, size_t *) = (int (*)(void *, size_t *))kpc_real_sym(&hip, "hiprtcGetBitcodeSize");
-    return f ? f(kpc_rtc_real_program(&hip, prog), bitcode_size) : RTC_ERROR_INTERNAL_ERROR;
+    return kpc_rtc_code_size(&hip, prog, RTC_CODE_BITCODE, bitcode_size);
 }
 
 HIPRTC_API hiprtcResult hiprtcGetBitcode(hiprtcProgram prog, char *bitcode)
 {
-    int (*f)(void *, char *) = (int (*)(void *, char *))kpc_real_sym(&hip, "hiprtcGetBitcode");
-    return f ? f(kpc_rtc_real_program(&hip, prog), bitcode) : RTC_ERROR_INTERNAL_ERROR;
+    return kpc_rtc_code(&hip, prog, RTC_CODE_BITCODE, bitcode);
 }
 
 /* the link API (ROCm 5.3 and later) */

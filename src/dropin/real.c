@@ -132,7 +132,7 @@ static void load(void)
     bind(&real.lowered, "GetLoweredName");
     bind(&real.log_size, "GetProgramLogSize");
     bind(&real.log, "GetProgramLog");
-    for (int k = 0; k < 2; k++) {
+    for (int k = 0; k < RTC_CODE_KINDS; k++) {
         if (vendor->code_fns[k][0]) {
             *(void **)&real.code_size[k] = dlsym(real.handle, vendor->code_fns[k][0]);
             *(void **)&real.code[k] = dlsym(real.handle, vendor->code_fns[k][1]);

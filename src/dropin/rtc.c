@@ -7,7 +7,8 @@
  * target: a hit compiles nothing. What kpc cannot answer exactly goes to a real program
  * made from the same record ("materialized"): options kpc may not key
  * (the option table, platform/options.c), a target that cannot be told, a request the cache does not hold
- * (PTX of a cubin build, bitcode, a getter called before the compile or after a failure),
+ * (PTX of a cubin build, the code object of a bitcode build, a getter called before the
+ * compile or after a failure),
  * odd arguments. From then on that program is the real one's.
  *
  * States: NEW (recorded) -> KPC (compiled by kpc: code, lowered names from the cache),
@@ -274,7 +275,7 @@ static int compile_kpc(const rtc_vendor *v, rtc_prog *p)
     kpc_status s = kpc_program_get(ctx, &src, &kp);
     if (s == KPC_OK) {
         p->kprog = kp;
-        p->kind = v->code_kind(kpc_context_target(ctx));
+        p->kind = kpc_program_is_bitcode(kp) ? RTC_CODE_BITCODE : v->code_kind(kpc_context_target(ctx));
         p->state = P_KPC;
         res = RTC_SUCCESS;
     } else if (s == KPC_E_COMPILE && kpc_last_log()[0] != '\0' && strncmp(kpc_last_log(), "hipRTC: ", 8) != 0 &&
@@ -333,6 +334,13 @@ int kpc_rtc_compile(const rtc_vendor *v, void *prog, int num_options, const char
     return res;
 }
 
+/* Whether the real library has the calls of code kind (hipRTC 5.2 has no bitcode calls). */
+static bool real_has_kind(const rtc_vendor *v, int kind)
+{
+    const rtc_real *r = kpc_real_get(v);
+    return r && r->code_size[kind] && r->code[kind];
+}
+
 int kpc_rtc_code_size(const rtc_vendor *v, void *prog, int kind, size_t *size)
 {
     rtc_prog *p = ours(prog);
@@ -344,9 +352,11 @@ int kpc_rtc_code_size(const rtc_vendor *v, void *prog, int kind, size_t *size)
     if (p->state == P_KPC && p->kind == kind && size != NULL) {
         kpc_program_code(p->kprog, size);
         res = RTC_SUCCESS;
-    } else if (p->state == P_FAILED && v->empty_code_after_failure && size != NULL) {
+    } else if (p->state == P_FAILED && v->empty_code_after_failure && kind != RTC_CODE_BITCODE && size != NULL) {
         *size = 0;
         res = RTC_SUCCESS;
+    } else if (!real_has_kind(v, kind)) {
+        res = RTC_ERROR_INTERNAL_ERROR; /* as the call the real library lacks: nothing to make */
     } else {
         void *real = real_of(v, p, &res);
         if (real)
@@ -369,6 +379,8 @@ int kpc_rtc_code(const rtc_vendor *v, void *prog, int kind, char *code)
         const void *bytes = kpc_program_code(p->kprog, &size);
         memcpy(code, bytes, size);
         res = RTC_SUCCESS;
+    } else if (!real_has_kind(v, kind)) {
+        res = RTC_ERROR_INTERNAL_ERROR;
     } else {
         void *real = real_of(v, p, &res);
         if (real)

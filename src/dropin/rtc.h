@@ -20,6 +20,9 @@
 #include <stddef.h>
 #include <stdint.h>
 
+/* code object / cubin; PTX; LLVM bitcode (hipRTC -fgpu-rdc from ROCm 5.3: its bitcode calls) */
+enum { RTC_CODE_BINARY = 0, RTC_CODE_TEXT = 1, RTC_CODE_BITCODE = 2, RTC_CODE_KINDS = 3 };
+
 /* The real library's program API, bound by dlsym on its own handle (real.c). */
 typedef struct rtc_real {
     void *handle;
@@ -31,11 +34,10 @@ typedef struct rtc_real {
     int (*lowered)(void *, const char *, const char **);
     int (*log_size)(void *, size_t *);
     int (*log)(void *, char *);
-    int (*code_size[2])(void *, size_t *); /* by code kind; NULL where the API has none */
-    int (*code[2])(void *, char *);
+    int (*code_size[RTC_CODE_KINDS])(void *, size_t *); /* by code kind; NULL where the API has none */
+    int (*code[RTC_CODE_KINDS])(void *, char *);
 } rtc_real;
 
-enum { RTC_CODE_BINARY = 0, RTC_CODE_TEXT = 1 }; /* code object / cubin; PTX */
 
 typedef struct rtc_vendor {
     const char *name;           /* "hiprtc", "nvrtc": logs and the stats line */
@@ -43,14 +45,15 @@ typedef struct rtc_vendor {
     kpc_setting_id real_env;    /* the variable naming the real library's path */
     const char *const *sonames; /* the real library's sonames, tried in order */
     const char *const *dirs;    /* then these directories, by absolute path ("$VAR/sub" expands) */
-    const char *code_fns[2][2]; /* {size, get} symbol names per code kind, NULL for none */
+    const char *code_fns[RTC_CODE_KINDS][2]; /* {size, get} symbol names per code kind, NULL for none */
     bool log_counts_nul;        /* the log size counts a terminating NUL (NVRTC) */
     bool empty_code_after_failure; /* the code size after a failed compile is 0, with
                                     * success (hipRTC 5.2, tried); else asked of the real one */
     const char *default_name;   /* the program name a NULL name stands for; NULL: forward it */
     /* The target when no option names one: KPC_OK, or anything else to forward. */
     kpc_status (*default_target)(kpc_cache *cache, char *out, size_t cap);
-    /* The code kind the cache holds for target. */
+    /* The code kind the cache holds for target (a bitcode record is RTC_CODE_BITCODE
+     * whatever the target). */
     int (*code_kind)(const char *target);
 } rtc_vendor;
 

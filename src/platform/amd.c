@@ -44,6 +44,8 @@ static struct {
     hiprtcResult (*log)(hiprtcProgram, char *);
     hiprtcResult (*code_size)(hiprtcProgram, size_t *);
     hiprtcResult (*code)(hiprtcProgram, char *);
+    hiprtcResult (*bitcode_size)(hiprtcProgram, size_t *); /* ROCm 5.3 and later; else NULL */
+    hiprtcResult (*bitcode)(hiprtcProgram, char *);
     const char *(*rtc_error)(hiprtcResult);
     hipError_t (*device_count)(int *);
     hipError_t (*device_props)(hipDeviceProp_t *, int);
@@ -115,6 +117,12 @@ static kpc_status load_hip_symbols(void)
     LOAD(rtc, code_size, "hiprtcGetCodeSize");
     LOAD(rtc, code, "hiprtcGetCode");
     LOAD(rtc, rtc_error, "hiprtcGetErrorString");
+    /* -fgpu-rdc's bitcode: hipRTC 5.2 has no such call (it links an rdc compile into a
+     * code object like any other) */
+    *(void **)&amd.bitcode_size = dlsym(amd.rtc, "hiprtcGetBitcodeSize");
+    *(void **)&amd.bitcode = dlsym(amd.rtc, "hiprtcGetBitcode");
+    if (amd.bitcode_size == NULL || amd.bitcode == NULL)
+        amd.bitcode_size = NULL, amd.bitcode = NULL;
     LOAD(hip, device_count, "hipGetDeviceCount");
     /* the entry point of the hipDeviceProp_t these headers declare: ROCm 6's headers
      * rename both to ...R0600 (a new layout), while the old name stays in the library
@@ -206,6 +214,16 @@ static int rtc_code(void *prog, const char *target, void *out)
     return amd.code(prog, out);
 }
 
+static bool rtc_has_bitcode(void) { return amd.bitcode_size != NULL; }
+
+static int rtc_bitcode_size(void *prog, size_t *size)
+{
+    hiprtcResult r = amd.bitcode_size(prog, size);
+    return r == HIPRTC_SUCCESS && *size == 0 ? HIPRTC_ERROR_COMPILATION : r;
+}
+
+static int rtc_bitcode(void *prog, void *out) { return amd.bitcode(prog, out); }
+
 static enum kpc_compile_class rtc_classify(int r)
 {
     return r == HIPRTC_SUCCESS ? KPC_COMPILE_OK
@@ -224,6 +242,10 @@ static const kpc_compiler hiprtc = {
     .log = rtc_log,
     .code_size = rtc_code_size,
     .code = rtc_code,
+    .rdc_option = "-fgpu-rdc",
+    .has_bitcode = rtc_has_bitcode,
+    .bitcode_size = rtc_bitcode_size,
+    .bitcode = rtc_bitcode,
     .lowered = rtc_lowered,
     .destroy = rtc_destroy,
     .classify = rtc_classify,

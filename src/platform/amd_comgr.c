@@ -140,7 +140,10 @@ void kpc_comgr_identity_add_hip_headers(XXH3_state_t *st, kpc_identity_files *fi
 /* ---- targets ------------------------------------------------------------------------ */
 #define ISA_PREFIX "amdgcn-amd-amdhsa--"
 
-/* Canonical form: processor, then sramecc, then xnack, each feature once with + or -. */
+/* Canonical form: processor, then sramecc, then xnack, each feature once with + or -.
+ * A processor is lowercase letters and digits, in words joined by single dashes: comgr's
+ * generic targets (gfx9-4-generic, gfx10-3-generic, gfx11-generic) are processors too,
+ * and whether comgr knows one is its ISA list's answer, as for any. */
 static kpc_status canonical_target(const char *in, char *out, size_t cap)
 {
     char proc[32] = "", sramecc = 0, xnack = 0;
@@ -151,9 +154,11 @@ static kpc_status canonical_target(const char *in, char *out, size_t cap)
     if (len == 0 || len >= sizeof proc)
         return KPC_E_INVALID;
     memcpy(proc, p, len);
-    for (size_t i = 0; i < len; i++)
-        if (!((proc[i] >= 'a' && proc[i] <= 'z') || (proc[i] >= '0' && proc[i] <= '9')))
+    for (size_t i = 0; i < len; i++) {
+        bool dash_ok = proc[i] == '-' && i > 0 && i + 1 < len && proc[i - 1] != '-';
+        if (!((proc[i] >= 'a' && proc[i] <= 'z') || (proc[i] >= '0' && proc[i] <= '9') || dash_ok))
             return KPC_E_INVALID;
+    }
     p += len;
     while (*p == ':') {
         p++;

@@ -133,6 +133,18 @@ static kpc_status encode_names(const kpc_source *src, const char **lowered, cons
     return s;
 }
 
+/* Whether the request asks for relocatable device code of a compiler that then gives
+ * bitcode in place of a code object. */
+static bool wants_bitcode(const kpc_compiler *c, const kpc_source *src)
+{
+    if (c->rdc_option == NULL || c->has_bitcode == NULL || !c->has_bitcode())
+        return false;
+    for (size_t i = 0; i < src->num_options; i++)
+        if (strcmp(src->options[i], c->rdc_option) == 0)
+            return true;
+    return false;
+}
+
 kpc_status kpc_compile_run(const kpc_compiler *c, const char *target, const kpc_source *src, kpc_build *b)
 {
     memset(b, 0, sizeof *b);
@@ -201,9 +213,14 @@ kpc_status kpc_compile_run(const kpc_compiler *c, const char *target, const kpc_
         r = c->compile(prog, nopts, opts);
         b->log = read_log(c, prog);
         size_t size = 0;
-        if (r == 0 && (r = c->code_size(prog, target, &size)) == 0 && (b->code = malloc(size)) == NULL)
+        b->bitcode = wants_bitcode(c, src);
+        if (r == 0 && b->bitcode)
+            r = c->bitcode_size(prog, &size);
+        else if (r == 0)
+            r = c->code_size(prog, target, &size);
+        if (r == 0 && (b->code = malloc(size)) == NULL)
             s = KPC_E_NOMEM;
-        else if (r == 0 && (r = c->code(prog, target, b->code)) == 0)
+        else if (r == 0 && (r = b->bitcode ? c->bitcode(prog, b->code) : c->code(prog, target, b->code)) == 0)
             b->code_size = size;
         /* a name expression the compiler could not lower stays "" (then
          * kpc_program_lowered_name gives ""), with the compiler's reason beside it */

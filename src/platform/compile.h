@@ -47,6 +47,13 @@ typedef struct kpc_compiler {
      * its bytes. */
     int (*code_size)(void *prog, const char *target, size_t *size);
     int (*code)(void *prog, const char *target, void *out);
+    /* Where a request with the option rdc_option gives bitcode (has_bitcode says whether
+     * this compiler does: hipRTC 5.3 and later), its size and bytes in place of the code
+     * object's; NULL for a compiler without. */
+    const char *rdc_option;
+    bool (*has_bitcode)(void);
+    int (*bitcode_size)(void *prog, size_t *size);
+    int (*bitcode)(void *prog, void *out);
     int (*lowered)(void *prog, const char *expr, const char **out);
     void (*destroy)(void **prog);
     enum kpc_compile_class (*classify)(int result);

@@ -68,14 +68,16 @@ static const row hiprtc_rows[] = {
     /* the caller's own dependency output */
     {"-M", PREFIX, KPC_OPTION_DEPFILE, 0},
     /* never keyed */
-    FORWARD("-fgpu-rdc"), FORWARD("-fsave"), FORWARD("-fsanitize"), FORWARD("-fprofile"),
+    FORWARD("-fsave"), FORWARD("-fsanitize"), FORWARD("-fprofile"),
     FORWARD("-fcoverage"), FORWARD("-fplugin"), FORWARD("-fmodule"), FORWARD("-fdebug-prefix"),
     FORWARD("-fembed"), FORWARD("-Wp,"), FORWARD("-Wl,"), FORWARD("-Wa,"), FORWARD("-gsplit"),
-    FORWARD("-mtune"), FORWARD("-save-temps"),
+    FORWARD("-save-temps"),
     /* known to change only the compile, said wholly in the option's text */
     KEY("-D"), KEY("-U"), KEY("-O"), KEY("-std="), KEY("--std="), KEY("-W"), KEY("-w"), KEY("-f"),
     KEY("-m"), KEY("-g"), KEY("--define-macro="), KEY("--undefine-macro="),
-    /* a launch bound, and optimization remarks (they go to the log, kept with the object) */
+    /* a launch bound, and optimization remarks (they go to the log, kept with the object);
+     * under -f and -m: -fgpu-rdc (its bitcode is a record flagged as such, storage/record.h)
+     * and -mtune= (comgr's clang ignores it with a warning, which the log keeps) */
     KEY("--gpu-max-threads-per-block="), KEY("-Rpass"),
     {NULL, EXACT, KPC_OPTION_OTHER, 0}};
 

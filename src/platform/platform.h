@@ -18,8 +18,12 @@
 
 /* What a compile produced. */
 typedef struct kpc_build {
-    void *code;       /* malloc'd code object */
+    void *code;       /* malloc'd code object (or bitcode, below) */
     size_t code_size;
+    /* the code is LLVM bitcode, never a code object: what a relocatable-device-code
+     * compile gives where the compiler stops before the link (hipRTC -fgpu-rdc, ROCm 5.3
+     * and later; 5.2 links it into a code object all the same) */
+    bool bitcode;
     void *names;      /* malloc'd lowered-name table (platform/names.h) */
     size_t names_size;
     char *log;        /* malloc'd compiler log, NUL-terminated; may be NULL */

@@ -1,7 +1,8 @@
 /*
  * record.c - the record codec: a 256-byte little-endian header (magic, version, key,
  * kind, sizes, payload and header checksums, target, source name, compiler identity)
- * and the payload, read and written through base/bytes.h. Every reader, whatever the tier, checks a record whole here before
+ * and the payload, read and written through base/bytes.h. The flags say what a CODE
+ * record's bytes are (LLVM bitcode, never loaded as a module). Every reader, whatever the tier, checks a record whole here before
  * it is used: a record that fails is never trusted. Layout: docs/file-format.md.
  */
 #define _GNU_SOURCE
@@ -28,12 +29,13 @@ static void encode_header(uint8_t h[KPC_RECORD_HEADER], const kpc_record *r, uin
     kpc__writer w;
     kpc__writer_fixed(&w, h, KPC_RECORD_HEADER);
     kpc__put_bytes(&w, KPC_STORE_MAGIC, 8);
-    /* version 1 where there is no request section: older readers still take it */
-    kpc__put_u32(&w, r->request_size ? KPC_STORE_VERSION : 1u);
+    /* the oldest version that holds the record: older readers still take it, and one
+     * with flags (3) is refused by readers that would not heed them */
+    kpc__put_u32(&w, r->flags ? 3u : r->request_size ? 2u : 1u);
     kpc__put_u32(&w, KPC_RECORD_HEADER);
     kpc__put_bytes(&w, r->key.bytes, 16);
     kpc__put_u32(&w, r->kind);
-    kpc__put_u32(&w, 0); /* flags: none yet */
+    kpc__put_u32(&w, r->flags);
     kpc__put_u64(&w, r->code_size + r->names_size + r->request_size);
     kpc__put_u64(&w, r->code_size);
     kpc__put_u64(&w, r->names_size);
@@ -56,7 +58,7 @@ const char *kpc_record_decode_header(const uint8_t *h, size_t avail, kpc_record 
     if (memcmp(kpc__get_bytes(&in, 8), KPC_STORE_MAGIC, 8) != 0)
         return "bad magic (not a kpc record)";
     uint32_t version = kpc__get_u32(&in);
-    if (version != 1u && version != KPC_STORE_VERSION)
+    if (version < 1u || version > KPC_STORE_VERSION)
         return "unsupported format version";
     if (kpc__get_u32(&in) != KPC_RECORD_HEADER)
         return "bad header size";
@@ -67,7 +69,8 @@ const char *kpc_record_decode_header(const uint8_t *h, size_t avail, kpc_record 
     memset(r, 0, sizeof *r);
     kpc__get_copy(&in, r->key.bytes, 16);
     r->kind = kpc__get_u32(&in);
-    kpc__get_skip(&in, 4); /* flags */
+    uint32_t flags = kpc__get_u32(&in);
+    r->flags = version >= 3u ? flags : 0; /* reserved (not checked) before 3 */
     uint64_t payload = kpc__get_u64(&in);
     r->code_size = kpc__get_u64(&in);
     r->names_size = kpc__get_u64(&in);
@@ -84,6 +87,8 @@ const char *kpc_record_decode_header(const uint8_t *h, size_t avail, kpc_record 
         return "inconsistent sizes";
     if (!strings_ok)
         return "unterminated string field";
+    if ((r->flags & ~KPC_RECORD_FLAGS_KNOWN) != 0 || (r->flags != 0 && r->kind != KPC_RECORD_CODE))
+        return "unknown flags";
     return NULL;
 }
 

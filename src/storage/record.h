@@ -14,17 +14,26 @@
 #include <stdint.h>
 
 #define KPC_STORE_MAGIC "KPCOBJ\x00\x01"
-#define KPC_STORE_VERSION 2u /* 2 adds the request section; 1 (none) is still read, and still
-                              * written for a record that keeps no request */
+#define KPC_STORE_VERSION 3u /* the newest version read and written: 2 adds the request
+                              * section, 3 the flags; each record is written with the oldest
+                              * version that can hold it (1: no request section, no flags), so
+                              * older readers still take what they can read, and refuse a
+                              * record whose flags they would not know to heed */
 #define KPC_RECORD_HEADER 256u        /* bytes of header before the payload */
 #define KPC_RECORD_MAX (1ull << 30)   /* the largest code, names or log part accepted */
 /* MANIFEST (core/manifest.h): under a request key, the entry lists of the files its
  * compiles read, each leading to the key of a CODE or LOG record */
 enum kpc_record_kind { KPC_RECORD_CODE = 1, KPC_RECORD_LOG = 2, KPC_RECORD_MANIFEST = 3 };
+/* Flags of a CODE record (version 3). BITCODE: the code is LLVM bitcode, what a
+ * relocatable-device-code compile (hipRTC -fgpu-rdc, ROCm 5.3 and later) gives back, for
+ * a link step: never a code object to load. */
+#define KPC_RECORD_BITCODE 1u
+#define KPC_RECORD_FLAGS_KNOWN KPC_RECORD_BITCODE
 
 typedef struct kpc_record {
     kpc_key key;
     uint32_t kind;
+    uint32_t flags; /* KPC_RECORD_BITCODE or 0 */
     uint64_t created_ns;
     char target[64];
     char source_name[80];

@@ -19,9 +19,9 @@
 #      named by KPC_REAL_HIPRTC: 5.2 has none);
 #   9. the corpus of cases a warm run answers without a compile (a -Wall warning log,
 #      -Rpass remarks, a name hipRTC cannot lower, names never added or NULL,
-#      --gpu-max-threads-per-block, an empty option, a compile error, a NULL name): cold
-#      one build each, warm none and nothing forwarded; reports, code and logs equal
-#      the real hipRTC's.
+#      --gpu-max-threads-per-block, an empty option, a compile error, a NULL name,
+#      -fgpu-rdc, -mtune=): cold one build each, warm none and nothing forwarded; reports, code and
+#      logs equal the real hipRTC's.
 # usage: hiprtc.sh BUILD_DIR APP APP_LINKED FAKE_HIPRTC
 set -euo pipefail
 build=$1 app=$2 app_linked=$3 fake=$4
@@ -183,9 +183,24 @@ for c in c1 c2; do
     cmp <(norm_log "$f") <(norm_log "$tmp/$c/$(basename "$f")") || fail "$c: $(basename "$f") differs from the real log"
   done
 done
-expect c1 compiles 7; expect c1 kpc 7; expect c1 builds $((7 - failures)); expect c1 build_failures "$failures"
+# program 7 is -fgpu-rdc: hipRTC 5.2 links it into a code object like any other (compared
+# above with the real one's); from 5.3 it gives bitcode (7.bc), kept as a record of
+# bitcode: kpc's cold and warm bytes are one record's, and LLVM bitcode
+grep -q "^7 compile 0 " "$tmp/real_c/report" || fail "the -fgpu-rdc program did not compile: $(cat "$tmp/real_c/report")"
+identical c1 c2
+if [ -e "$tmp/real_c/7.bc" ]; then
+  for c in c1 c2; do
+    [ "$(head -c 4 "$tmp/$c/7.bc" | od -An -tx1 | tr -d ' \n')" = 4243c0de ] || fail "$c: 7.bc is not LLVM bitcode"
+  done
+  cmp "$tmp/c1/7.bc" "$tmp/c2/7.bc" || fail "the warm run's bitcode is not the cold run's"
+else
+  [ -s "$tmp/real_c/7.co" ] || fail "the -fgpu-rdc program gave no code object: $(cat "$tmp/real_c/report")"
+fi
+# program 8 is -mtune=, which comgr's clang ignores with a warning (the log, compared above)
+grep -q "^8 log 0 non-empty" "$tmp/real_c/report" || fail "no warning for -mtune=: $(cat "$tmp/real_c/report")"
+expect c1 compiles 9; expect c1 kpc 9; expect c1 builds $((9 - failures)); expect c1 build_failures "$failures"
 expect c1 forwarded 0; expect c1 materialized 0
-expect c2 compiles 7; expect c2 kpc 7; expect c2 builds 0; expect c2 build_failures 0
+expect c2 compiles 9; expect c2 kpc 9; expect c2 builds 0; expect c2 build_failures 0
 expect c2 cached_failures "$failures"; expect c2 forwarded 0; expect c2 materialized 0
 echo "corpus: cold $(cat "$tmp/c1.stats")"
 echo "corpus: warm $(cat "$tmp/c2.stats")"

@@ -14,7 +14,7 @@
  * corpus (the cases a warm run must answer without a compile: a warning log under -Wall,
  * -Rpass remarks, a name expression hipRTC cannot lower, names asked that were not added
  * or NULL, --gpu-max-threads-per-block, an empty option, a compile error, a NULL
- * program name).
+ * program name, -fgpu-rdc: its bitcode, OUTDIR/N.bc, where hipRTC gives bitcode, -mtune=).
  */
 #define __HIP_PLATFORM_AMD__ 1
 #include <hip/hiprtc.h>
@@ -59,6 +59,44 @@ static void save(int n, const char *suffix, const void *bytes, size_t size)
     fclose(f);
 }
 
+/* Whether opts ask for relocatable device code of a hipRTC that then gives bitcode
+ * (ROCm 5.3 and later have hiprtcGetBitcode; 5.2 links it into a code object as usual).
+ * Asked of the hipRTC library this program loaded (its version call says 9.0 on 5.2). */
+static int gives_bitcode(const char **opts, int no)
+{
+    static const char *const libs[] = {"libhiprtc.so.7", "libhiprtc.so.6", "libamdhip64.so.6",
+                                       "libamdhip64.so.5", NULL};
+    int rdc = 0, has = 0;
+    for (int i = 0; i < no; i++)
+        rdc |= strcmp(opts[i], "-fgpu-rdc") == 0;
+    for (int i = 0; rdc && !has && libs[i]; i++) {
+        void *h = dlopen(libs[i], RTLD_NOW | RTLD_NOLOAD);
+        if (h) {
+            has = dlsym(h, "hiprtcGetBitcodeSize") != NULL;
+            dlclose(h);
+        }
+    }
+    return has;
+}
+
+typedef hiprtcResult (*size_fn)(hiprtcProgram, size_t *);
+typedef hiprtcResult (*get_fn)(hiprtcProgram, char *);
+
+/* What the program gives back (what: "code" or "bitcode"): its size and status in the
+ * report, its bytes in OUTDIR/N.suffix. */
+static void output(int n, hiprtcProgram p, const char *what, const char *suffix, size_fn get_size, get_fn get)
+{
+    size_t size = 0;
+    hiprtcResult r = get_size(p, &size);
+    fprintf(report, "%d %s size %d %zu\n", n, what, r, size);
+    if (r == HIPRTC_SUCCESS && size > 0) {
+        char *bytes = malloc(size);
+        fprintf(report, "%d %s %d\n", n, what, get(p, bytes));
+        save(n, suffix, bytes, size);
+        free(bytes);
+    }
+}
+
 /* Compile one program and write all the API says about it. */
 static int compile(int n, const char *src, const char *name, int nh, const char **hs, const char **hn,
                    const char **exprs, int ne, const char **opts, int no)
@@ -80,14 +118,12 @@ static int compile(int n, const char *src, const char *name, int nh, const char 
     fprintf(report, "%d log %d %s\n", n, r, size ? "non-empty" : "empty");
     save(n, "log", log, size);
     free(log);
-    r = hiprtcGetCodeSize(p, &size);
-    fprintf(report, "%d code size %d %zu\n", n, r, size);
-    if (r == HIPRTC_SUCCESS && size > 0) {
-        char *code = malloc(size);
-        fprintf(report, "%d code %d\n", n, hiprtcGetCode(p, code));
-        save(n, "co", code, size);
-        free(code);
-    }
+    if (gives_bitcode(opts, no)) /* what an rdc program is for: its bitcode, for a link; by
+                                  * name, as 5.2's header does not declare the calls */
+        output(n, p, "bitcode", "bc", (size_fn)dlsym(RTLD_DEFAULT, "hiprtcGetBitcodeSize"),
+               (get_fn)dlsym(RTLD_DEFAULT, "hiprtcGetBitcode"));
+    else
+        output(n, p, "code", "co", hiprtcGetCodeSize, hiprtcGetCode);
     for (int i = 0; c == HIPRTC_SUCCESS && i < ne; i++) {
         const char *lowered = NULL;
         r = hiprtcGetLoweredName(p, exprs[i], &lowered);
@@ -219,6 +255,8 @@ int main(int argc, char **argv)
         const char *rpass[] = {"--offload-arch=gfx90a", "-O3", "-Rpass=loop-unroll"};
         const char *maxt[] = {"--offload-arch=gfx90a", "--gpu-max-threads-per-block=256"};
         const char *empty[] = {"--offload-arch=gfx90a", ""};
+        const char *rdc[] = {"--offload-arch=gfx90a", "-fgpu-rdc"};
+        const char *tune[] = {"--offload-arch=gfx90a", "-mtune=gfx908"};
         const char *exprs[] = {"scale<float>", "(void (*)(double *, double, int))scale<double>", "ns::fill<7>"};
         compile(0, unused_var, "unused.hip", 0, NULL, NULL, NULL, 0, wall, 2);
         compile(1, loop, "loop.hip", 0, NULL, NULL, NULL, 0, rpass, 3);
@@ -227,6 +265,8 @@ int main(int argc, char **argv)
         compile(4, saxpy, "saxpy.hip", 0, NULL, NULL, NULL, 0, empty, 2);
         compile(5, broken, "broken.hip", 0, NULL, NULL, NULL, 0, wall, 2);
         compile(6, saxpy, NULL, 0, NULL, NULL, NULL, 0, arch, 3);
+        compile(7, saxpy, "rdc.hip", 0, NULL, NULL, NULL, 0, rdc, 2);
+        compile(8, saxpy, "tune.hip", 0, NULL, NULL, NULL, 0, tune, 2);
     } else if (strcmp(mode, "link") == 0) {
         link_api();
     } else {
