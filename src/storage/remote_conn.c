@@ -1,17 +1,23 @@
 /*
  * remote_conn.c - the cluster tier's connections to Redis (remote_private.h).
  *
- * Every connect and every reply has a deadline (hiredis's connect timeout and socket
- * timeout: KPC_REMOTE_TIMEOUT_MS, and a blocking wait's own slice on top). SIGPIPE is
+ * Every connect and every reply has a deadline: hiredis's connect timeout (per address
+ * the name resolves to), then the socket's send and receive timeouts, set before the
+ * AUTH and SELECT of a new connection: KPC_REMOTE_TIMEOUT_MS each (a blocking command
+ * would add its own wait; the tier sends none). SIGPIPE is
  * blocked in the calling thread around each call, and one it raised is consumed: a
  * server that closed the connection must not kill a rank (hiredis uses write()).
  * Connecting goes through the fault seam (base/fault.h), so the fault test can fail it.
  *
  * Connections: a process connects only when it needs Redis (the host's claimant of a
- * key, a waiter watching the cluster, a read), and does not keep idle connections:
- * one is kept only while this process holds a lease (its keeper renews through it), so
- * a storm of H hosts x P ranks holds about as many connections as there are processes
- * in a Redis call at once, not H x P.
+ * key, a waiter's check, a renewal, a read), and closes the connection as soon as the
+ * call is done: nothing is kept while idle, not even while a lease is held (its keeper
+ * connects for each renewal, once a third of a lease) or while another host's lease is
+ * waited on (remote.c checks it again now and then on a new connection). So a storm of
+ * H hosts x P ranks holds only as many connections as there are processes in a Redis
+ * call at that moment. A connection is closed with a reset (SO_LINGER 0) once its
+ * replies are read: connecting this often must not leave a TIME_WAIT entry per call on
+ * the host, which would use up its ports at thousands of calls per minute.
  *
  * After a failure the tier is off for this process for KPC_REMOTE_BACKOFF_MS; the first
  * failure of the process is said at the default log level (error), later ones at warning
@@ -26,6 +32,7 @@
 #include <fcntl.h>
 #include <signal.h>
 #include <stdarg.h>
+#include <sys/socket.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -215,20 +222,14 @@ redisContext *kpc_remote_connect(kpc_remote *r, const char **why)
 
 struct kpc_remote_conn *kpc_remote_conn_get(kpc_remote *r)
 {
-    pthread_mutex_lock(&r->pool_lock);
-    struct kpc_remote_conn *cn = r->idle;
-    if (cn)
-        r->idle = cn->next;
-    pthread_mutex_unlock(&r->pool_lock);
-    if (cn)
-        return cn;
     const char *why = NULL;
     redisContext *c = kpc_remote_connect(r, &why);
     if (c == NULL) {
         kpc_remote_failed(r, "connect", why);
         return NULL;
     }
-    if ((cn = calloc(1, sizeof *cn)) == NULL) {
+    struct kpc_remote_conn *cn = calloc(1, sizeof *cn);
+    if (cn == NULL) {
         redisFree(c);
         return NULL;
     }
@@ -238,33 +239,16 @@ struct kpc_remote_conn *kpc_remote_conn_get(kpc_remote *r)
 
 void kpc_remote_conn_put(kpc_remote *r, struct kpc_remote_conn *cn, bool broken)
 {
+    (void)r;
     if (cn == NULL)
         return;
-    pthread_mutex_lock(&r->pool_lock);
-    bool keep = !broken && r->idle == NULL && atomic_load(&r->leases) > 0;
-    if (keep) {
-        cn->next = NULL;
-        r->idle = cn;
+    if (!broken && cn->c->fd >= 0) { /* every reply read: nothing is lost by a reset */
+        struct linger now = {.l_onoff = 1, .l_linger = 0};
+        setsockopt(cn->c->fd, SOL_SOCKET, SO_LINGER, &now, sizeof now);
     }
-    pthread_mutex_unlock(&r->pool_lock);
-    if (!keep) { /* broken (its stream may be mid-reply), or idle: closed */
-        pipe_guard g;
-        pipe_block(&g);
-        redisFree(cn->c);
-        pipe_restore(&g);
-        free(cn);
-    }
-}
-
-void kpc_remote_conn_close_idle(kpc_remote *r)
-{
-    pthread_mutex_lock(&r->pool_lock);
-    struct kpc_remote_conn *cn = r->idle;
-    r->idle = NULL;
-    pthread_mutex_unlock(&r->pool_lock);
-    while (cn) {
-        struct kpc_remote_conn *next = cn->next;
-        kpc_remote_conn_put(r, cn, true);
-        cn = next;
-    }
+    pipe_guard g;
+    pipe_block(&g);
+    redisFree(cn->c);
+    pipe_restore(&g);
+    free(cn);
 }

@@ -188,7 +188,6 @@ kpc_status kpc_remote_open(const char *url, kpc_remote **out)
     kpc_remote_url_redacted(&r->url, r->shown, sizeof r->shown);
     host_identity(r->host_id, sizeof r->host_id);
     r->start_time = kpc__proc_start_time(getpid());
-    pthread_mutex_init(&r->pool_lock, NULL);
     KPC_LOG(KPC_LOG_DEBUG, "remote tier %s: host %s, keys %s*, lease %u ms, timeout %u ms, %s", r->shown,
             r->host_id, r->prefix, r->lease_ms, r->timeout_ms, kpc_remote_trust(r));
     *out = r;
@@ -211,8 +210,6 @@ void kpc_remote_close(kpc_remote *r)
     if (r == NULL)
         return;
     flush_counters(r);
-    kpc_remote_conn_close_idle(r);
-    pthread_mutex_destroy(&r->pool_lock);
     sodium_memzero(r, sizeof *r);
     free(r);
 }
