@@ -17,7 +17,8 @@
  *                       another host builds the key: the waiters take it from Redis
  *   secrets_apart       two groups with different secrets on one Redis: each builds K
  *   connections         a same-order storm holds about one connection per host
- *   connections_any_order  so does a storm whose ranks each start at another key
+ *   connections_any_order  so does a storm whose ranks each start at another key (the
+ *                       host's connection slots), and none is held while waiting
  *   unauthenticated     no secret, no trust: builds host-local, says so once, stats say so
  *   takeover_fake/_real kill -9 of the lease holder: another host takes over after the lease
  *   redis_killed        redis-server killed mid-storm: no hang, no wrong object
@@ -383,17 +384,17 @@ START_TEST(connections_any_order)
 {
     NEED_HOSTS(rs_have_hosts);
     ts_fake_install();
-    /* every rank of a host claims another key: 8 builders and 24 claimants waiting on
-     * other hosts' leases, for a second. None holds a connection while it compiles or
-     * waits (before: 32, one each); the peak of the whole storm is the moment all 32
-     * ask at once, which this machine's scheduler stretches, and is only reported */
+    /* every rank of a host claims another key: 32 claimants ask at once, then 8 build
+     * and 24 wait on other hosts' leases for a second. A host's calls queue for its two
+     * connection slots; none holds a connection while it compiles or waits (before: 32
+     * at peak and all through the builds, one per claimant) */
     int building;
-    connection_peak(false, 1000, &building);
+    int peak = connection_peak(false, 1000, &building);
     ck_assert_int_ge(building, 0); /* the window was seen */
-    /* one machine runs every host: a poll the scheduler stalls holds its connection
-     * longer than it would; half of the one-per-rank of before is far from both */
-    ck_assert_msg(building <= CH * CP / 2, "%d connections while %d hosts x %d ranks built or waited", building, CH,
-                  CP);
+    /* bounds with room for one machine running every host: a connection Redis has not
+     * yet seen closed still counts */
+    ck_assert_msg(peak <= 3 * CH, "%d connections at peak for %d hosts x %d ranks", peak, CH, CP);
+    ck_assert_msg(building <= 2 * CH, "%d connections while %d hosts x %d ranks built or waited", building, CH, CP);
 }
 END_TEST
 

@@ -28,8 +28,9 @@
  * claim period; one held by a dead process or a holder cut off from Redis, a lease.
  *
  * Waiting on another host's lease holds no connection: the waiter asks again on a new
- * connection, first after 20 ms, each wait a quarter longer than the one before, at most
- * 250 ms apart and never past the lease's expiry; the record appears, or the lease goes
+ * connection, first after about 20 ms, each wait a quarter longer than the one before up
+ * to about 250 ms (each spread at random over half to one and a half of that), and never
+ * later than just after the lease's expiry; the record appears, or the lease goes
  * (released or expired) and the waiter takes it. The wait is bounded three ways: the
  * lease's own expiry; a lease value that does not authenticate (forged) or that names
  * this host and a process that is dead is taken over at once (compare-and-set); and
@@ -40,11 +41,9 @@
 #include "storage/remote_private.h"
 #include "base/log.h"
 
-#include <errno.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <time.h>
 #include <unistd.h>
 
 #define LOG_TTL_MS 30000   /* a failure is shared for 30 s, as on the host */
@@ -329,13 +328,6 @@ static int held_elsewhere(begin_state *b, redisReply *rep, kpc_remote_lease **le
     return 0;
 }
 
-static void sleep_ms(unsigned ms)
-{
-    struct timespec ts = {ms / 1000, (long)(ms % 1000) * 1000000L};
-    while (nanosleep(&ts, &ts) != 0 && errno == EINTR)
-        ;
-}
-
 enum kpc_remote_verdict kpc_remote_begin(kpc_remote *r, const kpc_key *key, const char *target,
                                          const uint8_t *compiler_id, kpc_record *rec,
                                          kpc_remote_lease **lease, bool *waited_out)
@@ -439,7 +431,7 @@ enum kpc_remote_verdict kpc_remote_begin(kpc_remote *r, const kpc_key *key, cons
         if (verdict == 0 && b.sleep_ms) {
             kpc_remote_conn_put(r, b.cn, false);
             b.cn = NULL;
-            sleep_ms(b.sleep_ms);
+            kpc_remote_sleep_ms(b.sleep_ms);
             b.sleep_ms = 0;
         }
     }

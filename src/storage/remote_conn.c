@@ -15,7 +15,10 @@
  * connects for each renewal, once a third of a lease) or while another host's lease is
  * waited on (remote.c checks it again now and then on a new connection). So a storm of
  * H hosts x P ranks holds only as many connections as there are processes in a Redis
- * call at that moment. A connection is closed with a reset (SO_LINGER 0) once its
+ * call at that moment, and those are bounded per host: a connection is made only with one
+ * of the host's HOST_SLOTS slots held (below), so a host's ranks asking at once (a storm
+ * whose ranks start at different keys) queue for a moment on their host instead of
+ * connecting all together. A connection is closed with a reset (SO_LINGER 0) once its
  * replies are read: connecting this often must not leave a TIME_WAIT entry per call on
  * the host, which would use up its ports at thousands of calls per minute.
  *
@@ -32,7 +35,11 @@
 #include <fcntl.h>
 #include <signal.h>
 #include <stdarg.h>
+#include <stddef.h>
 #include <sys/socket.h>
+#include <sys/un.h>
+#include <time.h>
+#include <xxhash.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -220,20 +227,69 @@ redisContext *kpc_remote_connect(kpc_remote *r, const char **why)
     return c;
 }
 
+void kpc_remote_sleep_ms(unsigned ms)
+{
+    struct timespec ts = {ms / 1000, (long)(ms % 1000) * 1000000L};
+    while (nanosleep(&ts, &ts) != 0 && errno == EINTR)
+        ;
+}
+
+/* The host's connection slots to this server: abstract Unix socket names (Linux), which
+ * one socket of the host (network namespace) at a time can be bound to, and which the
+ * kernel frees when that socket is closed or its process dies: a killed process never
+ * holds one. A name per host id and server, so that hosts sharing a network namespace
+ * (containers with their own KPC_HOST_ID) have slots of their own. */
+#define HOST_SLOTS 2
+#define SLOT_WAIT_MS 250 /* past this the call goes ahead without a slot: never stuck on
+                          * a stopped process that holds one */
+
+/* A socket holding one of the host's slots, or -1 (none free within SLOT_WAIT_MS). */
+static int slot_take(kpc_remote *r)
+{
+    int fd = socket(AF_UNIX, SOCK_DGRAM | SOCK_CLOEXEC, 0);
+    if (fd < 0)
+        return -1;
+    char who[sizeof r->host_id + sizeof r->shown + 2];
+    int len = snprintf(who, sizeof who, "%s\n%s", r->host_id, r->shown);
+    unsigned long long h = XXH3_64bits(who, len > 0 ? (size_t)len : 0);
+    uint64_t until = kpc__now_ns() + SLOT_WAIT_MS * 1000000ull;
+    for (;;) {
+        for (int i = 0; i < HOST_SLOTS; i++) {
+            struct sockaddr_un a = {.sun_family = AF_UNIX};
+            int n = snprintf(a.sun_path + 1, sizeof a.sun_path - 1, "kpc-remote-%016llx-%d", h, i);
+            if (bind(fd, (struct sockaddr *)&a, (socklen_t)(offsetof(struct sockaddr_un, sun_path) + 1 + (size_t)n)) == 0)
+                return fd;
+            if (errno != EADDRINUSE)
+                break; /* no abstract sockets here: no slots */
+        }
+        if (errno != EADDRINUSE || kpc__now_ns() >= until) {
+            close(fd);
+            return -1;
+        }
+        kpc_remote_sleep_ms(1);
+    }
+}
+
 struct kpc_remote_conn *kpc_remote_conn_get(kpc_remote *r)
 {
+    int slot = slot_take(r);
     const char *why = NULL;
     redisContext *c = kpc_remote_connect(r, &why);
     if (c == NULL) {
+        if (slot >= 0)
+            close(slot);
         kpc_remote_failed(r, "connect", why);
         return NULL;
     }
     struct kpc_remote_conn *cn = calloc(1, sizeof *cn);
     if (cn == NULL) {
+        if (slot >= 0)
+            close(slot);
         redisFree(c);
         return NULL;
     }
     cn->c = c;
+    cn->slot = slot;
     return cn;
 }
 
@@ -250,5 +306,7 @@ void kpc_remote_conn_put(kpc_remote *r, struct kpc_remote_conn *cn, bool broken)
     pipe_block(&g);
     redisFree(cn->c);
     pipe_restore(&g);
+    if (cn->slot >= 0)
+        close(cn->slot); /* after the connection: the next one may connect now */
     free(cn);
 }

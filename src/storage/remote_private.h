@@ -35,6 +35,7 @@ enum { KPC_RW_DOWN, KPC_RW_REFUSED, KPC_RW_UNAUTHENTICATED, KPC_RW_LEASE, KPC_RW
 
 struct kpc_remote_conn {
     redisContext *c;
+    int slot; /* the host slot held while connected (remote_conn.c), or -1 */
 };
 
 struct kpc_remote {
@@ -65,8 +66,10 @@ void kpc_remote_warn(kpc_remote *r, int kind, int later, const char *fmt, ...) _
 /* The tier failed: counted, said, and off for the back-off period. */
 void kpc_remote_failed(kpc_remote *r, const char *what, const char *detail);
 bool kpc_remote_on(kpc_remote *r);
-/* A new connection for one call (NULL after kpc_remote_failed); put closes it (broken:
- * it may be mid-reply). */
+void kpc_remote_sleep_ms(unsigned ms);
+/* A new connection for one call, made with one of the host's slots to this server held
+ * (waiting a moment for one when all are taken); NULL after kpc_remote_failed. put
+ * closes it (broken: it may be mid-reply) and frees the slot. */
 struct kpc_remote_conn *kpc_remote_conn_get(kpc_remote *r);
 void kpc_remote_conn_put(kpc_remote *r, struct kpc_remote_conn *cn, bool broken);
 /* A new connection outside the pool (NULL and *why on failure). */
