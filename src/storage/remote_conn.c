@@ -36,13 +36,14 @@
 #include <signal.h>
 #include <stdarg.h>
 #include <stddef.h>
-#include <sys/socket.h>
-#include <sys/un.h>
-#include <time.h>
-#include <xxhash.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/socket.h>
+#include <sys/un.h>
+#include <time.h>
+#include <unistd.h>
+#include <xxhash.h>
 
 static struct timeval tv_ms(unsigned ms) { return (struct timeval){.tv_sec = ms / 1000, .tv_usec = (ms % 1000) * 1000}; }
 
