@@ -18,7 +18,8 @@
  *   secrets_apart       two groups with different secrets on one Redis: each builds K
  *   connections         a same-order storm holds about one connection per host
  *   connections_any_order  so does a storm whose ranks each start at another key (the
- *                       host's connection slots), and none is held while waiting
+ *                       host's connection slots), and none is held while waiting:
+ *                       at most 3 per host (before: 32 for 4 hosts x 8 ranks)
  *   unauthenticated     no secret, no trust: builds host-local, says so once, stats say so
  *   takeover_fake/_real kill -9 of the lease holder: another host takes over after the lease
  *   redis_killed        redis-server killed mid-storm: no hang, no wrong object
@@ -394,7 +395,7 @@ START_TEST(connections_any_order)
     /* bounds with room for one machine running every host: a connection Redis has not
      * yet seen closed still counts */
     ck_assert_msg(peak <= 3 * CH, "%d connections at peak for %d hosts x %d ranks", peak, CH, CP);
-    ck_assert_msg(building <= 2 * CH, "%d connections while %d hosts x %d ranks built or waited", building, CH, CP);
+    ck_assert_msg(building <= 3 * CH, "%d connections while %d hosts x %d ranks built or waited", building, CH, CP);
 }
 END_TEST
 
