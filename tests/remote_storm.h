@@ -72,10 +72,11 @@ uint64_t rs_sum_wait_timeouts(const storm *s, int first, int n);
 void rs_check_identical(const storm *s, int first, int n);
 /* The pid in the value of the one lease in Redis; 0 while there is none. */
 pid_t rs_lease_holder(int port);
-/* Clients blocked on a done list now (CLIENT LIST: cmd=blpop); clients connected. */
-int rs_blocked_waiters(int port);
+/* Leases in Redis now. */
+int rs_leases(int port);
+/* Clients connected now (less the probe). */
 int rs_clients(int port);
-/* Check: wait until some host's claimant blocks on a lease. */
+/* Check: wait until some host's claimant waits on a lease (it asked again). */
 void rs_await_waiter(int port);
 
 #define NEED_HOSTS(have)                                                                       \

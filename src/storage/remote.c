@@ -6,24 +6,36 @@
  * tag keeps them in one Redis Cluster slot):
  *   P{K}:co     the code record: disk record bytes [+ 32-byte MAC]; expires unless read
  *   P{K}:log    a failed build's log record, for 30 s (the host index's retry rule)
- *   P{K}:lease  "host=H pid=P start=T token=R [mac=M]", SET NX PX lease_ms by the builder
- *   P{K}:done   a list the publisher pushes its lease value to (expires in 10 s):
- *               waiters block on it with BLPOP and pass the value on to the next one
+ *   P{K}:lease  "host=H pid=P start=T token=R [mac=M]", SET NX PX by the builder
  *
  * Invariants: a hit is one plain GET (GETEX when records expire): the record's bytes
  * never go through Lua. Every check-and-lease, publish, release and takeover is one Lua
  * script, atomic on the server; a lease is renewed (compare-and-pexpire, by claim.c's
  * keeper every lease/3) and deleted or replaced only by compare-and-delete or
  * compare-and-set, so a holder that lost its lease never touches the next holder's. A
- * lease is short (KPC_REMOTE_LEASE_MS, 3 s): one taken in a reply its holder never saw
- * (a timeout) or held by a dead process blocks its key at most that long. A record is
- * trusted only after record.c's parser and, with a secret, its MAC accept it; without
- * a secret records are neither served nor stored unless KPC_REMOTE_TRUST says so.
+ * record is trusted only after record.c's parser and, with a secret, its MAC accept it;
+ * without a secret records are neither served nor stored unless KPC_REMOTE_TRUST says so.
  *
- * Waiting on another host's lease is bounded three ways: the lease's own expiry; a
- * lease value that does not authenticate (forged) or that names this host and a process
- * that is dead is taken over at once (compare-and-set); and KPC_BUILD_WAIT_MAX_MS caps
- * the whole wait, as on one host: past it the host builds for itself (counted).
+ * A lease lives long only once its holder has seen it. A script sent before a reply
+ * deadline still runs when a stalled Redis resumes, after its client gave up: so the
+ * claim (and a takeover) sets the lease for a claim period only (twice
+ * KPC_REMOTE_TIMEOUT_MS, at most a lease), and the holder, having read the reply,
+ * extends it to KPC_REMOTE_LEASE_MS (3 s) at once. Every extension (that one and the
+ * keeper's renewals) is refused by the server when it runs later than its client's
+ * deadline: the client sends, with it, the least time the lease may have left then
+ * (what the last extension it saw set, less the time since that one was sent and a
+ * reply deadline), and a later run finds less left. A lease no holder saw thus lives a
+ * claim period; one held by a dead process or a holder cut off from Redis, a lease.
+ *
+ * Waiting on another host's lease holds no connection: the waiter asks again on a new
+ * connection, first after about 20 ms, each wait a quarter longer than the one before up
+ * to about 250 ms (each spread at random over half to one and a half of that), and never
+ * later than just after the lease's expiry; the record appears, or the lease goes
+ * (released or expired) and the waiter takes it. The wait is bounded three ways: the
+ * lease's own expiry; a lease value that does not authenticate (forged) or that names
+ * this host and a process that is dead is taken over at once (compare-and-set); and
+ * KPC_BUILD_WAIT_MAX_MS caps the whole wait, as on one host: past it the host builds
+ * for itself (counted).
  */
 #define _GNU_SOURCE
 #include "storage/remote_private.h"
@@ -35,20 +47,23 @@
 #include <unistd.h>
 
 #define LOG_TTL_MS 30000   /* a failure is shared for 30 s, as on the host */
-#define DONE_TTL_MS 10000  /* the done list outlives every waiter's wake-up */
-#define WAIT_SLICE_MS 1000 /* the polling fallback: re-check at least this often */
+#define POLL_FIRST_MS 20   /* a waiter asks again after this, */
+#define POLL_MAX_MS 250    /* each wait a quarter longer, up to this */
 #define MAX_VALUE (1u << 30)
 
 /* A lease held: renewed through kpc_remote_renew by claim.c's keeper, used by one thread
- * at a time. While any is held the process keeps one connection for the renewals. */
+ * at a time. set_ms and sent_ns: the expiry the last command that set or extended it
+ * gave, and when this process sent that command (what the next extension's deadline is
+ * counted from). */
 struct kpc_remote_lease {
-    kpc_remote *r;
-    char lease_name[KPC_REMOTE_NAME_MAX], done_name[KPC_REMOTE_NAME_MAX];
+    char lease_name[KPC_REMOTE_NAME_MAX];
     char value[512];
+    unsigned set_ms;
+    uint64_t sent_ns;
 };
 
 /* ---- scripts ------------------------------------------------------------------------------ */
-/* KEYS co log lease; ARGV lease-value lease-ms skip (1: skip co, 2: skip log: refused).
+/* KEYS co log lease; ARGV lease-value claim-ms skip (1: skip co, 2: skip log: refused).
  * {1, record} | {2, log record} | {3} the lease is ours | {4, holder, pttl} */
 static const char BEGIN_LUA[] =
     "local skip = tonumber(ARGV[3])\n"
@@ -56,31 +71,27 @@ static const char BEGIN_LUA[] =
     "if skip < 2 then local l = redis.call('GET', KEYS[2]) if l then return {2, l} end end\n"
     "if redis.call('SET', KEYS[3], ARGV[1], 'NX', 'PX', ARGV[2]) then return {3} end\n"
     "return {4, redis.call('GET', KEYS[3]) or '', redis.call('PTTL', KEYS[3])}\n";
-/* KEYS record lease done; ARGV record value ttl-ms(0: none) done-ttl. 1 if the lease was
- * still ours (and is now released). */
+/* KEYS record lease; ARGV record value ttl-ms(0: none). 1 if the lease was still ours
+ * (and is now released). */
 static const char PUBLISH_LUA[] =
     "if ARGV[3] ~= '0' then redis.call('SET', KEYS[1], ARGV[1], 'PX', ARGV[3])\n"
     "else redis.call('SET', KEYS[1], ARGV[1]) end\n"
-    "local held = 0\n"
-    "if ARGV[2] ~= '' and redis.call('GET', KEYS[2]) == ARGV[2] then redis.call('DEL', KEYS[2]) held = 1 end\n"
-    "if ARGV[2] ~= '' then redis.call('RPUSH', KEYS[3], ARGV[2]) redis.call('PEXPIRE', KEYS[3], ARGV[4]) end\n"
-    "return held\n";
-/* KEYS lease done; ARGV value done-ttl: compare-and-delete, then wake the waiters. */
+    "if ARGV[2] ~= '' and redis.call('GET', KEYS[2]) == ARGV[2] then redis.call('DEL', KEYS[2]) return 1 end\n"
+    "return 0\n";
+/* KEYS lease; ARGV value: compare-and-delete. */
 static const char RELEASE_LUA[] =
-    "if redis.call('GET', KEYS[1]) == ARGV[1] then redis.call('DEL', KEYS[1])\n"
-    "redis.call('RPUSH', KEYS[2], ARGV[1]) redis.call('PEXPIRE', KEYS[2], ARGV[2]) return 1 end\n"
+    "if redis.call('GET', KEYS[1]) == ARGV[1] then return redis.call('DEL', KEYS[1]) end\n"
     "return 0\n";
-/* KEYS lease; ARGV value lease-ms: compare-and-pexpire. */
+/* KEYS lease; ARGV value lease-ms least-pttl: compare-and-pexpire, refused when it runs
+ * so late that less than least-pttl is left (its client has given up on it). */
 static const char RENEW_LUA[] =
-    "if redis.call('GET', KEYS[1]) == ARGV[1] then return redis.call('PEXPIRE', KEYS[1], ARGV[2]) end\n"
+    "if redis.call('GET', KEYS[1]) == ARGV[1] and redis.call('PTTL', KEYS[1]) >= tonumber(ARGV[3]) then\n"
+    "return redis.call('PEXPIRE', KEYS[1], ARGV[2]) end\n"
     "return 0\n";
-/* KEYS lease; ARGV old new lease-ms: compare-and-set (a forged or a dead holder's lease). */
+/* KEYS lease; ARGV old new claim-ms: compare-and-set (a forged or a dead holder's lease). */
 static const char TAKE_LUA[] =
     "if redis.call('GET', KEYS[1]) == ARGV[1] then redis.call('SET', KEYS[1], ARGV[2], 'PX', ARGV[3]) return 1 end\n"
     "return 0\n";
-/* KEYS done; ARGV value done-ttl: pass a wake-up on to the next waiter. */
-static const char PASS_LUA[] =
-    "redis.call('RPUSH', KEYS[1], ARGV[1]) redis.call('PEXPIRE', KEYS[1], ARGV[2]) return 1\n";
 
 /* ---- records ------------------------------------------------------------------------------ */
 /* Check a value fetched from name (of the old group or the current one); NULL when good
@@ -143,25 +154,50 @@ static enum got get_record(kpc_remote *r, struct kpc_remote_conn *cn, bool old, 
 }
 
 /* ---- leases -------------------------------------------------------------------------------- */
-static void lease_free(kpc_remote_lease *l)
+/* How long a claim (or a takeover) sets the lease for, until its holder extends it: a
+ * reply deadline and as much again for the extension to arrive. */
+static unsigned claim_ms(const kpc_remote *r)
 {
-    kpc_remote *r = l->r;
-    free(l);
-    if (atomic_fetch_sub(&r->leases, 1) == 1)
-        kpc_remote_conn_close_idle(r);
+    unsigned ms = 2 * r->timeout_ms;
+    return ms < r->lease_ms ? ms : r->lease_ms;
 }
 
-static kpc_remote_lease *lease_new(kpc_remote *r, const char *lease_name, const char *done_name, const char *value)
+static kpc_remote_lease *lease_new(const char *lease_name, const char *value, unsigned set_ms, uint64_t sent_ns)
 {
     kpc_remote_lease *l = calloc(1, sizeof *l);
     if (l == NULL)
         return NULL;
-    l->r = r;
     snprintf(l->lease_name, sizeof l->lease_name, "%s", lease_name);
-    snprintf(l->done_name, sizeof l->done_name, "%s", done_name);
     snprintf(l->value, sizeof l->value, "%s", value);
-    atomic_fetch_add(&r->leases, 1);
+    l->set_ms = set_ms;
+    l->sent_ns = sent_ns;
     return l;
+}
+
+/* Extend the lease to a full one (compare-and-pexpire, refused when it runs past this
+ * call's deadline): 1 extended, 0 not ours any more, -1 Redis failed (said). */
+static int extend(kpc_remote *r, struct kpc_remote_conn *cn, kpc_remote_lease *l)
+{
+    uint64_t now = kpc__now_ns();
+    long long least = (long long)l->set_ms - (long long)((now - l->sent_ns) / 1000000u) - (long long)r->timeout_ms;
+    char ms[16], least_s[24];
+    snprintf(ms, sizeof ms, "%u", r->lease_ms);
+    snprintf(least_s, sizeof least_s, "%lld", least);
+    const char *keys[1] = {l->lease_name};
+    const char *args[3] = {l->value, ms, least_s};
+    const char *why = NULL;
+    redisReply *rep = kpc_remote_eval(r, cn->c, RENEW_LUA, 1, keys, 3, args, NULL, &why);
+    if (rep == NULL) {
+        kpc_remote_failed(r, "renewing a lease", why);
+        return -1;
+    }
+    bool held = rep->type == REDIS_REPLY_INTEGER && rep->integer == 1;
+    freeReplyObject(rep);
+    if (held) {
+        l->set_ms = r->lease_ms;
+        l->sent_ns = now;
+    }
+    return held;
 }
 
 /* The holder of a lease is a process of this host that is dead (pid and start time). */
@@ -175,13 +211,13 @@ static bool holder_dead_here(const kpc_remote *r, const char *holder)
     return pid > 0 && !kpc__proc_alive((pid_t)pid, start);
 }
 
-/* Replace the holder's lease value with ours (compare-and-set): 1 taken, 0 changed
- * meanwhile, -1 Redis failed (said). */
+/* Replace the holder's lease value with ours (compare-and-set) for a claim period: 1
+ * taken, 0 changed meanwhile, -1 Redis failed (said). */
 static int take_lease(kpc_remote *r, struct kpc_remote_conn *cn, const char *lname, const char *holder,
                       const char *value)
 {
     char ms[16];
-    snprintf(ms, sizeof ms, "%u", r->lease_ms);
+    snprintf(ms, sizeof ms, "%u", claim_ms(r));
     const char *keys[1] = {lname};
     const char *args[3] = {holder, value, ms};
     const char *why = NULL;
@@ -198,53 +234,42 @@ static int take_lease(kpc_remote *r, struct kpc_remote_conn *cn, const char *lna
 /* ---- begin --------------------------------------------------------------------------------- */
 typedef struct begin_state {
     kpc_remote *r;
-    struct kpc_remote_conn *cn;
+    struct kpc_remote_conn *cn; /* NULL while it waits: a wait holds no connection */
     const kpc_key *key;
-    char co[KPC_REMOTE_NAME_MAX], log[KPC_REMOTE_NAME_MAX], lname[KPC_REMOTE_NAME_MAX], done[KPC_REMOTE_NAME_MAX];
+    char co[KPC_REMOTE_NAME_MAX], log[KPC_REMOTE_NAME_MAX], lname[KPC_REMOTE_NAME_MAX];
     char hex[KPC_KEY_HEX], value[512], holder[512];
-    bool waited, timed_out;
+    bool waited;
     uint64_t wait_from;
+    uint64_t sent_ns;    /* when the last claim or takeover was sent */
+    uint64_t expires_ns; /* the awaited lease's expiry, as last seen */
+    unsigned poll_ms;    /* the next wait's length, before its bounds */
+    unsigned sleep_ms;   /* set by held_elsewhere: wait this long, then ask again */
 } begin_state;
 
-/* Block on the done list while another host builds: until it publishes, its lease can
- * have expired, or the slice ends. false: Redis failed (said). */
-static bool wait_done(begin_state *b, long long pttl, uint64_t left_ms)
+/* The claim or takeover just sent went through: the lease is ours for a claim period;
+ * extend it to a full one now that its reply is seen. The verdict, or 0 to ask again
+ * (it was lost meanwhile: a new token for the next claim). */
+static int hold(begin_state *b, kpc_remote_lease **lease)
 {
     kpc_remote *r = b->r;
-    long long ms = pttl > 0 ? pttl + 5 : WAIT_SLICE_MS;
-    if (ms > WAIT_SLICE_MS)
-        ms = WAIT_SLICE_MS;
-    if ((uint64_t)ms > left_ms)
-        ms = (long long)left_ms + 1;
-    char slice[32], done_ttl[16];
-    snprintf(slice, sizeof slice, "%lld.%03lld", ms / 1000, ms % 1000);
-    const char *bl[3] = {"BLPOP", b->done, slice};
-    size_t bll[3] = {5, strlen(b->done), strlen(slice)};
-    const char *why = NULL;
-    redisReply *rep = kpc_remote_command(r, b->cn->c, 3, bl, bll, (unsigned)ms, &why);
-    if (rep == NULL) {
-        kpc_remote_failed(r, "waiting", why);
-        return false;
+    kpc_remote_lease *l = lease_new(b->lname, b->value, claim_ms(r), b->sent_ns);
+    if (l == NULL)
+        return KPC_REMOTE_OFF; /* unknown to us: it lapses after the claim period */
+    int held = l->set_ms < r->lease_ms ? extend(r, b->cn, l) : 1;
+    if (held == 1) {
+        kpc_remote_count(r, KPC_RC_MISSES);
+        *lease = l;
+        return KPC_REMOTE_BUILD;
     }
-    b->timed_out = rep->type == REDIS_REPLY_NIL;
-    bool ours = rep->type == REDIS_REPLY_ARRAY && rep->elements == 2 && rep->element[1]->type == REDIS_REPLY_STRING &&
-                strcmp(rep->element[1]->str, b->holder) == 0;
-    freeReplyObject(rep);
-    if (ours) { /* the wake-up for the build we waited on: pass it on to the next waiter */
-        snprintf(done_ttl, sizeof done_ttl, "%u", DONE_TTL_MS);
-        const char *pk[1] = {b->done};
-        const char *pa[2] = {b->holder, done_ttl};
-        if ((rep = kpc_remote_eval(r, b->cn->c, PASS_LUA, 1, pk, 2, pa, NULL, &why)) == NULL) {
-            kpc_remote_failed(r, "waking the next waiter", why);
-            return false;
-        }
-        freeReplyObject(rep);
-    }
-    return true;
+    free(l);
+    if (held < 0)
+        return KPC_REMOTE_OFF;
+    kpc_remote_lease_value(r, b->lname, b->value, sizeof b->value);
+    return 0;
 }
 
 /* Another host's lease (reply 4): take it over when it is forged or its holder died
- * here, else wait. The verdict, or 0 to ask again. */
+ * here, else wait (b->sleep_ms). The verdict, or 0 to ask again. */
 static int held_elsewhere(begin_state *b, redisReply *rep, kpc_remote_lease **lease)
 {
     kpc_remote *r = b->r;
@@ -260,26 +285,27 @@ static int held_elsewhere(begin_state *b, redisReply *rep, kpc_remote_lease **le
             kpc_remote_warn(r, KPC_RW_LEASE, KPC_LOG_WARN, "remote tier: the lease on %s does not authenticate "
                             "(written without the secret): ignoring it", b->hex);
         }
+        b->sent_ns = kpc__now_ns();
         int taken = take_lease(r, b->cn, b->lname, b->holder, b->value);
-        if (taken < 0)
-            return KPC_REMOTE_OFF;
-        if (taken == 0)
-            return 0;
-        if (!forged) {
+        if (taken <= 0)
+            return taken < 0 ? KPC_REMOTE_OFF : 0;
+        int verdict = hold(b, lease);
+        if (verdict == KPC_REMOTE_BUILD && !forged) {
             kpc_remote_count(r, KPC_RC_TAKEOVERS);
             KPC_LOG(KPC_LOG_INFO, "remote tier: the lease on %s names a dead process of this host (%s): "
                     "taking the build over", b->hex, b->holder);
         }
-        kpc_remote_count(r, KPC_RC_MISSES);
-        return (*lease = lease_new(r, b->lname, b->done, b->value)) ? KPC_REMOTE_BUILD : KPC_REMOTE_OFF;
+        return verdict;
     }
     uint64_t now = kpc__now_ns();
     if (!b->waited) {
         kpc_remote_count(r, KPC_RC_WAITS);
         KPC_LOG(KPC_LOG_DEBUG, "remote tier: %s is being built by %s: waiting", b->hex, b->holder);
         b->wait_from = now;
+        b->poll_ms = POLL_FIRST_MS;
     }
     b->waited = true;
+    b->expires_ns = pttl >= 0 ? now + (uint64_t)pttl * 1000000u : UINT64_MAX;
     uint64_t waited_ms = (now - b->wait_from) / 1000000u;
     if (waited_ms >= r->wait_max_ms) {
         kpc_remote_count(r, KPC_RC_WAIT_TIMEOUTS);
@@ -288,7 +314,18 @@ static int held_elsewhere(begin_state *b, redisReply *rep, kpc_remote_lease **le
                         (double)waited_ms / 1e3, r->wait_max_ms);
         return KPC_REMOTE_OFF;
     }
-    return wait_done(b, pttl, r->wait_max_ms - waited_ms) ? 0 : KPC_REMOTE_OFF;
+    /* spread over half to one and a half of it: waiters that began together (a storm)
+     * must not all connect at the same moment again and again */
+    uint64_t ms = b->poll_ms / 2 + (now / 1000u) % (b->poll_ms + 1);
+    if (pttl >= 0 && (uint64_t)pttl + 5 < ms)
+        ms = (uint64_t)pttl + 5; /* look again just after it expires */
+    if (ms > r->wait_max_ms - waited_ms)
+        ms = r->wait_max_ms - waited_ms + 1;
+    b->sleep_ms = (unsigned)ms;
+    b->poll_ms += b->poll_ms / 4;
+    if (b->poll_ms > POLL_MAX_MS)
+        b->poll_ms = POLL_MAX_MS;
+    return 0;
 }
 
 enum kpc_remote_verdict kpc_remote_begin(kpc_remote *r, const kpc_key *key, const char *target,
@@ -335,17 +372,21 @@ enum kpc_remote_verdict kpc_remote_begin(kpc_remote *r, const kpc_key *key, cons
     kpc_remote_name(r, false, key, "co", b.co, sizeof b.co);
     kpc_remote_name(r, false, key, "log", b.log, sizeof b.log);
     kpc_remote_name(r, false, key, "lease", b.lname, sizeof b.lname);
-    kpc_remote_name(r, false, key, "done", b.done, sizeof b.done);
     kpc__hex(key->bytes, sizeof key->bytes, b.hex);
     kpc_remote_lease_value(r, b.lname, b.value, sizeof b.value);
-    char lease_ms[16];
-    snprintf(lease_ms, sizeof lease_ms, "%u", r->lease_ms);
+    char claim[16];
+    snprintf(claim, sizeof claim, "%u", claim_ms(r));
     const char *keys[3] = {b.co, b.log, b.lname};
     while (verdict == 0) {
+        if (b.cn == NULL && (b.cn = kpc_remote_conn_get(r)) == NULL) {
+            verdict = KPC_REMOTE_OFF;
+            break;
+        }
         char skip_s[4];
         snprintf(skip_s, sizeof skip_s, "%u", skip);
-        const char *args[3] = {b.value, lease_ms, skip_s};
+        const char *args[3] = {b.value, claim, skip_s};
         const char *why = NULL;
+        b.sent_ns = kpc__now_ns();
         redisReply *rep = kpc_remote_eval(r, b.cn->c, BEGIN_LUA, 3, keys, 3, args, NULL, &why);
         if (rep == NULL || rep->type != REDIS_REPLY_ARRAY || rep->elements < 1 ||
             rep->element[0]->type != REDIS_REPLY_INTEGER) {
@@ -374,18 +415,25 @@ enum kpc_remote_verdict kpc_remote_begin(kpc_remote *r, const kpc_key *key, cons
         }
         if (what == 3) {
             freeReplyObject(rep);
-            kpc_remote_count(r, KPC_RC_MISSES);
-            if (b.waited && b.timed_out) {
+            /* after a wait: taken over when the awaited lease expired (not released) */
+            bool expired = b.waited && b.sent_ns + 1000000u >= b.expires_ns;
+            verdict = hold(&b, lease);
+            if (verdict == KPC_REMOTE_BUILD && expired) {
                 kpc_remote_count(r, KPC_RC_TAKEOVERS);
                 KPC_LOG(KPC_LOG_INFO, "remote tier: the lease on %s (%s) expired: taking the build over", b.hex,
                         b.holder);
             }
-            verdict = (*lease = lease_new(r, b.lname, b.done, b.value)) ? KPC_REMOTE_BUILD : KPC_REMOTE_OFF;
-            break;
+            continue;
         }
         verdict = held_elsewhere(&b, rep, lease);
         if (verdict == 0)
             skip = 0; /* a new record may have replaced a refused one */
+        if (verdict == 0 && b.sleep_ms) {
+            kpc_remote_conn_put(r, b.cn, false);
+            b.cn = NULL;
+            kpc_remote_sleep_ms(b.sleep_ms);
+            b.sleep_ms = 0;
+        }
     }
     if (verdict == KPC_REMOTE_HIT)
         kpc_remote_count(r, KPC_RC_HITS);
@@ -397,19 +445,18 @@ enum kpc_remote_verdict kpc_remote_begin(kpc_remote *r, const kpc_key *key, cons
 }
 
 /* ---- publish / release / renew / read ------------------------------------------------------------ */
-/* Compare-and-delete the lease and wake its waiters (PUBLISH_LUA, with a record, or
- * RELEASE_LUA). */
-static void end_lease(kpc_remote *r, const char *value, const char *lname, const char *done, const char *name,
-                      uint32_t kind, const void *bytes, size_t size)
+/* Store a record and compare-and-delete the lease (PUBLISH_LUA), or only the latter
+ * (RELEASE_LUA: bytes NULL). */
+static void end_lease(kpc_remote *r, const char *value, const char *lname, const char *name, uint32_t kind,
+                      const void *bytes, size_t size)
 {
     if (!kpc_remote_on(r))
         return; /* the lease expires by itself: it is short */
     struct kpc_remote_conn *cn = kpc_remote_conn_get(r);
     if (cn == NULL)
         return;
-    char ttl[24], done_ttl[16];
+    char ttl[24];
     snprintf(ttl, sizeof ttl, "%llu", kind == KPC_RECORD_LOG ? (unsigned long long)LOG_TTL_MS : r->ttl_ms);
-    snprintf(done_ttl, sizeof done_ttl, "%u", DONE_TTL_MS);
     const char *why = NULL;
     redisReply *rep;
     if (bytes) {
@@ -419,16 +466,16 @@ static void end_lease(kpc_remote *r, const char *value, const char *lname, const
             kpc_remote_conn_put(r, cn, false);
             return;
         }
-        const char *keys[3] = {name, lname, done};
-        const char *args[4] = {val, value, ttl, done_ttl};
-        size_t lens[4] = {val_size, strlen(value), strlen(ttl), strlen(done_ttl)};
-        rep = kpc_remote_eval(r, cn->c, PUBLISH_LUA, 3, keys, 4, args, lens, &why);
+        const char *keys[2] = {name, lname};
+        const char *args[3] = {val, value, ttl};
+        size_t lens[3] = {val_size, strlen(value), strlen(ttl)};
+        rep = kpc_remote_eval(r, cn->c, PUBLISH_LUA, 2, keys, 3, args, lens, &why);
         if (val != bytes)
             free(val);
     } else {
-        const char *keys[2] = {lname, done};
-        const char *args[2] = {value, done_ttl};
-        rep = kpc_remote_eval(r, cn->c, RELEASE_LUA, 2, keys, 2, args, NULL, &why);
+        const char *keys[1] = {lname};
+        const char *args[1] = {value};
+        rep = kpc_remote_eval(r, cn->c, RELEASE_LUA, 1, keys, 1, args, NULL, &why);
     }
     if (rep == NULL) {
         kpc_remote_failed(r, bytes ? "publish" : "release", why);
@@ -446,27 +493,24 @@ static void end_lease(kpc_remote *r, const char *value, const char *lname, const
 void kpc_remote_publish(kpc_remote *r, kpc_remote_lease *lease, const kpc_key *key, uint32_t kind,
                         const void *bytes, size_t size)
 {
-    char value[512] = "", name[KPC_REMOTE_NAME_MAX], lname[KPC_REMOTE_NAME_MAX], done[KPC_REMOTE_NAME_MAX];
+    char value[512] = "", name[KPC_REMOTE_NAME_MAX], lname[KPC_REMOTE_NAME_MAX];
     kpc_remote_name(r, false, key, kind == KPC_RECORD_LOG ? "log" : "co", name, sizeof name);
     kpc_remote_name(r, false, key, "lease", lname, sizeof lname);
-    kpc_remote_name(r, false, key, "done", done, sizeof done);
     if (lease)
         snprintf(value, sizeof value, "%s", lease->value);
-    /* the connection kept for the lease serves the publish; then it goes */
     if (r->serve && size <= MAX_VALUE - KPC_REMOTE_TAG_BYTES)
-        end_lease(r, value, lname, done, name, kind, bytes, size);
+        end_lease(r, value, lname, name, kind, bytes, size);
     else if (lease)
-        end_lease(r, value, lname, done, NULL, kind, NULL, 0);
-    if (lease)
-        lease_free(lease);
+        end_lease(r, value, lname, NULL, kind, NULL, 0);
+    free(lease);
 }
 
 void kpc_remote_release(kpc_remote *r, kpc_remote_lease *lease)
 {
     if (lease == NULL)
         return;
-    end_lease(r, lease->value, lease->lease_name, lease->done_name, NULL, 0, NULL, 0);
-    lease_free(lease);
+    end_lease(r, lease->value, lease->lease_name, NULL, 0, NULL, 0);
+    free(lease);
 }
 
 kpc_status kpc_remote_renew(kpc_remote *r, kpc_remote_lease *lease)
@@ -476,21 +520,9 @@ kpc_status kpc_remote_renew(kpc_remote *r, kpc_remote_lease *lease)
     struct kpc_remote_conn *cn = kpc_remote_conn_get(r);
     if (cn == NULL)
         return KPC_E_UNAVAILABLE;
-    char ms[16];
-    snprintf(ms, sizeof ms, "%u", r->lease_ms);
-    const char *keys[1] = {lease->lease_name};
-    const char *args[2] = {lease->value, ms};
-    const char *why = NULL;
-    redisReply *rep = kpc_remote_eval(r, cn->c, RENEW_LUA, 1, keys, 2, args, NULL, &why);
-    if (rep == NULL) {
-        kpc_remote_failed(r, "renew", why);
-        kpc_remote_conn_put(r, cn, true);
-        return KPC_E_UNAVAILABLE;
-    }
-    bool held = rep->type == REDIS_REPLY_INTEGER && rep->integer == 1;
-    freeReplyObject(rep);
-    kpc_remote_conn_put(r, cn, false);
-    return held ? KPC_OK : KPC_E_NOT_FOUND;
+    int held = extend(r, cn, lease);
+    kpc_remote_conn_put(r, cn, held < 0);
+    return held > 0 ? KPC_OK : held == 0 ? KPC_E_NOT_FOUND : KPC_E_UNAVAILABLE;
 }
 
 uint64_t kpc_remote_renew_ns(const kpc_remote *r)

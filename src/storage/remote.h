@@ -75,8 +75,9 @@ enum kpc_remote_verdict {
     KPC_REMOTE_BUILD,   /* *lease is ours: compile, then kpc_remote_publish or _release */
     KPC_REMOTE_OFF,     /* the tier is off or just failed: go on host-local */
 };
-/* Ask the cluster for key; waits (blocking on the key's "done" list, not polling) while
- * another host holds the lease, and takes the build over when that lease expires.
+/* Ask the cluster for key; waits while another host holds the lease (asking again now
+ * and then, holding no connection meanwhile: remote.c), and takes the build over when
+ * that lease expires or is released.
  * compiler_id (may be NULL: the key covers it) must match the record's; *waited (may be
  * NULL) tells whether it slept on another host's build. */
 enum kpc_remote_verdict kpc_remote_begin(kpc_remote *r, const kpc_key *key, const char *target,

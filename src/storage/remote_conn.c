@@ -1,17 +1,26 @@
 /*
  * remote_conn.c - the cluster tier's connections to Redis (remote_private.h).
  *
- * Every connect and every reply has a deadline (hiredis's connect timeout and socket
- * timeout: KPC_REMOTE_TIMEOUT_MS, and a blocking wait's own slice on top). SIGPIPE is
+ * Every connect and every reply has a deadline: hiredis's connect timeout (per address
+ * the name resolves to), then the socket's send and receive timeouts, set before the
+ * AUTH and SELECT of a new connection: KPC_REMOTE_TIMEOUT_MS each (a blocking command
+ * would add its own wait; the tier sends none). SIGPIPE is
  * blocked in the calling thread around each call, and one it raised is consumed: a
  * server that closed the connection must not kill a rank (hiredis uses write()).
  * Connecting goes through the fault seam (base/fault.h), so the fault test can fail it.
  *
  * Connections: a process connects only when it needs Redis (the host's claimant of a
- * key, a waiter watching the cluster, a read), and does not keep idle connections:
- * one is kept only while this process holds a lease (its keeper renews through it), so
- * a storm of H hosts x P ranks holds about as many connections as there are processes
- * in a Redis call at once, not H x P.
+ * key, a waiter's check, a renewal, a read), and closes the connection as soon as the
+ * call is done: nothing is kept while idle, not even while a lease is held (its keeper
+ * connects for each renewal, once a third of a lease) or while another host's lease is
+ * waited on (remote.c checks it again now and then on a new connection). So a storm of
+ * H hosts x P ranks holds only as many connections as there are processes in a Redis
+ * call at that moment, and those are bounded per host: a connection is made only with one
+ * of the host's HOST_SLOTS slots held (below), so a host's ranks asking at once (a storm
+ * whose ranks start at different keys) queue for a moment on their host instead of
+ * connecting all together. A connection is closed with a reset (SO_LINGER 0) once its
+ * replies are read: connecting this often must not leave a TIME_WAIT entry per call on
+ * the host, which would use up its ports at thousands of calls per minute.
  *
  * After a failure the tier is off for this process for KPC_REMOTE_BACKOFF_MS; the first
  * failure of the process is said at the default log level (error), later ones at warning
@@ -26,9 +35,15 @@
 #include <fcntl.h>
 #include <signal.h>
 #include <stdarg.h>
+#include <stddef.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/socket.h>
+#include <sys/un.h>
+#include <time.h>
+#include <unistd.h>
+#include <xxhash.h>
 
 static struct timeval tv_ms(unsigned ms) { return (struct timeval){.tv_sec = ms / 1000, .tv_usec = (ms % 1000) * 1000}; }
 
@@ -213,58 +228,86 @@ redisContext *kpc_remote_connect(kpc_remote *r, const char **why)
     return c;
 }
 
+void kpc_remote_sleep_ms(unsigned ms)
+{
+    struct timespec ts = {ms / 1000, (long)(ms % 1000) * 1000000L};
+    while (nanosleep(&ts, &ts) != 0 && errno == EINTR)
+        ;
+}
+
+/* The host's connection slots to this server: abstract Unix socket names (Linux), which
+ * one socket of the host (network namespace) at a time can be bound to, and which the
+ * kernel frees when that socket is closed or its process dies: a killed process never
+ * holds one. A name per host id and server, so that hosts sharing a network namespace
+ * (containers with their own KPC_HOST_ID) have slots of their own. */
+#define HOST_SLOTS 2
+#define SLOT_WAIT_MS 250 /* past this the call goes ahead without a slot: never stuck on
+                          * a stopped process that holds one */
+
+/* A socket holding one of the host's slots, or -1 (none free within SLOT_WAIT_MS). */
+static int slot_take(kpc_remote *r)
+{
+    int fd = socket(AF_UNIX, SOCK_DGRAM | SOCK_CLOEXEC, 0);
+    if (fd < 0)
+        return -1;
+    char who[sizeof r->host_id + sizeof r->shown + 2];
+    int len = snprintf(who, sizeof who, "%s\n%s", r->host_id, r->shown);
+    unsigned long long h = XXH3_64bits(who, len > 0 ? (size_t)len : 0);
+    uint64_t until = kpc__now_ns() + SLOT_WAIT_MS * 1000000ull;
+    for (;;) {
+        for (int i = 0; i < HOST_SLOTS; i++) {
+            struct sockaddr_un a = {.sun_family = AF_UNIX};
+            int n = snprintf(a.sun_path + 1, sizeof a.sun_path - 1, "kpc-remote-%016llx-%d", h, i);
+            if (bind(fd, (struct sockaddr *)&a, (socklen_t)(offsetof(struct sockaddr_un, sun_path) + 1 + (size_t)n)) == 0)
+                return fd;
+            if (errno != EADDRINUSE)
+                break; /* no abstract sockets here: no slots */
+        }
+        if (errno != EADDRINUSE || kpc__now_ns() >= until) {
+            close(fd);
+            return -1;
+        }
+        kpc_remote_sleep_ms(1);
+    }
+}
+
 struct kpc_remote_conn *kpc_remote_conn_get(kpc_remote *r)
 {
-    pthread_mutex_lock(&r->pool_lock);
-    struct kpc_remote_conn *cn = r->idle;
-    if (cn)
-        r->idle = cn->next;
-    pthread_mutex_unlock(&r->pool_lock);
-    if (cn)
-        return cn;
+    int slot = slot_take(r);
     const char *why = NULL;
     redisContext *c = kpc_remote_connect(r, &why);
     if (c == NULL) {
+        if (slot >= 0)
+            close(slot);
         kpc_remote_failed(r, "connect", why);
         return NULL;
     }
-    if ((cn = calloc(1, sizeof *cn)) == NULL) {
+    struct kpc_remote_conn *cn = calloc(1, sizeof *cn);
+    if (cn == NULL) {
+        if (slot >= 0)
+            close(slot);
         redisFree(c);
         return NULL;
     }
     cn->c = c;
+    cn->slot = slot;
     return cn;
 }
 
 void kpc_remote_conn_put(kpc_remote *r, struct kpc_remote_conn *cn, bool broken)
 {
+    (void)r;
     if (cn == NULL)
         return;
-    pthread_mutex_lock(&r->pool_lock);
-    bool keep = !broken && r->idle == NULL && atomic_load(&r->leases) > 0;
-    if (keep) {
-        cn->next = NULL;
-        r->idle = cn;
+    if (!broken && cn->c->fd >= 0) { /* every reply read: nothing is lost by a reset */
+        struct linger now = {.l_onoff = 1, .l_linger = 0};
+        setsockopt(cn->c->fd, SOL_SOCKET, SO_LINGER, &now, sizeof now);
     }
-    pthread_mutex_unlock(&r->pool_lock);
-    if (!keep) { /* broken (its stream may be mid-reply), or idle: closed */
-        pipe_guard g;
-        pipe_block(&g);
-        redisFree(cn->c);
-        pipe_restore(&g);
-        free(cn);
-    }
-}
-
-void kpc_remote_conn_close_idle(kpc_remote *r)
-{
-    pthread_mutex_lock(&r->pool_lock);
-    struct kpc_remote_conn *cn = r->idle;
-    r->idle = NULL;
-    pthread_mutex_unlock(&r->pool_lock);
-    while (cn) {
-        struct kpc_remote_conn *next = cn->next;
-        kpc_remote_conn_put(r, cn, true);
-        cn = next;
-    }
+    pipe_guard g;
+    pipe_block(&g);
+    redisFree(cn->c);
+    pipe_restore(&g);
+    if (cn->slot >= 0)
+        close(cn->slot); /* after the connection: the next one may connect now */
+    free(cn);
 }

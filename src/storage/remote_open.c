@@ -97,25 +97,27 @@ static void flush_counters(kpc_remote *r)
         any |= (v[i] = atomic_load(&r->n[i])) != 0;
     if (!any || !kpc_remote_on(r))
         return; /* while the tier is off, a try could cost a timeout at exit */
-    const char *why = NULL;
-    redisContext *c = kpc_remote_connect(r, &why);
-    if (c == NULL)
+    struct kpc_remote_conn *cn = kpc_remote_conn_get(r); /* through the host's slots: a whole
+                                                          * job exiting at once is a storm too */
+    if (cn == NULL)
         return;
+    const char *why = NULL;
+    bool broken = false;
     char name[KPC_REMOTE_NAME_MAX];
     stats_name(r, name, sizeof name);
-    for (int i = 0; i < KPC_RC_COUNT; i++) {
+    for (int i = 0; i < KPC_RC_COUNT && !broken; i++) {
         if (v[i] == 0)
             continue;
         char num[24];
         snprintf(num, sizeof num, "%llu", (unsigned long long)v[i]);
         const char *argv[4] = {"HINCRBY", name, counter_names[i], num};
         size_t lens[4] = {7, strlen(name), strlen(counter_names[i]), strlen(num)};
-        redisReply *rep = kpc_remote_command(r, c, 4, argv, lens, 0, &why);
-        if (rep == NULL)
-            break;
-        freeReplyObject(rep);
+        redisReply *rep = kpc_remote_command(r, cn->c, 4, argv, lens, 0, &why);
+        broken = rep == NULL;
+        if (rep)
+            freeReplyObject(rep);
     }
-    redisFree(c);
+    kpc_remote_conn_put(r, cn, broken);
 }
 
 /* ---- open / close ------------------------------------------------------------------------------- */
@@ -188,7 +190,6 @@ kpc_status kpc_remote_open(const char *url, kpc_remote **out)
     kpc_remote_url_redacted(&r->url, r->shown, sizeof r->shown);
     host_identity(r->host_id, sizeof r->host_id);
     r->start_time = kpc__proc_start_time(getpid());
-    pthread_mutex_init(&r->pool_lock, NULL);
     KPC_LOG(KPC_LOG_DEBUG, "remote tier %s: host %s, keys %s*, lease %u ms, timeout %u ms, %s", r->shown,
             r->host_id, r->prefix, r->lease_ms, r->timeout_ms, kpc_remote_trust(r));
     *out = r;
@@ -211,8 +212,6 @@ void kpc_remote_close(kpc_remote *r)
     if (r == NULL)
         return;
     flush_counters(r);
-    kpc_remote_conn_close_idle(r);
-    pthread_mutex_destroy(&r->pool_lock);
     sodium_memzero(r, sizeof *r);
     free(r);
 }

@@ -3,15 +3,14 @@
  * tier is): the handle, its counters, and the calls between its parts.
  *
  *   remote_conn.c   connections: bounded connect and reply (hiredis timeouts), SIGPIPE,
- *                   the back-off, error replies said plainly, idle connections closed
+ *                   the back-off, error replies said plainly, none kept while idle
  *   remote_auth.c   the secrets: loading, the group's key prefix, record and lease MACs
  *   remote.c        the lease protocol: begin, publish, release, renew, read
  *   remote_open.c   settings, open and close, the counters (process and cluster-wide)
  *   remote_admin.c  what `kpc remote` does: list, prune and clear the group's keys
  *
- * Locks: pool_lock guards idle; a connection is used by one thread at a time (taken
- * from the list, given back after the call). Everything else is set at open and read
- * only, or atomic.
+ * Locks: none. A connection is its caller's alone, for one call (remote_conn.c);
+ * everything else is set at open and read only, or atomic.
  */
 #ifndef KPC_STORAGE_REMOTE_PRIVATE_H
 #define KPC_STORAGE_REMOTE_PRIVATE_H
@@ -36,7 +35,7 @@ enum { KPC_RW_DOWN, KPC_RW_REFUSED, KPC_RW_UNAUTHENTICATED, KPC_RW_LEASE, KPC_RW
 
 struct kpc_remote_conn {
     redisContext *c;
-    struct kpc_remote_conn *next;
+    int slot; /* the host slot held while connected (remote_conn.c), or -1 */
 };
 
 struct kpc_remote {
@@ -51,9 +50,6 @@ struct kpc_remote {
     bool has_secret, has_old, serve; /* serve: records are served (authenticated or trusted) */
     uint8_t secret[KPC_REMOTE_KEY_BYTES], old_secret[KPC_REMOTE_KEY_BYTES];
     uint64_t start_time; /* of this process, for lease values */
-    pthread_mutex_t pool_lock; /* guards idle */
-    struct kpc_remote_conn *idle;
-    _Atomic int leases; /* held now: while any is, one idle connection is kept for its renewals */
     _Atomic uint64_t off_until_ns; /* CLOCK_MONOTONIC; the tier is off before it */
     _Atomic uint64_t n[KPC_RC_COUNT];
 };
@@ -70,12 +66,12 @@ void kpc_remote_warn(kpc_remote *r, int kind, int later, const char *fmt, ...) _
 /* The tier failed: counted, said, and off for the back-off period. */
 void kpc_remote_failed(kpc_remote *r, const char *what, const char *detail);
 bool kpc_remote_on(kpc_remote *r);
-/* A connection (an idle one, else a new one: NULL after kpc_remote_failed); give it
- * back with put (broken: closed; else kept only while this process holds a lease). */
+void kpc_remote_sleep_ms(unsigned ms);
+/* A new connection for one call, made with one of the host's slots to this server held
+ * (waiting a moment for one when all are taken); NULL after kpc_remote_failed. put
+ * closes it (broken: it may be mid-reply) and frees the slot. */
 struct kpc_remote_conn *kpc_remote_conn_get(kpc_remote *r);
 void kpc_remote_conn_put(kpc_remote *r, struct kpc_remote_conn *cn, bool broken);
-/* Close the idle connections (the last lease went, or the tier closes). */
-void kpc_remote_conn_close_idle(kpc_remote *r);
 /* A new connection outside the pool (NULL and *why on failure). */
 redisContext *kpc_remote_connect(kpc_remote *r, const char **why);
 /* One command; NULL and *why on a transport error or an error reply (said plainly:
