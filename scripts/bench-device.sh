@@ -62,6 +62,8 @@ unpack() { # dir package...
     xargs -r sed -i "s|=/usr|=$dir/usr|g; s|(/usr/|($dir/usr/|g"
   export PKG_CONFIG_PATH=$dir/usr/lib/x86_64-linux-gnu/pkgconfig${PKG_CONFIG_PATH:+:$PKG_CONFIG_PATH}
   export LD_LIBRARY_PATH=$dir/usr/lib/x86_64-linux-gnu${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}
+  # the linker's too: Debian 12's hiredis.pc names /usr/lib, not the multiarch directory
+  export LIBRARY_PATH=$dir/usr/lib/x86_64-linux-gnu${LIBRARY_PATH:+:$LIBRARY_PATH}
   export PATH=$dir/usr/bin:$PATH
 }
 if ! command -v pkg-config >/dev/null; then
@@ -74,7 +76,7 @@ pkg-config --exists libzstd || unpack zstd libzstd-dev libzstd1
 if want cluster; then
   pkg-config --exists hiredis || unpack hiredis libhiredis-dev libhiredis0.14
   pkg-config --exists libsodium || unpack sodium libsodium-dev libsodium23
-  command -v redis-server >/dev/null || unpack redis redis-tools libjemalloc2 liblzf1
+  command -v redis-server >/dev/null || unpack redis redis-server redis-tools libjemalloc2 liblzf1
 fi
 
 platform=amd
