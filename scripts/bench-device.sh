@@ -62,8 +62,10 @@ unpack() { # dir package...
     xargs -r sed -i "s|=/usr|=$dir/usr|g; s|(/usr/|($dir/usr/|g"
   export PKG_CONFIG_PATH=$dir/usr/lib/x86_64-linux-gnu/pkgconfig${PKG_CONFIG_PATH:+:$PKG_CONFIG_PATH}
   export LD_LIBRARY_PATH=$dir/usr/lib/x86_64-linux-gnu${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}
-  # the linker's too: Debian 12's hiredis.pc names /usr/lib, not the multiarch directory
+  # the compiler's and the linker's too: Debian 12's hiredis.pc names /usr/lib (not the
+  # multiarch directory) and its include directory one level down from what kpc includes
   export LIBRARY_PATH=$dir/usr/lib/x86_64-linux-gnu${LIBRARY_PATH:+:$LIBRARY_PATH}
+  export CPATH=$dir/usr/include${CPATH:+:$CPATH}
   export PATH=$dir/usr/bin:$PATH
 }
 if ! command -v pkg-config >/dev/null; then
