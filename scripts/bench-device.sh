@@ -75,11 +75,10 @@ pkg-config --exists libbsd || unpack bsd libbsd-dev libbsd0 libmd-dev libmd0
 pkg-config --exists libxxhash || unpack xxhash libxxhash-dev libxxhash0
 pkg-config --exists libcjson || unpack cjson libcjson-dev libcjson1
 pkg-config --exists libzstd || unpack zstd libzstd-dev libzstd1
-if want cluster; then
-  pkg-config --exists hiredis || unpack hiredis libhiredis-dev libhiredis0.14
-  pkg-config --exists libsodium || unpack sodium libsodium-dev libsodium23
-  command -v redis-server >/dev/null || unpack redis redis-server redis-tools libjemalloc2 liblzf1
-fi
+# every run, whatever --only says: a build tree configured with the tier needs them
+pkg-config --exists hiredis || unpack hiredis libhiredis-dev libhiredis0.14
+pkg-config --exists libsodium || unpack sodium libsodium-dev libsodium23
+command -v redis-server >/dev/null || unpack redis redis-server redis-tools libjemalloc2 liblzf1
 
 platform=amd
 cmake_extra=()
