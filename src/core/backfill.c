@@ -21,9 +21,11 @@
  * the first hit would put a thread's creation on that request's path). The queue is a
  * FIFO under one mutex: it is touched once per remote hit, never by a memory or disk hit.
  */
+#define _GNU_SOURCE
 #include "core/backfill.h"
 #include "base/log.h"
 
+#include <signal.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -82,11 +84,18 @@ void kpc_backfill_start(kpc_backfill *bf, kpc_tiers *tiers)
     pthread_attr_t a;
     pthread_attr_init(&a);
     pthread_attr_setstacksize(&a, 256 * 1024); /* the store's writes and a log line */
-    if (pthread_create(&bf->thread, &a, fill, bf) == 0)
+    /* the application's signals are for its own threads: this one starts with all blocked */
+    sigset_t all, was;
+    sigfillset(&all);
+    pthread_sigmask(SIG_SETMASK, &all, &was);
+    if (pthread_create(&bf->thread, &a, fill, bf) == 0) {
         bf->running = true;
-    else
+        pthread_setname_np(bf->thread, "kpc-backfill");
+    } else {
         KPC_LOG(KPC_LOG_WARN, "no thread for back-fills: records from the cluster are copied to "
                 "disk on the request's path");
+    }
+    pthread_sigmask(SIG_SETMASK, &was, NULL);
     pthread_attr_destroy(&a);
 }
 
