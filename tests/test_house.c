@@ -292,6 +292,7 @@ static int slot_child(int i, void *arg)
 {
     (void)i;
     kpc__sys_hook_set(NULL);
+    kpc_tier_test_add(NULL); /* the index alone: no tier, no thread in a forked child */
     enum kpc_index_verdict want = *(enum kpc_index_verdict *)arg, v;
     bool waited;
     kpc_cache *c = ts_open(dir, 0, 0);
