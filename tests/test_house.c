@@ -264,6 +264,22 @@ static kpc_cache *cluster_holding(const kpc_source *src, const char *text, char 
     return c;
 }
 
+/* The end of a test over the fake cluster tier. */
+static void cluster_close(kpc_context *ctx, kpc_cache *c)
+{
+    kpc_context_destroy(ctx);
+    kpc_cache_close(c);
+    fake_reset();
+}
+
+/* The same, after the request for src answered with those bytes. */
+static kpc_cache *cluster_hit(const kpc_source *src, const char *text, char payload[128], kpc_context **ctx)
+{
+    kpc_cache *c = cluster_holding(src, text, payload, ctx);
+    expect_code(*ctx, src, payload);
+    return c;
+}
+
 /* A record the coordinating tier answers reaches the caller before its copy to disk is
  * made: the copy runs on the cache's back-fill thread (held here at its rename). Until it
  * is renamed into place the disk has no record and the host slot is still building (the
@@ -340,9 +356,7 @@ START_TEST(coordinating_tier_hit_answers_before_the_copy)
     want = KPC_INDEX_READY;
     ck_assert_int_eq(ts_run_children(1, slot_child, &want), 1);
     ck_assert_int_eq(fake.begins, 1);
-    kpc_context_destroy(ctx);
-    kpc_cache_close(c);
-    fake_reset();
+    cluster_close(ctx, c);
 }
 END_TEST
 
@@ -352,8 +366,7 @@ START_TEST(coordinating_tier_copy_made_by_close)
     kpc_source src = ts_src("copied at close", "z.hip");
     char payload[128];
     kpc_context *ctx;
-    kpc_cache *c = cluster_holding(&src, "copied by the close", payload, &ctx);
-    expect_code(ctx, &src, payload);
+    kpc_cache *c = cluster_hit(&src, "copied by the close", payload, &ctx);
     kpc_context_destroy(ctx);
     kpc_cache_close(c);
     ck_assert_int_eq(fake.begins, 1);
@@ -362,9 +375,7 @@ START_TEST(coordinating_tier_copy_made_by_close)
     expect_code(ctx, &src, payload);
     ck_assert_int_eq(fake.begins, 1); /* read from disk, the tier not asked again */
     ck_assert_uint_eq(stats_of(c).disk_hits, 1);
-    kpc_context_destroy(ctx);
-    kpc_cache_close(c);
-    fake_reset();
+    cluster_close(ctx, c);
 }
 END_TEST
 
@@ -374,8 +385,7 @@ START_TEST(coordinating_tier_hit_and_failed)
     kpc_source src = ts_src("cluster hit", "h.hip");
     char payload[128];
     kpc_context *ctx;
-    kpc_cache *c = cluster_holding(&src, "from another host", payload, &ctx);
-    expect_code(ctx, &src, payload);
+    kpc_cache *c = cluster_hit(&src, "from another host", payload, &ctx);
     ck_assert_uint_eq(ts_fake_compiles(), 0);
     ck_assert_int_eq(fake.finishes, 0);
     kpc_backfill_wait(&c->fill); /* the copy to disk is made after the answer */
@@ -395,9 +405,7 @@ START_TEST(coordinating_tier_hit_and_failed)
     ck_assert_str_eq(kpc_last_log(), log);
     ck_assert_uint_eq(ts_fake_compiles(), 0);
     ck_assert_int_eq(fake.finishes, 0);
-    kpc_context_destroy(ctx);
-    kpc_cache_close(c);
-    fake_reset();
+    cluster_close(ctx, c);
 }
 END_TEST
 
@@ -428,9 +436,7 @@ START_TEST(coordinating_tier_failures)
     ck_assert_int_eq(fake.finishes, 2);
     ck_assert_int_eq(fake.outcome, KPC_TIER_ABANDON);
     ck_assert_ptr_null(fake.finished_code);
-    kpc_context_destroy(ctx);
-    kpc_cache_close(c);
-    fake_reset();
+    cluster_close(ctx, c);
 }
 END_TEST
 
