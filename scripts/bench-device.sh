@@ -17,8 +17,13 @@
 # libxxhash, cJSON for the kpc tool) are taken from the Debian packages in .carry/debs,
 # unpacked with dpkg -x under /tmp/kpc-deps, never over /.
 #
+# The cluster tier's remote-hit rows (bench_cluster --hits-only) need hiredis, libsodium and
+# redis-server, also taken from .carry/debs where missing; their ext4 rows use
+# $KPC_BENCH_TMP when /tmp is not on ext4 there.
+#
 # usage: scripts/bench-device.sh [--quick] [--procs 2,8,16,32,64,128] [--depth D]
-#                                [--fake-ms MS] [--only hit,xproc,storm,index,disk,nvrtc]
+#                                [--fake-ms MS]
+#                                [--only hit,xproc,storm,index,disk,manifest,cluster,nvrtc]
 set -euo pipefail
 cd "$(dirname "$0")/.."
 root=$PWD
@@ -57,6 +62,10 @@ unpack() { # dir package...
     xargs -r sed -i "s|=/usr|=$dir/usr|g; s|(/usr/|($dir/usr/|g"
   export PKG_CONFIG_PATH=$dir/usr/lib/x86_64-linux-gnu/pkgconfig${PKG_CONFIG_PATH:+:$PKG_CONFIG_PATH}
   export LD_LIBRARY_PATH=$dir/usr/lib/x86_64-linux-gnu${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}
+  # the compiler's and the linker's too: Debian 12's hiredis.pc names /usr/lib (not the
+  # multiarch directory) and its include directory one level down from what kpc includes
+  export LIBRARY_PATH=$dir/usr/lib/x86_64-linux-gnu${LIBRARY_PATH:+:$LIBRARY_PATH}
+  export CPATH=$dir/usr/include${CPATH:+:$CPATH}
   export PATH=$dir/usr/bin:$PATH
 }
 if ! command -v pkg-config >/dev/null; then
@@ -66,6 +75,10 @@ pkg-config --exists libbsd || unpack bsd libbsd-dev libbsd0 libmd-dev libmd0
 pkg-config --exists libxxhash || unpack xxhash libxxhash-dev libxxhash0
 pkg-config --exists libcjson || unpack cjson libcjson-dev libcjson1
 pkg-config --exists libzstd || unpack zstd libzstd-dev libzstd1
+# every run, whatever --only says: a build tree configured with the tier needs them
+pkg-config --exists hiredis || unpack hiredis libhiredis-dev libhiredis0.14
+pkg-config --exists libsodium || unpack sodium libsodium-dev libsodium23
+command -v redis-server >/dev/null || unpack redis redis-server redis-tools libjemalloc2 liblzf1
 
 platform=amd
 cmake_extra=()
@@ -95,7 +108,14 @@ if [ "$platform" = nvidia ]; then
 else
   storm_args+=(--fake-ms "$fake_ms")
 fi
-step() { local name=$1 t0=$SECONDS; shift; echo "bench-device: == $name: $*"; "$@"; echo "bench-device: == $name: $((SECONDS - t0)) s"; }
+# a benchmark that fails (or runs past 300 s) is reported and the others still run
+failed=()
+step() {
+  local name=$1 t0=$SECONDS; shift
+  echo "bench-device: == $name: $*"
+  timeout 300 "$@" || { echo "bench-device: == $name FAILED (exit $?)"; failed+=("$name"); }
+  echo "bench-device: == $name: $((SECONDS - t0)) s"
+}
 if ((quick)); then
   want hit && step hit "$bin/bench_hit" --rounds 5 --seconds 0.1
   want storm && step storm "$bin/bench_storm" "${storm_args[@]}" --repeats 1 --noindex-max 16
@@ -105,6 +125,8 @@ else
   want storm && step storm "$bin/bench_storm" "${storm_args[@]}" --repeats 3 --noindex-max 128
   want index && step index "$bin/bench_index"
   want disk && step disk "$bin/bench_disk" --files 100000 --runs 3
+  want manifest && step manifest "$bin/bench_manifest"
+  want cluster && [ -x "$bin/bench_cluster" ] && step cluster "$bin/bench_cluster" --hits-only --runs 25
 fi
 # figure 10: kpc beside NVRTC's own cache (built on the NVIDIA platform only)
 if want nvrtc && [ -x "$bin/bench_nvrtc_cache" ]; then
@@ -120,3 +142,7 @@ echo "$(nproc) cores ($cpu), $(awk '/^MemTotal/ {printf "%.0f GiB", $2 / 1048576
 echo "scripts/bench-device.sh${args:+ $args}" >"$out/command.txt"
 echo device >"$out/section.txt"
 echo "bench-device: done; rows in $out/rows.tsv"
+if ((${#failed[@]})); then
+  echo "bench-device: failed: ${failed[*]}"
+  exit 1
+fi

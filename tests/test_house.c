@@ -11,6 +11,7 @@
 #include "platform/compile.h"
 
 #include <errno.h>
+#include <pthread.h>
 #include <fcntl.h>
 #include <stddef.h>
 #include <stdio.h>
@@ -18,6 +19,7 @@
 #include <string.h>
 #include <sys/stat.h>
 #include <sys/wait.h>
+#include <time.h>
 #include <unistd.h>
 
 static char *dir;
@@ -170,6 +172,16 @@ static void fake_reset(void)
     memset(&fake, 0, sizeof fake);
 }
 
+/* The program of src: its 128 code bytes are payload's. */
+static void expect_code(kpc_context *ctx, const kpc_source *src, const char payload[128])
+{
+    size_t size;
+    void *code = ts_get_code(ctx, src, &size);
+    ck_assert_uint_eq(size, 128);
+    ck_assert_mem_eq(code, payload, 128);
+    free(code);
+}
+
 /* ---- tiers -------------------------------------------------------------------------- */
 START_TEST(read_only_tier_hit_is_backfilled)
 {
@@ -184,11 +196,7 @@ START_TEST(read_only_tier_hit_is_backfilled)
     char payload[128];
     fake_hold_code(ctx, &src, "packed object", payload);
 
-    size_t size;
-    void *code = ts_get_code(ctx, &src, &size);
-    ck_assert_uint_eq(size, 128);
-    ck_assert_mem_eq(code, payload, 128);
-    free(code);
+    expect_code(ctx, &src, payload);
     ck_assert_uint_eq(ts_fake_compiles(), 0);
     ck_assert_uint_eq(stats_of(c).builds, 0);
     ck_assert_uint_eq(atomic_load(&fake.t.n.hits), 1);
@@ -243,24 +251,144 @@ START_TEST(coordinating_tier_build_publishes_once)
 }
 END_TEST
 
-START_TEST(coordinating_tier_hit_and_failed)
+/* A cache over the fake cluster tier, which holds the CODE record of src (payload: its
+ * 128 code bytes, the text first). */
+static kpc_cache *cluster_holding(const kpc_source *src, const char *text, char payload[128], kpc_context **ctx)
 {
     ts_fake_install();
     fake_reset();
     kpc_tier_test_add(open_cluster);
     kpc_cache *c = ts_open(dir, 0, 0);
-    kpc_context *ctx = ts_context(c);
-    /* HIT: taken, back-filled, nothing compiled, no lease */
-    kpc_source src = ts_src("cluster hit", "h.hip");
+    *ctx = ts_context(c);
+    fake_hold_code(*ctx, src, text, payload);
+    return c;
+}
+
+/* The end of a test over the fake cluster tier. */
+static void cluster_close(kpc_context *ctx, kpc_cache *c)
+{
+    kpc_context_destroy(ctx);
+    kpc_cache_close(c);
+    fake_reset();
+}
+
+/* The same, after the request for src answered with those bytes. */
+static kpc_cache *cluster_hit(const kpc_source *src, const char *text, char payload[128], kpc_context **ctx)
+{
+    kpc_cache *c = cluster_holding(src, text, payload, ctx);
+    expect_code(*ctx, src, payload);
+    return c;
+}
+
+/* A record the coordinating tier answers reaches the caller before its copy to disk is
+ * made: the copy runs on the cache's back-fill thread (held here at its rename). Until it
+ * is renamed into place the disk has no record and the host slot is still building (the
+ * host's waiters wait for the copy, not for another fetch); then the disk holds the same
+ * bytes and the slot is READY. */
+static pthread_mutex_t gate_lock = PTHREAD_MUTEX_INITIALIZER;
+static pthread_cond_t gate_cond = PTHREAD_COND_INITIALIZER;
+static bool gate_closed, gate_timed_out;
+
+static void hold_renames(enum kpc_sys_call call, unsigned long nth)
+{
+    (void)nth;
+    if (call != KPC_SYS_RENAME)
+        return;
+    pthread_mutex_lock(&gate_lock);
+    struct timespec until;
+    clock_gettime(CLOCK_REALTIME, &until);
+    until.tv_sec += 5; /* a copy made on the request's path would hold the request here */
+    while (gate_closed && !gate_timed_out)
+        if (pthread_cond_timedwait(&gate_cond, &gate_lock, &until) == ETIMEDOUT)
+            gate_timed_out = true;
+    pthread_mutex_unlock(&gate_lock);
+}
+
+static int slot_child(int i, void *arg)
+{
+    (void)i;
+    kpc__sys_hook_set(NULL);
+    kpc_tier_test_add(NULL); /* the index alone: no tier, no thread in a forked child */
+    enum kpc_index_verdict want = *(enum kpc_index_verdict *)arg, v;
+    bool waited;
+    kpc_cache *c = ts_open(dir, 0, 0);
+    kpc_status s = kpc_index_begin(c->index, &fake.rec.key, KPC_INDEX_NOWAIT, &v, &waited);
+    if (s == KPC_OK && v == KPC_INDEX_BUILD)
+        kpc_index_abandon(c->index, &fake.rec.key);
+    kpc_cache_close(c);
+    return s == KPC_OK && v == want ? 0 : 1;
+}
+
+START_TEST(coordinating_tier_hit_answers_before_the_copy)
+{
+    kpc_source src = ts_src("answered first", "a.hip");
     char payload[128];
-    fake_hold_code(ctx, &src, "from another host", payload);
+    kpc_context *ctx;
+    kpc_cache *c = cluster_holding(&src, "from another host, copied later", payload, &ctx);
+    gate_closed = true;
+    gate_timed_out = false;
+    kpc__sys_hook_set(hold_renames);
     size_t size;
     void *code = ts_get_code(ctx, &src, &size);
+    ck_assert(!gate_timed_out);
     ck_assert_uint_eq(size, 128);
     ck_assert_mem_eq(code, payload, 128);
     free(code);
+    /* the copy is held before its rename: nothing on disk, the slot still building */
+    kpc_record rec;
+    ck_assert_int_eq(kpc_store_read(c->store, &fake.rec.key, kpc_context_target(ctx), KPC_RECORD_CODE, &rec),
+                     KPC_E_NOT_FOUND);
+    enum kpc_index_verdict want = KPC_INDEX_BUSY;
+    ck_assert_int_eq(ts_run_children(1, slot_child, &want), 1);
+    pthread_mutex_lock(&gate_lock);
+    gate_closed = false;
+    pthread_cond_broadcast(&gate_cond);
+    pthread_mutex_unlock(&gate_lock);
+    kpc_backfill_wait(&c->fill);
+    kpc__sys_hook_set(NULL);
+    ck_assert(!gate_timed_out);
+    ck_assert_uint_eq(atomic_load(&c->tiers.t[0]->n.backfills), 1);
+    ck_assert_int_eq(kpc_store_read(c->store, &fake.rec.key, kpc_context_target(ctx), KPC_RECORD_CODE, &rec),
+                     KPC_OK);
+    ck_assert_uint_eq(rec.code_size, 128);
+    ck_assert_mem_eq(rec.payload, payload, 128);
+    kpc_record_free(&rec);
+    want = KPC_INDEX_READY;
+    ck_assert_int_eq(ts_run_children(1, slot_child, &want), 1);
+    ck_assert_int_eq(fake.begins, 1);
+    cluster_close(ctx, c);
+}
+END_TEST
+
+/* kpc_cache_close makes the copies still queued: the next process reads the disk. */
+START_TEST(coordinating_tier_copy_made_by_close)
+{
+    kpc_source src = ts_src("copied at close", "z.hip");
+    char payload[128];
+    kpc_context *ctx;
+    kpc_cache *c = cluster_hit(&src, "copied by the close", payload, &ctx);
+    kpc_context_destroy(ctx);
+    kpc_cache_close(c);
+    ck_assert_int_eq(fake.begins, 1);
+    c = ts_open(dir, 0, 0);
+    ctx = ts_context(c);
+    expect_code(ctx, &src, payload);
+    ck_assert_int_eq(fake.begins, 1); /* read from disk, the tier not asked again */
+    ck_assert_uint_eq(stats_of(c).disk_hits, 1);
+    cluster_close(ctx, c);
+}
+END_TEST
+
+START_TEST(coordinating_tier_hit_and_failed)
+{
+    /* HIT: taken, back-filled, nothing compiled, no lease */
+    kpc_source src = ts_src("cluster hit", "h.hip");
+    char payload[128];
+    kpc_context *ctx;
+    kpc_cache *c = cluster_hit(&src, "from another host", payload, &ctx);
     ck_assert_uint_eq(ts_fake_compiles(), 0);
     ck_assert_int_eq(fake.finishes, 0);
+    kpc_backfill_wait(&c->fill); /* the copy to disk is made after the answer */
     ck_assert_uint_eq(atomic_load(&c->tiers.t[0]->n.backfills), 1);
     kpc_record rec;
     ck_assert_int_eq(kpc_store_read(c->store, &fake.rec.key, kpc_context_target(ctx), KPC_RECORD_CODE, &rec),
@@ -282,9 +410,7 @@ START_TEST(coordinating_tier_hit_and_failed)
     kpc_stats_get(c, &st);
     ck_assert_uint_eq(st.build_failures, 0);
     ck_assert_uint_eq(st.cached_failures, 1);
-    kpc_context_destroy(ctx);
-    kpc_cache_close(c);
-    fake_reset();
+    cluster_close(ctx, c);
 }
 END_TEST
 
@@ -315,9 +441,7 @@ START_TEST(coordinating_tier_failures)
     ck_assert_int_eq(fake.finishes, 2);
     ck_assert_int_eq(fake.outcome, KPC_TIER_ABANDON);
     ck_assert_ptr_null(fake.finished_code);
-    kpc_context_destroy(ctx);
-    kpc_cache_close(c);
-    fake_reset();
+    cluster_close(ctx, c);
 }
 END_TEST
 
@@ -663,6 +787,8 @@ int main(void)
     TCase *tiers = tcase_create("tiers");
     tcase_add_checked_fixture(tiers, setup, teardown);
     tcase_add_test(tiers, read_only_tier_hit_is_backfilled);
+    tcase_add_test(tiers, coordinating_tier_hit_answers_before_the_copy);
+    tcase_add_test(tiers, coordinating_tier_copy_made_by_close);
     tcase_add_test(tiers, coordinating_tier_build_publishes_once);
     tcase_add_test(tiers, coordinating_tier_hit_and_failed);
     tcase_add_test(tiers, coordinating_tier_failures);

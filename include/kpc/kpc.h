@@ -196,7 +196,10 @@ KPC_API const char *kpc_status_str(kpc_status s);
  */
 KPC_API kpc_status kpc_cache_open(const kpc_config *cfg, kpc_cache **out);
 
-/** Close the cache. Every context must be destroyed first. NULL is ignored. */
+/** Close the cache. Every context must be destroyed first. NULL is ignored. With a
+ *  cluster tier (KPC_REMOTE), records it answered are copied to the local disk cache
+ *  after kpc_program_get returns; the close first makes the copies still pending (a
+ *  process that exits without closing only misses them). */
 KPC_API void kpc_cache_close(kpc_cache *cache);
 
 /**

@@ -1,7 +1,7 @@
 /*
  * cache.c - the process's cache: settings, the cache directory, the storage tiers (the
- * disk tree first) and the host index, and the counters. Levels that cannot be used are
- * logged and left off; opening still succeeds.
+ * disk tree first), the host index, the back-fill thread (with a cluster tier), and the
+ * counters. Levels that cannot be used are logged and left off; opening still succeeds.
  */
 #define _GNU_SOURCE
 #include "core/cache.h"
@@ -84,6 +84,9 @@ kpc_status kpc_cache_open(const kpc_config *cfg, kpc_cache **out)
             c->index = NULL;
         }
     }
+    /* records from a cluster tier are copied to disk by a thread of their own */
+    if (c->store && kpc_tier_coordinator(&c->tiers))
+        kpc_backfill_start(&c->fill, &c->tiers);
     KPC_LOG(KPC_LOG_DEBUG, "cache open: platform %s, disk %s, host index %s", c->platform->name,
             c->root ? kpc_root_path(c->root) : "off", c->index ? "on" : "off");
     *out = c;
@@ -97,6 +100,10 @@ void kpc_cache_close(kpc_cache *cache)
     int live = atomic_load(&cache->contexts);
     if (live != 0)
         KPC_LOG(KPC_LOG_WARN, "kpc_cache_close: %d context(s) still open", live);
+    /* the copies still queued first: each holds a host slot, published once on disk (a
+     * fork child has no such thread, and its parent's copies are not its own) */
+    if (atomic_load_explicit(&fork_gen, memory_order_relaxed) == cache->fork_gen)
+        kpc_backfill_stop(&cache->fill);
     kpc_index_close(cache->index);
     kpc_tier_close_all(&cache->tiers); /* the disk tier closes the store */
     kpc_root_close(cache->root);

@@ -1,10 +1,11 @@
 /*
  * cache.h - struct kpc_cache (core/cache.c): the process's settings, the cache
- * directory, the storage tiers and the host index, and the counters.
+ * directory, the storage tiers and the host index, the back-fill thread, and the counters.
  */
 #ifndef KPC_CORE_CACHE_H
 #define KPC_CORE_CACHE_H
 
+#include "core/backfill.h"
 #include "core/config.h"
 #include "platform/platform.h"
 #include "shm/index.h"
@@ -30,6 +31,7 @@ struct kpc_cache {
     kpc_tiers tiers;   /* in walk order; empty with the disk level off */
     kpc_store *store;  /* the disk tier's tree (usage figures); NULL: disk level off */
     kpc_index *index;  /* NULL: host index off */
+    kpc_backfill fill; /* copies of the cluster's records to disk (running: a cluster tier) */
     /* process counters */
     _Atomic uint64_t mem_misses, disk_hits, builds, build_failures, waits, cached_failures;
     atomic_int contexts;

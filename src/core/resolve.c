@@ -34,6 +34,7 @@
  */
 #define _GNU_SOURCE
 #include "core/resolve.h"
+#include "core/backfill.h"
 #include "core/cache.h"
 #include "core/context.h"
 #include "core/key.h"
@@ -303,9 +304,13 @@ static kpc_status build(kpc_context *ctx, const kpc_key *key, const kpc_source *
 /* A record in hand (read from a tier, or the coordinating tier's answer): the program,
  * and the claim finished READY. deps (owned; NULL: a record under the request key): the
  * files of the manifest entry it was found through, which the map checks on every hit;
- * such a record is never published to a lease (see the top of this file). */
+ * such a record is never published to a lease (see the top of this file). from: the
+ * coordinating tier the record came from, still to be copied into the tiers above it (NULL:
+ * nothing to copy). That copy and the claim's READY are handed to the cache's back-fill
+ * thread (core/backfill.h) once the program holds the record, and made here only when
+ * it cannot take them. */
 static kpc_status take_record(kpc_context *ctx, const kpc_key *key, kpc_claim *claim, kpc_record *rec,
-                              kpc_deps *deps, kpc_program **out, bool *from_disk)
+                              kpc_deps *deps, kpc_tier *from, kpc_program **out, bool *from_disk)
 {
     kpc_record head = *rec; /* the claim publishes the size; the payload moves below */
     kpc_status r = prog_from_record(key, rec, out);
@@ -317,12 +322,20 @@ static kpc_status take_record(kpc_context *ctx, const kpc_key *key, kpc_claim *c
     }
     (*out)->object = head.key;
     (*out)->deps = deps;
+    atomic_fetch_add_explicit(&ctx->cache->disk_hits, 1, memory_order_relaxed);
+    *from_disk = true;
+    kpc_claim_outcome how = KPC_CLAIM_READY;
+    if (from) {
+        head.payload = (*out)->code; /* code, names, request: the record's payload */
+        if (kpc_backfill_defer(&ctx->cache->fill, from, claim, &head, *out) == KPC_OK)
+            return KPC_OK;
+        if (kpc_tier_backfill(&ctx->cache->tiers, from, &head) != KPC_OK)
+            how = KPC_CLAIM_ABANDON; /* READY means on this host's disk */
+    }
     head.payload = NULL;
     head.request = NULL; /* it pointed into the payload */
     head.request_size = 0;
-    kpc_claim_finish(claim, KPC_CLAIM_READY, deps ? NULL : &head, NULL, NULL);
-    atomic_fetch_add_explicit(&ctx->cache->disk_hits, 1, memory_order_relaxed);
-    *from_disk = true;
+    kpc_claim_finish(claim, how, how == KPC_CLAIM_READY && !deps ? &head : NULL, NULL, NULL);
     return KPC_OK;
 }
 
@@ -340,10 +353,8 @@ static kpc_status coordinate(kpc_context *ctx, const kpc_key *key, kpc_claim *cl
         kpc_record_free(&res.rec); /* only a CODE record answers a key unchecked */
         return KPC_E_NOT_FOUND;
     }
-    if (res.verdict == KPC_TIER_HIT) {
-        kpc_tier_backfill(tiers, coord, &res.rec);
-        return take_record(ctx, key, claim, &res.rec, NULL, out, from_disk);
-    }
+    if (res.verdict == KPC_TIER_HIT)
+        return take_record(ctx, key, claim, &res.rec, NULL, coord, out, from_disk);
     if (res.verdict == KPC_TIER_FAILED) {
         /* a compile error another host had: shared here as on that host */
         kpc_tier_backfill(tiers, coord, &res.rec);
@@ -384,13 +395,12 @@ static kpc_status watch_cluster(kpc_context *ctx, const kpc_key *key, watch_stat
     memset(&none, 0, sizeof none);
     kpc_record rec;
     if (kpc_tier_read(tiers, key, ctx->target, KPC_RECORD_CODE, &rec) == KPC_OK)
-        return take_record(ctx, key, &none, &rec, NULL, out, from_disk);
+        return take_record(ctx, key, &none, &rec, NULL, NULL, out, from_disk);
     if (coord->ops->peek(coord, key, ctx->target, &rec) != KPC_OK)
         return KPC_E_NOT_FOUND;
     KPC_LOG(KPC_LOG_INFO, "this host's builder of the key is taking long; another host published it: "
             "taking that");
-    kpc_tier_backfill(tiers, coord, &rec);
-    return take_record(ctx, key, &none, &rec, NULL, out, from_disk);
+    return take_record(ctx, key, &none, &rec, NULL, coord, out, from_disk);
 }
 
 /* Get the program without loading it: from a tier, or built. from_disk tells which. */
@@ -437,12 +447,12 @@ static kpc_status obtain(kpc_context *ctx, const kpc_key *key, const kpc_source 
         if (tiers->n && (!skip_disk || verdict == KPC_INDEX_READY)) {
             kpc_record rec;
             if (kpc_tier_read(tiers, key, ctx->target, KPC_RECORD_CODE, &rec) == KPC_OK)
-                return take_record(ctx, key, &claim, &rec, NULL, out, from_disk);
+                return take_record(ctx, key, &claim, &rec, NULL, NULL, out, from_disk);
             /* behind a manifest: the outcome of the entry whose files match now */
             kpc_deps *deps = NULL;
             if (read_via_manifest(ctx, key, &rec, &deps) == KPC_OK) {
                 if (rec.kind == KPC_RECORD_CODE)
-                    return take_record(ctx, key, &claim, &rec, deps, out, from_disk);
+                    return take_record(ctx, key, &claim, &rec, deps, NULL, out, from_disk);
                 *log = log_text(&rec); /* a compile error these very files gave */
                 kpc_record_free(&rec);
                 kpc_manifest_deps_free(deps);

@@ -111,21 +111,25 @@ kpc_status kpc_tier_write(kpc_tiers *ts, const kpc_tier *upto, const kpc_record 
     return result;
 }
 
-void kpc_tier_backfill(kpc_tiers *ts, const kpc_tier *from, const kpc_record *rec)
+kpc_status kpc_tier_backfill(kpc_tiers *ts, const kpc_tier *from, const kpc_record *rec)
 {
+    kpc_status result = KPC_OK;
     for (size_t i = 0; i < ts->n && ts->t[i] != from; i++) {
         kpc_tier *t = ts->t[i];
         if (!(t->flags & KPC_TIER_WRITABLE) || t->ops->write == NULL)
             continue;
         kpc_status (*put)(kpc_tier *, const kpc_record *, const void *, const void *) =
             t->ops->copy ? t->ops->copy : t->ops->write;
-        if (put(t, rec, rec->payload, (const char *)rec->payload + rec->code_size) == KPC_OK) {
+        kpc_status s = put(t, rec, rec->payload, (const char *)rec->payload + rec->code_size);
+        if (s == KPC_OK) {
             kpc_tier_count_add(t, &t->n.writes);
             kpc_tier_count_add(t, &t->n.backfills);
         } else {
             kpc_tier_count_add(t, &t->n.errors);
+            result = s;
         }
     }
+    return result;
 }
 
 kpc_status kpc_tier_read(kpc_tiers *ts, const kpc_key *key, const char *target, uint32_t kind,

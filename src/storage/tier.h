@@ -197,8 +197,8 @@ kpc_status kpc_tier_read(kpc_tiers *ts, const kpc_key *key, const char *target, 
 kpc_status kpc_tier_write(kpc_tiers *ts, const kpc_tier *upto, const kpc_record *rec,
                           const void *first, const void *second);
 /* Copy rec (as read or begun from tier `from`: payload whole) into every writable tier
- * above `from`. */
-void kpc_tier_backfill(kpc_tiers *ts, const kpc_tier *from, const kpc_record *rec);
+ * above `from`. KPC_OK when every one stored it (or there is none); else the last failure. */
+kpc_status kpc_tier_backfill(kpc_tiers *ts, const kpc_tier *from, const kpc_record *rec);
 /* remove_same on every writable tier; the status of the first (the disk) decides. */
 kpc_status kpc_tier_remove_same(kpc_tiers *ts, const kpc_key *key, const char *target,
                                 const void *code, size_t size);
