@@ -485,8 +485,6 @@ TCase *tcase(Suite *s, const char *name, int timeout)
 int index_main(const char *name, int timeout, const TTest *const *tests)
 {
     Suite *s = suite_create("index");
-    TCase *tc = tcase(s, name, timeout);
-    for (size_t i = 0; tests[i]; i++)
-        tcase_add_test(tc, tests[i]);
+    ts_add_tests(tcase(s, name, timeout), tests);
     return ts_run_suite(s);
 }

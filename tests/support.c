@@ -525,12 +525,16 @@ TCase *ts_case(Suite *s, const char *name, int timeout, SFun setup, SFun teardow
     return tc;
 }
 
+void ts_add_tests(TCase *tc, const TTest *const *tests)
+{
+    for (size_t i = 0; tests[i]; i++)
+        tcase_add_test(tc, tests[i]);
+}
+
 int ts_main_case(const char *suite, const char *tcase, int timeout, SFun setup, SFun teardown,
                  const TTest *const *tests)
 {
     Suite *s = suite_create(suite);
-    TCase *tc = ts_case(s, tcase, timeout, setup, teardown);
-    for (size_t i = 0; tests[i]; i++)
-        tcase_add_test(tc, tests[i]);
+    ts_add_tests(ts_case(s, tcase, timeout, setup, teardown), tests);
     return ts_run_suite(s);
 }

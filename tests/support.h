@@ -111,6 +111,9 @@ int ts_run_suite(Suite *s);
  * NULL) and a timeout in seconds (0: CK_DEFAULT_TIMEOUT, which CTest sets). */
 TCase *ts_case(Suite *s, const char *name, int timeout, SFun setup, SFun teardown);
 
+/* Add tests (NULL-terminated) to tc, in order. */
+void ts_add_tests(TCase *tc, const TTest *const *tests);
+
 /* main() of a test executable of one test case: suite `suite`, case `tcase` made by
  * ts_case, running tests (NULL-terminated) through ts_run_suite. */
 int ts_main_case(const char *suite, const char *tcase, int timeout, SFun setup, SFun teardown,

@@ -272,16 +272,12 @@ END_TEST
 
 int main(void)
 {
-    Suite *s = suite_create("core");
-    TCase *tc = ts_case(s, "compile", 120, setup, teardown);
-    tcase_add_test(tc, compiles_real_code_objects);
-    tcase_add_test(tc, memory_hit_returns_the_same_program);
-    tcase_add_test(tc, options_and_headers_change_the_object);
-    tcase_add_test(tc, lowered_names_of_templates);
-    tcase_add_test(tc, compile_error_gives_the_log);
-    tcase_add_test(tc, key_covers_every_input);
+    const TTest *tests[] = {compiles_real_code_objects, memory_hit_returns_the_same_program,
+                            options_and_headers_change_the_object, lowered_names_of_templates,
+                            compile_error_gives_the_log, key_covers_every_input,
 #ifndef KPC_PLATFORM_NVIDIA
-    tcase_add_test(tc, identity_is_real);
+                            identity_is_real,
 #endif
-    return ts_run_suite(s);
+                            NULL};
+    return ts_main_case("core", "compile", 120, setup, teardown, tests);
 }

@@ -270,14 +270,11 @@ END_TEST
 
 int main(void)
 {
-    Suite *s = suite_create("house");
-    TCase *tc = ts_case(s, "faults", 120, setup, teardown);
-    tcase_add_test(tc, compile_steps_map_failures_once);
-    tcase_add_test(tc, local_fault_is_not_shared_fake);
+    const TTest *tests[] = {compile_steps_map_failures_once, local_fault_is_not_shared_fake,
 #ifndef KPC_PLATFORM_NVIDIA
-    tcase_add_test(tc, broken_tmpdir_does_not_poison_real);
-    tcase_add_test(tc, nul_first_byte_is_invalid_real);
-    tcase_add_test(tc, nul_first_byte_tool_real);
+                            broken_tmpdir_does_not_poison_real, nul_first_byte_is_invalid_real,
+                            nul_first_byte_tool_real,
 #endif
-    return ts_run_suite(s);
+                            NULL};
+    return ts_main_case("house", "faults", 120, setup, teardown, tests);
 }

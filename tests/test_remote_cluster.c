@@ -278,11 +278,8 @@ END_TEST
 int main(void)
 {
     Suite *s = suite_create("remote");
-    TCase *cl = ts_case(s, "cluster", 120, rs_setup, rs_teardown);
-    tcase_add_test(cl, storm_fake);
-    tcase_add_test(cl, failure_shared);
-    tcase_add_test(cl, records_refused);
-    tcase_add_test(cl, shared_dir);
+    const TTest *cluster[] = {storm_fake, failure_shared, records_refused, shared_dir, NULL};
+    ts_add_tests(ts_case(s, "cluster", 120, rs_setup, rs_teardown), cluster);
     tcase_add_test(ts_case(s, "real", 240, rs_setup, rs_teardown), storm_real);
     return ts_run_suite(s);
 }
