@@ -40,10 +40,8 @@ static storm *new_storm(int procs, int k, bool remote)
 START_TEST(storm_fake)
 {
     NEED_HOSTS(rs_have_hosts);
-    ts_fake_install();
     enum { H = 4, P = 8, K = 8 };
-    storm *s = new_storm(P, K, true);
-    s->slow_ms = 30;
+    storm *s = rs_fake_storm(P, K, 30);
     ck_assert_int_eq(tc_hosts_run(0, H, P, rs_base, false, rs_rank, s), 0);
     kpc_stats t = rs_sum(s, 0, H * P);
     ck_assert_uint_eq(ts_fake_compiles(), K); /* one compile per key in the cluster */
