@@ -159,7 +159,7 @@ END_TEST
 
 START_TEST(compile_error_gives_the_log)
 {
-    /* without the host index: the index shares a fresh failure host-wide (test_index) */
+    /* without the host index: the index shares a fresh failure host-wide (test_index_*) */
     kpc_cache *c = ts_open(dir, KPC_NO_SHM, 0);
     kpc_context *ctx = ts_context(c);
     kpc_source s = ts_src(ts_bad_source(), "broken.hip");
