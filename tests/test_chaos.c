@@ -40,6 +40,7 @@
 #include <unistd.h>
 
 #include "chaos_worker.h"
+
 static const char *const phase_names[PH_COUNT] = {
     "random", "in compile", "holding the table lock", "mid-write", "before fsync", "before rename",
     "after rename", "holding a lock file"};

@@ -28,6 +28,7 @@
 #include <unistd.h>
 
 #include "gpu_support.h"
+
 #define SKIP_CODE 77
 
 /* ---- launching and checking --------------------------------------------------------- */

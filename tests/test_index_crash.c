@@ -1,6 +1,7 @@
 /*
- * test_index_crash.c - the host index (shm/index.c): crashes. SIGKILL of a builder mid-compile (its
- * build is taken over); SIGKILL of a process holding the table mutex (EOWNERDEAD repair).
+ * test_index_crash.c - the host index (shm/index.c): crashes. SIGKILL of a builder mid-
+ * compile (its build is taken over); SIGKILL of a process holding the table mutex
+ * (EOWNERDEAD repair).
  */
 #define _GNU_SOURCE
 #include "support.h"

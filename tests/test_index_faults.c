@@ -1,8 +1,8 @@
 /*
- * test_index_faults.c - the host index (shm/index.c): faults in processes. A damaged lock word, a
- * table without an empty slot, sizes overwritten before a repair, a truncated segment, a
- * full table of dead builders, stale temporary segments, a fork child, a stopped
- * builder.
+ * test_index_faults.c - the host index (shm/index.c): faults in processes. A damaged lock
+ * word, a table without an empty slot, sizes overwritten before a repair, a truncated
+ * segment, a full table of dead builders, stale temporary segments, a fork child, a
+ * stopped builder.
  */
 #define _GNU_SOURCE
 #include "support.h"

@@ -1,6 +1,7 @@
 /*
- * test_index_protocol.c - the host index (shm/index.c): the index API directly. STALE after a wait,
- * publication waking every waiter, shared failures, an unstored build, dead builders.
+ * test_index_protocol.c - the host index (shm/index.c): the index API directly. STALE
+ * after a wait, publication waking every waiter, shared failures, an unstored build, dead
+ * builders.
  */
 #define _GNU_SOURCE
 #include "support.h"

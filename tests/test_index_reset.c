@@ -1,6 +1,6 @@
 /*
- * test_index_reset.c - the host index (shm/index.c): kpc-shm-reset against attached, exited and
- * killed processes.
+ * test_index_reset.c - the host index (shm/index.c): kpc-shm-reset against attached,
+ * exited and killed processes.
  */
 #define _GNU_SOURCE
 #include "support.h"

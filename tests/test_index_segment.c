@@ -1,7 +1,7 @@
 /*
- * test_index_segment.c - the host index (shm/index.c): the segment itself. Damaged or foreign segments
- * (disk-only fallback), a segment of another layout (never mapped), a 64-entry table
- * under 200 and 450 keys (eviction).
+ * test_index_segment.c - the host index (shm/index.c): the segment itself. Damaged or
+ * foreign segments (disk-only fallback), a segment of another layout (never mapped), a
+ * 64-entry table under 200 and 450 keys (eviction).
  */
 #define _GNU_SOURCE
 #include "support.h"

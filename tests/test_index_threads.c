@@ -1,7 +1,7 @@
 /*
- * test_index_threads.c - the host index (shm/index.c): the same scenarios (and the faults that involve
- * concurrency) in threads of one process. CTest labels it "threads", so CI runs it under
- * TSan too.
+ * test_index_threads.c - the host index (shm/index.c): the same scenarios (and the faults
+ * that involve concurrency) in threads of one process. CTest labels it "threads", so CI
+ * runs it under TSan too.
  */
 #define _GNU_SOURCE
 #include "support.h"
