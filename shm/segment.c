@@ -82,7 +82,7 @@ void kpc_shm_off(kpc_index *ix, const char *fmt, ...)
             "--force removes it", why);
     /* the slots this process claimed can no longer be published (that takes the lock):
      * say so in its row, so that their waiters take them over now instead of waiting for a
-     * live builder up to wait_max (found by the system-call fault sweep, test_faults) */
+     * live builder up to wait_max (found by the system-call fault sweep, test_faults_sweep) */
     int row = atomic_load(&ix->row);
     if (row >= 0 && !atomic_load(&ix->unmapped))
         atomic_store(&ix->h->ixh_procs[row].ixp_off, 1);

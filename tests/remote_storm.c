@@ -82,6 +82,14 @@ storm *rs_new(int procs, int k, const char *url, const char *dir)
     return s;
 }
 
+storm *rs_fake_storm(int procs, int k, int slow_ms)
+{
+    ts_fake_install();
+    storm *s = rs_new(procs, k, rs_redis.url, rs_base);
+    s->slow_ms = slow_ms;
+    return s;
+}
+
 char *rs_source(const storm *s, int i)
 {
     if (s->real && s->slow)

@@ -57,6 +57,9 @@ void rs_sleep_ms(long ms);
 /* A new storm in shared memory, with the remote tier of url (NULL: none) and a secret
  * file of its own under dir (authenticated, as a site runs it). */
 storm *rs_new(int procs, int k, const char *url, const char *dir);
+/* The storm of most cases: the fake platform installed, procs x k ranks on the case's
+ * Redis and temp dir (rs_new), each fake compile taking slow_ms. */
+storm *rs_fake_storm(int procs, int k, int slow_ms);
 /* Write a secret file (mode 0600) under dir into out. */
 void rs_secret_file(char *out, size_t cap, const char *dir, const char *text);
 /* Source i of a storm (malloc'd). */

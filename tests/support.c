@@ -1,5 +1,5 @@
 /*
- * support.c - shared test helpers (see support.h).
+ * support.c - shared test helpers (see support.h; the child processes are support_exec.c's).
  */
 #define _GNU_SOURCE
 #include "support.h"
@@ -319,66 +319,6 @@ unsigned ts_fake_compiles(void)
     return fake_count ? atomic_load(fake_count) : 0;
 }
 
-int ts_run_children(int n, int (*fn)(int, void *), void *arg)
-{
-    pid_t *pids = calloc((size_t)n, sizeof *pids);
-    for (int i = 0; i < n; i++) {
-        pids[i] = fork();
-        ck_assert_int_ge(pids[i], 0);
-        if (pids[i] == 0)
-            _exit(fn(i, arg));
-    }
-    int ok = 0;
-    for (int i = 0; i < n; i++) {
-        int st;
-        while (waitpid(pids[i], &st, 0) < 0 && errno == EINTR)
-            ;
-        if (WIFEXITED(st) && WEXITSTATUS(st) == 0)
-            ok++;
-    }
-    free(pids);
-    return ok;
-}
-
-/* ---- logs ---- */
-static int saved_stderr = -1, saved_level;
-static char log_path[4200];
-
-void ts_log_begin(int level)
-{
-    /* in the case's temp dir (or the suite's scratch root), which goes even if the case
-     * fails before ts_log_end */
-    const char *tmp = getenv("TMPDIR");
-    snprintf(log_path, sizeof log_path, "%s/kpc-test-log-XXXXXX", tmp && tmp[0] ? tmp : "/tmp");
-    int fd = mkstemp(log_path);
-    if (fd < 0) { /* a case acting as another user, who may not write there */
-        snprintf(log_path, sizeof log_path, "/tmp/kpc-test-log-XXXXXX");
-        fd = mkstemp(log_path);
-    }
-    ck_assert_int_ge(fd, 0);
-    fflush(stderr);
-    saved_stderr = dup(STDERR_FILENO);
-    dup2(fd, STDERR_FILENO);
-    close(fd);
-    saved_level = kpc__log_level;
-    kpc__log_level = level;
-}
-
-char *ts_log_end(void)
-{
-    ck_assert_int_ge(saved_stderr, 0);
-    fflush(stderr);
-    dup2(saved_stderr, STDERR_FILENO);
-    close(saved_stderr);
-    saved_stderr = -1;
-    kpc__log_level = saved_level;
-    size_t size;
-    char *text = ts_read_file(log_path, &size);
-    unlink(log_path);
-    ck_assert_ptr_nonnull(text);
-    return text;
-}
-
 /* ---- keys and files ---- */
 void ts_key(const kpc_context *ctx, const kpc_source *src, kpc_key *out)
 {
@@ -447,89 +387,6 @@ void ts_write_file(const char *path, const void *data, size_t size)
     ck_assert_msg(fd >= 0, "open(%s): %s", path, strerror(errno));
     ck_assert_int_eq(kpc__write_all(fd, data, size), 0);
     close(fd);
-}
-
-/* ---- child commands ---- */
-static void drain(int fds[2], char **bufs)
-{
-    size_t len[2] = {0, 0}, cap[2] = {4096, 4096};
-    char *b[2] = {malloc(cap[0]), malloc(cap[1])};
-    struct pollfd p[2] = {{fds[0], POLLIN, 0}, {fds[1], POLLIN, 0}};
-    int open_fds = 2;
-    while (open_fds > 0) {
-        if (poll(p, 2, -1) < 0) {
-            if (errno == EINTR)
-                continue;
-            break;
-        }
-        for (int i = 0; i < 2; i++) {
-            if (p[i].fd < 0 || p[i].revents == 0)
-                continue;
-            if (len[i] + 4096 > cap[i])
-                b[i] = realloc(b[i], cap[i] *= 2);
-            ssize_t n = read(p[i].fd, b[i] + len[i], cap[i] - len[i] - 1);
-            if (n > 0)
-                len[i] += (size_t)n;
-            else if (n == 0 || errno != EINTR) {
-                close(p[i].fd);
-                p[i].fd = -1;
-                open_fds--;
-            }
-        }
-    }
-    for (int i = 0; i < 2; i++) {
-        b[i][len[i]] = '\0';
-        if (bufs[i])
-            free(bufs[i]);
-        bufs[i] = b[i];
-    }
-}
-
-int ts_exec(const char *const *argv, const char *const *env, char **out, char **err)
-{
-    int po[2], pe[2];
-    ck_assert_int_eq(pipe2(po, O_CLOEXEC), 0);
-    ck_assert_int_eq(pipe2(pe, O_CLOEXEC), 0);
-    fflush(NULL);
-    pid_t pid = fork();
-    ck_assert_int_ge(pid, 0);
-    if (pid == 0) {
-        dup2(po[1], STDOUT_FILENO);
-        dup2(pe[1], STDERR_FILENO);
-        for (const char *const *e = env; e && *e; e++)
-            putenv((char *)*e);
-        execv(argv[0], (char *const *)argv);
-        _exit(127);
-    }
-    close(po[1]);
-    close(pe[1]);
-    char *bufs[2] = {NULL, NULL};
-    int fds[2] = {po[0], pe[0]};
-    drain(fds, bufs);
-    int st;
-    while (waitpid(pid, &st, 0) < 0 && errno == EINTR)
-        ;
-    if (out)
-        *out = bufs[0];
-    else
-        free(bufs[0]);
-    if (err)
-        *err = bufs[1];
-    else
-        free(bufs[1]);
-    return WIFEXITED(st) ? WEXITSTATUS(st) : -1;
-}
-
-void ts_skip(const char *why_fmt, ...)
-{
-    const char *name = tcase_name();
-    printf("%s: skipped: ", name && name[0] ? name : "test");
-    va_list ap;
-    va_start(ap, why_fmt);
-    vprintf(why_fmt, ap);
-    va_end(ap);
-    putchar('\n');
-    fflush(stdout);
 }
 
 /* ---- the suite's scratch root ---- */
@@ -681,4 +538,29 @@ int ts_main_processes_threads(int argc, char **argv, Suite *(*processes)(void),
     if (strcmp(which, "threads") == 0 || strcmp(which, "all") == 0)
         rc |= ts_run_suite(threads());
     return rc;
+}
+
+TCase *ts_case(Suite *s, const char *name, int timeout, SFun setup, SFun teardown)
+{
+    TCase *tc = tcase_create(name);
+    if (setup || teardown)
+        tcase_add_checked_fixture(tc, setup, teardown);
+    if (timeout > 0)
+        tcase_set_timeout(tc, timeout);
+    suite_add_tcase(s, tc);
+    return tc;
+}
+
+void ts_add_tests(TCase *tc, const TTest *const *tests)
+{
+    for (size_t i = 0; tests[i]; i++)
+        tcase_add_test(tc, tests[i]);
+}
+
+int ts_main_case(const char *suite, const char *tcase, int timeout, SFun setup, SFun teardown,
+                 const TTest *const *tests)
+{
+    Suite *s = suite_create(suite);
+    ts_add_tests(ts_case(s, tcase, timeout, setup, teardown), tests);
+    return ts_run_suite(s);
 }

@@ -112,6 +112,18 @@ void ts_skip(const char *why_fmt, ...) __attribute__((format(printf, 1, 2)));
  * exit status. */
 int ts_run_suite(Suite *s);
 
+/* A test case of s named name, with the checked fixture setup/teardown (either may be
+ * NULL) and a timeout in seconds (0: CK_DEFAULT_TIMEOUT, which CTest sets). */
+TCase *ts_case(Suite *s, const char *name, int timeout, SFun setup, SFun teardown);
+
+/* Add tests (NULL-terminated) to tc, in order. */
+void ts_add_tests(TCase *tc, const TTest *const *tests);
+
+/* main() of a test executable of one test case: suite `suite`, case `tcase` made by
+ * ts_case, running tests (NULL-terminated) through ts_run_suite. */
+int ts_main_case(const char *suite, const char *tcase, int timeout, SFun setup, SFun teardown,
+                 const TTest *const *tests);
+
 /* main() of a test executable with a process suite and a thread suite: argv[1] names
  * which to run ("processes", the default; "threads", which CTest labels for TSan; "all"). */
 int ts_main_processes_threads(int argc, char **argv, Suite *(*processes)(void),

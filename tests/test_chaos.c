@@ -39,50 +39,11 @@
 #include <time.h>
 #include <unistd.h>
 
-#define MAX_PROCS 64
-#define MAX_SOURCES 128
-#define REF_MAX (512u * 1024u)
+#include "chaos_worker.h"
 
-/* Where a worker asked to die (targeted kills); the figures count kills per phase. */
-enum phase { PH_RANDOM, PH_COMPILE, PH_TABLE_LOCK, PH_MID_WRITE, PH_BEFORE_FSYNC, PH_BEFORE_RENAME,
-             PH_AFTER_RENAME, PH_PRUNE_LOCK, PH_COUNT };
 static const char *const phase_names[PH_COUNT] = {
     "random", "in compile", "holding the table lock", "mid-write", "before fsync", "before rename",
     "after rename", "holding a lock file"};
-
-typedef struct worker_slot {
-    _Atomic int pid;
-    _Atomic int dying_at; /* the phase the worker is killing itself at (PH_RANDOM: none) */
-    _Atomic int armed;    /* a phase asked for by the current request */
-    _Atomic uint64_t heartbeat_ns;
-    _Atomic int source; /* the source of the request under way */
-} worker_slot;
-
-typedef struct shared {
-    _Atomic int stop;
-    _Atomic uint64_t requests, wrong, errors, compile_errors_ok;
-    worker_slot w[MAX_PROCS];
-    size_t ref_size[MAX_SOURCES];
-    kpc_status ref_status[MAX_SOURCES];
-    uint8_t ref[MAX_SOURCES][REF_MAX];
-} shared;
-
-typedef struct chaos_cfg {
-    const char *name; /* "fake" or "hiprtc" */
-    bool fake;
-    int seconds, procs, sources;
-    size_t shm_entries;
-    int kill_min_ms, kill_max_ms; /* random kill interval */
-    int churn_ms;                 /* a clear or prune every so often */
-    uint64_t hang_ns;             /* no request finished in this long: a hang */
-    uint64_t disk_max_bytes;      /* the workers' disk limit (0: the default) */
-} chaos_cfg;
-
-static shared *sh;
-static const chaos_cfg *cfg;
-static char *dir;
-static char **sources;
-static worker_slot *me;
 
 /* ---- sources and references -------------------------------------------------------- */
 static void make_sources(void)
@@ -107,11 +68,6 @@ static void free_sources(void)
     for (int i = 0; i < cfg->sources; i++)
         free(sources[i]);
     free(sources);
-}
-
-static kpc_source source_of(int i)
-{
-    return ts_src(sources[i], "chaos.hip");
 }
 
 /* The reference objects: compiled by the platform itself, no cache anywhere, in a child
@@ -151,12 +107,6 @@ static void make_references(void)
 static const kpc_platform *base_platform;
 static kpc_platform chaos_platform;
 
-static void die_at(enum phase p)
-{
-    atomic_store(&me->dying_at, p);
-    raise(SIGKILL);
-}
-
 /* The platform's compile, with a targeted kill inside it: the slot is claimed, nothing
  * is written yet. */
 static kpc_status chaos_compile(const char *target, const kpc_source *src, kpc_build *b)
@@ -164,115 +114,6 @@ static kpc_status chaos_compile(const char *target, const kpc_source *src, kpc_b
     if (me && atomic_load(&me->armed) == PH_COMPILE)
         die_at(PH_COMPILE);
     return base_platform->compile(target, src, b);
-}
-
-/* The library's system-call hook (base/fault.h, test builds): the targeted kills at the
- * phases of a write, and while the prune lock is held. Counts restart with each request. */
-static unsigned req_writes;
-static enum kpc_sys_call last_call = KPC_SYS_COUNT;
-
-static void chaos_hook(enum kpc_sys_call call, unsigned long nth)
-{
-    (void)nth;
-    int arm = me ? atomic_load(&me->armed) : PH_RANDOM;
-    if ((arm == PH_MID_WRITE && call == KPC_SYS_WRITE && ++req_writes == 2) || /* header written */
-        (arm == PH_BEFORE_FSYNC && call == KPC_SYS_FSYNC) ||
-        (arm == PH_BEFORE_RENAME && call == KPC_SYS_RENAME) ||
-        (arm == PH_AFTER_RENAME && last_call == KPC_SYS_RENAME) ||
-        (arm == PH_PRUNE_LOCK && last_call == KPC_SYS_FLOCK))
-        die_at((enum phase)arm);
-    last_call = call;
-}
-
-static uint64_t rnd_state; /* 0: seed on first use; a forked worker starts at 0 again */
-
-static uint64_t rnd(void)
-{
-    uint64_t x = rnd_state;
-    if (x == 0)
-        x = kpc__now_ns() ^ ((uint64_t)getpid() << 32) ^ 0x9e3779b97f4a7c15ull;
-    x ^= x << 13, x ^= x >> 7, x ^= x << 17;
-    return rnd_state = x;
-}
-
-static kpc_cache *worker_open(void)
-{
-    /* a small disk limit: writers prune often, and die holding the prune lock */
-    kpc_config c = {.struct_size = sizeof c, .cache_dir = dir, .shm_entries = cfg->shm_entries,
-                    .disk_max_bytes = cfg->disk_max_bytes};
-    kpc_cache *cache = NULL;
-    if (kpc_cache_open(&c, &cache) != KPC_OK)
-        return NULL;
-    return cache;
-}
-
-/* One request: compare with the reference; count what happened. */
-static void one_request(kpc_cache *cache)
-{
-    kpc_context *ctx;
-    if (kpc_context_create_for_target(cache, ts_target(), &ctx) != KPC_OK) {
-        atomic_fetch_add(&sh->errors, 1);
-        return;
-    }
-    int i = (int)(rnd() % (uint64_t)cfg->sources);
-    if (me)
-        atomic_store(&me->source, i);
-    kpc_source src = source_of(i);
-    kpc_program *p = NULL;
-    kpc_status s = kpc_program_get(ctx, &src, &p);
-    atomic_fetch_add(&sh->requests, 1);
-    if (s != sh->ref_status[i]) {
-        fprintf(stderr, "chaos: worker %d: source %d: %s, a clean compile says %s\n", (int)getpid(), i,
-                kpc_status_str(s), kpc_status_str(sh->ref_status[i]));
-        atomic_fetch_add(&sh->errors, 1);
-    } else if (s == KPC_OK) {
-        size_t size;
-        const void *code = kpc_program_code(p, &size);
-        if (size != sh->ref_size[i] || memcmp(code, sh->ref[i], size) != 0) {
-            fprintf(stderr, "chaos: worker %d: source %d: WRONG OBJECT (%zu bytes, expected %zu)\n",
-                    (int)getpid(), i, size, sh->ref_size[i]);
-            atomic_fetch_add(&sh->wrong, 1);
-        }
-    } else
-        atomic_fetch_add(&sh->compile_errors_ok, 1);
-    kpc_program_release(p);
-    kpc_context_destroy(ctx);
-}
-
-static void worker(int slot)
-{
-    me = &sh->w[slot];
-    kpc__log_level = KPC_LOG_ERROR;
-    kpc__sys_hook_set(chaos_hook);
-    kpc_cache *cache = NULL;
-    while (!atomic_load(&sh->stop)) {
-        atomic_store(&me->heartbeat_ns, kpc__now_ns());
-        if (cache == NULL || rnd() % 16 == 0) {
-            kpc_cache_close(cache);
-            if ((cache = worker_open()) == NULL) {
-                atomic_fetch_add(&sh->errors, 1);
-                continue;
-            }
-        }
-        /* one request in forty aims its death at a phase (with 8 workers, some 50 targeted
-         * kills a second: each one at the table lock wipes the host index) */
-        int arm = PH_RANDOM;
-        if (rnd() % 40 == 0)
-            arm = 1 + (int)(rnd() % (PH_COUNT - 1));
-        if (arm == PH_TABLE_LOCK) {
-            if (cache->index == NULL)
-                arm = PH_RANDOM;
-            else
-                kpc_index_test_hold_lock(cache->index); /* the parent sees the stop, kills */
-        }
-        req_writes = 0;
-        last_call = KPC_SYS_COUNT;
-        atomic_store(&me->armed, arm);
-        one_request(cache);
-        atomic_store(&me->armed, PH_RANDOM);
-    }
-    kpc_cache_close(cache);
-    _exit(0);
 }
 
 /* ---- the parent ------------------------------------------------------------------------ */
@@ -634,13 +475,8 @@ int main(void)
 {
     Suite *s = suite_create("chaos");
     /* the storm's length plus the checks after it */
-    double timeout = (double)env_int("KPC_CHAOS_SECONDS", 16, 1, 24 * 3600) * 2 + 120;
-    TCase *fake = tcase_create("fake"), *hiprtc = tcase_create("hiprtc");
-    tcase_set_timeout(fake, timeout);
-    tcase_set_timeout(hiprtc, timeout);
-    tcase_add_test(fake, chaos_fake);
-    tcase_add_test(hiprtc, chaos_hiprtc);
-    suite_add_tcase(s, fake);
-    suite_add_tcase(s, hiprtc);
+    int timeout = env_int("KPC_CHAOS_SECONDS", 16, 1, 24 * 3600) * 2 + 120;
+    tcase_add_test(ts_case(s, "fake", timeout, NULL, NULL), chaos_fake);
+    tcase_add_test(ts_case(s, "hiprtc", timeout, NULL, NULL), chaos_hiprtc);
     return ts_run_suite(s);
 }

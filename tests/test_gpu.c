@@ -1,20 +1,13 @@
 /*
- * test_gpu.c - the device path on a real GPU, and the NVIDIA platform's compile-only
- * specifics. One executable, two suites:
+ * test_gpu.c - the device path on a real GPU: device contexts on GPU 0: a saxpy and a
+ * templated kernel got through kpc, launched, every output element checked against the
+ * host; 16 processes on a cold cache (the host builds each source once, every process
+ * launches and checks); a cached object for another architecture refused by the runtime,
+ * removed and rebuilt; and the figures (compile, cross-process hit, module load).
+ * Exits 77 (CTest: skipped) where there is no GPU, unless KPC_TEST_GPU_REQUIRED=1 makes
+ * that a failure (scripts/gpu-run.sh). The NVIDIA platform's compile-only specifics are
+ * test_gpu_platform.c's.
  *
- *   test_gpu            device contexts on GPU 0: a saxpy and a templated kernel got
- *                       through kpc, launched, every output element checked against the
- *                       host; 16 processes on a cold cache (the host builds each source
- *                       once, every process launches and checks); a cached object for
- *                       another architecture refused by the runtime, removed and rebuilt;
- *                       and the figures (compile, cross-process hit, module load).
- *                       Exits 77 (CTest: skipped) where there is no GPU, unless
- *                       KPC_TEST_GPU_REQUIRED=1 makes that a failure (scripts/gpu-run.sh).
- *   test_gpu platform   (NVIDIA builds) NVRTC targets and suffixes, cubin against PTX,
- *                       the compiler identity, arch options, no driver: needs no GPU.
- *
- * The launches go through the platform's own driver API, dlopen'ed here as libkpc does
- * (libcuda.so.1 or libamdhip64.so.5), so the test builds where only CUDA's stub exists.
  * Check runs every case in a fresh fork of main(), and main() never touches the driver
  * (the GPU probe runs in a child of its own): CUDA must not be initialized before a fork.
  * Figures are printed as "figure: ..." lines; no timing is asserted.
@@ -34,179 +27,9 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include "gpu_support.h"
+
 #define SKIP_CODE 77
-
-static char *dir;
-static void setup(void) { dir = ts_tmpdir(); }
-static void teardown(void) { ts_cleanup(dir); }
-
-/* ---- the kernels: plain CUDA/HIP C++ that NVRTC and hipRTC both take without includes */
-static const char saxpy_code[] =
-    "extern \"C\" __global__ void saxpy(int n, float a, const float *x, float *y)\n"
-    "{\n"
-    "    int i = blockIdx.x * blockDim.x + threadIdx.x;\n"
-    "    if (i < n)\n"
-    "        y[i] = a * x[i] + y[i];\n"
-    "}\n";
-
-static const char axpby_code[] =
-    "template <typename T>\n"
-    "__global__ void axpby(int n, T a, const T *x, T b, T *y)\n"
-    "{\n"
-    "    int i = blockIdx.x * blockDim.x + threadIdx.x;\n"
-    "    if (i < n)\n"
-    "        y[i] = a * x[i] + b * y[i];\n"
-    "}\n";
-static const char *const axpby_exprs[] = {"axpby<float>", "axpby<double>", "axpby<int>"};
-
-static kpc_source saxpy_src(void)
-{
-    return ts_src(saxpy_code, "saxpy.hip");
-}
-
-static kpc_source axpby_src(void)
-{
-    kpc_source s = ts_src(axpby_code, "axpby.hip");
-    s.name_expressions = axpby_exprs;
-    s.num_name_expressions = 3;
-    return s;
-}
-
-/* ---- the driver API, loaded here the way libkpc loads it ---------------------------- */
-typedef struct gpu_api {
-    void *lib;
-    int (*bind)(int device); /* make the device current on this thread */
-    int (*alloc)(uint64_t *ptr, size_t bytes);
-    int (*release)(uint64_t ptr);
-    int (*htod)(uint64_t dst, const void *src, size_t bytes);
-    int (*dtoh)(void *dst, uint64_t src, size_t bytes);
-    int (*launch)(hipFunction_t f, unsigned grid, unsigned block, void **args);
-    int (*sync)(void);
-    int (*load)(void **module, const void *image);
-    int (*unload)(void *module);
-} gpu_api;
-
-static gpu_api gpu;
-
-#define SYM(field, name) (*(void **)&field = dlsym(gpu.lib, name)) != NULL
-
-#ifdef KPC_PLATFORM_NVIDIA
-#include <cuda.h>
-static struct {
-    CUresult (*init)(unsigned);
-    CUresult (*device_get)(CUdevice *, int);
-    CUresult (*retain)(CUcontext *, CUdevice);
-    CUresult (*set)(CUcontext);
-    CUresult (*alloc)(CUdeviceptr *, size_t);
-    CUresult (*release)(CUdeviceptr);
-    CUresult (*htod)(CUdeviceptr, const void *, size_t);
-    CUresult (*dtoh)(void *, CUdeviceptr, size_t);
-    CUresult (*launch)(CUfunction, unsigned, unsigned, unsigned, unsigned, unsigned, unsigned, unsigned,
-                       CUstream, void **, void **);
-    CUresult (*sync)(void);
-    CUresult (*load)(CUmodule *, const void *);
-    CUresult (*unload)(CUmodule);
-} cu;
-
-static int nv_bind(int device)
-{
-    CUdevice d;
-    CUcontext c;
-    CUresult r = cu.init(0);
-    if (r == CUDA_SUCCESS)
-        r = cu.device_get(&d, device);
-    if (r == CUDA_SUCCESS)
-        r = cu.retain(&c, d);
-    if (r == CUDA_SUCCESS)
-        r = cu.set(c);
-    return (int)r;
-}
-static int nv_alloc(uint64_t *p, size_t n) { CUdeviceptr d = 0; int r = cu.alloc(&d, n); *p = d; return r; }
-static int nv_release(uint64_t p) { return cu.release((CUdeviceptr)p); }
-static int nv_htod(uint64_t d, const void *s, size_t n) { return cu.htod((CUdeviceptr)d, s, n); }
-static int nv_dtoh(void *d, uint64_t s, size_t n) { return cu.dtoh(d, (CUdeviceptr)s, n); }
-static int nv_launch(hipFunction_t f, unsigned grid, unsigned block, void **args)
-{
-    return cu.launch((CUfunction)f, grid, 1, 1, block, 1, 1, 0, NULL, args, NULL);
-}
-static int nv_sync(void) { return cu.sync(); }
-static int nv_load(void **m, const void *image) { return cu.load((CUmodule *)m, image); }
-static int nv_unload(void *m) { return cu.unload((CUmodule)m); }
-
-static bool gpu_api_load(void)
-{
-    gpu.lib = dlopen("libcuda.so.1", RTLD_NOW | RTLD_LOCAL);
-    if (gpu.lib == NULL || !(SYM(cu.init, "cuInit") && SYM(cu.device_get, "cuDeviceGet") &&
-                             SYM(cu.retain, "cuDevicePrimaryCtxRetain") && SYM(cu.set, "cuCtxSetCurrent") &&
-                             SYM(cu.alloc, "cuMemAlloc_v2") && SYM(cu.release, "cuMemFree_v2") &&
-                             SYM(cu.htod, "cuMemcpyHtoD_v2") && SYM(cu.dtoh, "cuMemcpyDtoH_v2") &&
-                             SYM(cu.launch, "cuLaunchKernel") && SYM(cu.sync, "cuCtxSynchronize") &&
-                             SYM(cu.load, "cuModuleLoadData") && SYM(cu.unload, "cuModuleUnload")))
-        return false;
-    gpu.bind = nv_bind, gpu.alloc = nv_alloc, gpu.release = nv_release, gpu.htod = nv_htod;
-    gpu.dtoh = nv_dtoh, gpu.launch = nv_launch, gpu.sync = nv_sync, gpu.load = nv_load;
-    gpu.unload = nv_unload;
-    return true;
-}
-#else
-/* HIP's module API has the same shape; declared here so the test needs no HIP headers. */
-static struct {
-    int (*set)(int);
-    int (*alloc)(void **, size_t);
-    int (*release)(void *);
-    int (*htod)(void *, void *, size_t);
-    int (*dtoh)(void *, void *, size_t);
-    int (*launch)(hipFunction_t, unsigned, unsigned, unsigned, unsigned, unsigned, unsigned, unsigned,
-                  void *, void **, void **);
-    int (*sync)(void);
-    int (*load)(void **, const void *);
-    int (*unload)(void *);
-} hip;
-
-static int amd_bind(int device) { return hip.set(device); }
-static int amd_alloc(uint64_t *p, size_t n) { void *d = NULL; int r = hip.alloc(&d, n); *p = (uintptr_t)d; return r; }
-static int amd_release(uint64_t p) { return hip.release((void *)(uintptr_t)p); }
-static int amd_htod(uint64_t d, const void *s, size_t n) { return hip.htod((void *)(uintptr_t)d, (void *)s, n); }
-static int amd_dtoh(void *d, uint64_t s, size_t n) { return hip.dtoh(d, (void *)(uintptr_t)s, n); }
-static int amd_launch(hipFunction_t f, unsigned grid, unsigned block, void **args)
-{
-    return hip.launch(f, grid, 1, 1, block, 1, 1, 0, NULL, args, NULL);
-}
-static int amd_sync(void) { return hip.sync(); }
-static int amd_load(void **m, const void *image) { return hip.load(m, image); }
-static int amd_unload(void *m) { return hip.unload(m); }
-
-static bool gpu_api_load(void)
-{
-    gpu.lib = dlopen("libamdhip64.so.5", RTLD_NOW | RTLD_LOCAL);
-    if (gpu.lib == NULL || !(SYM(hip.set, "hipSetDevice") && SYM(hip.alloc, "hipMalloc") &&
-                             SYM(hip.release, "hipFree") && SYM(hip.htod, "hipMemcpyHtoD") &&
-                             SYM(hip.dtoh, "hipMemcpyDtoH") && SYM(hip.launch, "hipModuleLaunchKernel") &&
-                             SYM(hip.sync, "hipDeviceSynchronize") && SYM(hip.load, "hipModuleLoadData") &&
-                             SYM(hip.unload, "hipModuleUnload")))
-        return false;
-    gpu.bind = amd_bind, gpu.alloc = amd_alloc, gpu.release = amd_release, gpu.htod = amd_htod;
-    gpu.dtoh = amd_dtoh, gpu.launch = amd_launch, gpu.sync = amd_sync, gpu.load = amd_load;
-    gpu.unload = amd_unload;
-    return true;
-}
-#endif
-
-static void gpu_ready(void)
-{
-    ck_assert_msg(gpu_api_load(), "cannot load the driver API: %s", dlerror());
-    ck_assert_int_eq(gpu.bind(0), 0);
-}
-
-/* A target this device refuses: another major architecture. */
-static const char *foreign_target(const char *device_target)
-{
-#ifdef KPC_PLATFORM_NVIDIA
-    return strncmp(device_target, "sm_8", 4) == 0 ? "sm_90" : "sm_80";
-#else
-    return strncmp(device_target, "gfx10", 5) == 0 ? "gfx90a" : "gfx1030";
-#endif
-}
 
 /* ---- launching and checking --------------------------------------------------------- */
 #define N_ELEMS 1000003 /* not a multiple of the block: the last block is partial */
@@ -310,13 +133,6 @@ static const char *get_and_run(kpc_context *ctx, char *why, size_t cap)
 static double ms_since(uint64_t t0)
 {
     return (double)(kpc__now_ns() - t0) / 1e6;
-}
-
-static kpc_stats stats_of(kpc_cache *c)
-{
-    kpc_stats st;
-    ck_assert_int_eq(kpc_stats_get(c, &st), KPC_OK);
-    return st;
 }
 
 /* ---- the GPU suite ------------------------------------------------------------------ */
@@ -717,199 +533,6 @@ START_TEST(module_load_figures)
 }
 END_TEST
 
-/* ---- the NVIDIA platform without a GPU ------------------------------------------------ */
-#ifdef KPC_PLATFORM_NVIDIA
-START_TEST(nvrtc_targets)
-{
-    kpc_cache *c = ts_open(dir, 0, 0);
-    kpc_context *ctx = NULL;
-    /* well formed but not an architecture NVRTC has: refused with the list */
-    ts_log_begin(KPC_LOG_ERROR);
-    kpc_status s = kpc_context_create_for_target(c, "sm_91", &ctx);
-    char *log = ts_log_end();
-    ck_assert_int_eq(s, KPC_E_INVALID);
-    ck_assert_ptr_null(ctx);
-    ck_assert_msg(strstr(log, "not supported by NVRTC") && strstr(log, " 90") && strstr(log, "80"),
-                  "log: %s", log);
-    free(log);
-    const char *good[] = {"sm_90", "sm_80", "compute_90", "sm_90a", "compute_90a"};
-    for (size_t i = 0; i < sizeof good / sizeof good[0]; i++) {
-        ck_assert_msg(kpc_context_create_for_target(c, good[i], &ctx) == KPC_OK, "%s", good[i]);
-        ck_assert_str_eq(kpc_context_target(ctx), good[i]);
-        kpc_context_destroy(ctx);
-    }
-    /* a suffix the architecture lacks: NVRTC is asked */
-    const char *bad[] = {"sm_80a", "sm_9", "sm_090", "sm_1000", "sm_90b", "compute_90aa", "SM_90",
-                         "sm90", "gfx90a", "sm_90:xnack+", "compute_91"};
-    for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
-        ctx = (kpc_context *)1;
-        ck_assert_msg(kpc_context_create_for_target(c, bad[i], &ctx) == KPC_E_INVALID, "%s", bad[i]);
-        ck_assert_ptr_null(ctx);
-    }
-    kpc_cache_close(c);
-    /* a later process with a warm target list: the same verdicts */
-    c = ts_open(dir, 0, 0);
-    ck_assert_int_eq(kpc_context_create_for_target(c, "sm_91", &ctx), KPC_E_INVALID);
-    ck_assert_int_eq(kpc_context_create_for_target(c, "sm_80a", &ctx), KPC_E_INVALID);
-    ck_assert_int_eq(kpc_context_create_for_target(c, "sm_90a", &ctx), KPC_OK);
-    kpc_context_destroy(ctx);
-    kpc_cache_close(c);
-}
-END_TEST
-
-START_TEST(cubin_and_ptx)
-{
-    kpc_cache *c = ts_open(dir, 0, 0);
-    kpc_context *sm = NULL, *ptx = NULL, *sma = NULL;
-    ck_assert_int_eq(kpc_context_create_for_target(c, "sm_90", &sm), KPC_OK);
-    ck_assert_int_eq(kpc_context_create_for_target(c, "compute_90", &ptx), KPC_OK);
-    ck_assert_int_eq(kpc_context_create_for_target(c, "sm_90a", &sma), KPC_OK);
-    kpc_source s = axpby_src();
-    size_t n1, n2, n3;
-    unsigned char *cubin = ts_get_code(sm, &s, &n1);
-    char *text = ts_get_code(ptx, &s, &n2);
-    unsigned char *cubin_a = ts_get_code(sma, &s, &n3);
-    /* a cubin: ELF for EM_CUDA */
-    ck_assert(ts_is_code_object(cubin, n1));
-    ck_assert_mem_eq(cubin, "\x7f" "ELF", 4);
-    ck_assert_uint_eq(cubin[18] | cubin[19] << 8, 190);
-    ck_assert(ts_is_code_object(cubin_a, n3));
-    ck_assert(n1 != n3 || memcmp(cubin, cubin_a, n1) != 0);
-    /* PTX: text, NUL-terminated (cuModuleLoadData takes it as is), for that target */
-    ck_assert(ts_is_code_object(text, n2));
-    ck_assert_int_eq(text[n2 - 1], '\0');
-    ck_assert_uint_eq(strlen(text), n2 - 1);
-    ck_assert_msg(strstr(text, ".target sm_90") != NULL, "PTX: %.200s", text);
-    ck_assert_msg(strstr(text, ".entry _Z5axpbyIdEviT_PKS0_S0_PS0_") != NULL, "PTX: %.2000s", text);
-    /* lowered names come from NVRTC */
-    kpc_program *p;
-    ck_assert_int_eq(kpc_program_get(sm, &s, &p), KPC_OK);
-    ck_assert_str_eq(kpc_program_lowered_name(p, "axpby<float>"), "_Z5axpbyIfEviT_PKS0_S0_PS0_");
-    ck_assert_str_eq(kpc_program_lowered_name(p, "axpby<int>"), "_Z5axpbyIiEviT_PKS0_S0_PS0_");
-    kpc_program_release(p);
-    ck_assert_uint_eq(stats_of(c).builds, 3);
-    kpc_context_destroy(sm);
-    kpc_context_destroy(ptx);
-    kpc_context_destroy(sma);
-    kpc_cache_close(c);
-    /* another process reads both back, byte for byte, and compiles nothing */
-    c = ts_open(dir, 0, 0);
-    ck_assert_int_eq(kpc_context_create_for_target(c, "sm_90", &sm), KPC_OK);
-    ck_assert_int_eq(kpc_context_create_for_target(c, "compute_90", &ptx), KPC_OK);
-    size_t m1, m2;
-    void *again1 = ts_get_code(sm, &s, &m1), *again2 = ts_get_code(ptx, &s, &m2);
-    ck_assert_uint_eq(m1, n1);
-    ck_assert_mem_eq(again1, cubin, n1);
-    ck_assert_uint_eq(m2, n2);
-    ck_assert_mem_eq(again2, text, n2);
-    kpc_stats st = stats_of(c);
-    ck_assert_uint_eq(st.builds, 0);
-    ck_assert_uint_eq(st.disk_hits, 2);
-    free(again1);
-    free(again2);
-    free(cubin);
-    free(text);
-    free(cubin_a);
-    kpc_context_destroy(sm);
-    kpc_context_destroy(ptx);
-    kpc_cache_close(c);
-}
-END_TEST
-
-START_TEST(identity_names_nvrtc)
-{
-    uint8_t a[16], b[16];
-    char desc[512];
-    ck_assert_int_eq(kpc_platform_builtin.identity(NULL, a, desc, sizeof desc), KPC_OK);
-    ck_assert_msg(strncmp(desc, "nvrtc ", 6) == 0 && strstr(desc, "libnvrtc.so:") &&
-                  strstr(desc, "libnvrtc-builtins.so:"), "identity: %s", desc);
-    bool driver = strstr(desc, " driver ") != NULL;
-    printf("identity: %s\n", desc);
-    /* remembered with the files it came from, then recalled without loading anything */
-    mkdir(dir, 0700);
-    kpc_root *root;
-    ck_assert_int_eq(kpc_root_open(dir, &root), KPC_OK);
-    ck_assert_int_eq(kpc_platform_builtin.identity(root, b, desc, sizeof desc), KPC_OK);
-    ck_assert_mem_eq(a, b, 16);
-    ck_assert_int_eq(kpc_platform_builtin.identity(root, b, desc, sizeof desc), KPC_OK);
-    ck_assert_str_eq(desc, "");
-    ck_assert_mem_eq(a, b, 16);
-    kpc_root_close(root);
-    char path[4200];
-    snprintf(path, sizeof path, "%s/v1/compiler-nvidia.id", dir);
-    size_t size;
-    char *text = ts_read_file(path, &size);
-    ck_assert_ptr_nonnull(text);
-    ck_assert_msg(strstr(text, "libnvrtc.so") && strstr(text, "libnvrtc-builtins.so"), "%s", text);
-    ck_assert(driver == (strstr(text, "libcuda.so") != NULL));
-    free(text);
-}
-END_TEST
-
-START_TEST(options_on_nvrtc)
-{
-    kpc_cache *c = ts_open(dir, KPC_NO_SHM, 0);
-    kpc_context *ctx = ts_context(c);
-    kpc_source s = saxpy_src();
-    kpc_program *p = (kpc_program *)1;
-    /* the context decides the architecture */
-    const char *arch[][1] = {{"-arch=sm_80"}, {"--gpu-architecture=compute_80"}, {"-arch"}};
-    for (int i = 0; i < 3; i++) {
-        s.options = arch[i], s.num_options = 1;
-        ck_assert_int_eq(kpc_program_get(ctx, &s, &p), KPC_E_INVALID);
-        ck_assert_ptr_null(p);
-    }
-    /* an option NVRTC does not know is the request's compile error, with NVRTC's log */
-    const char *unknown[] = {"--no-such-option"};
-    s.options = unknown;
-    ck_assert_int_eq(kpc_program_get(ctx, &s, &p), KPC_E_COMPILE);
-    ck_assert_ptr_null(p);
-    ck_assert_msg(strstr(kpc_last_log(), "no-such-option") != NULL, "log: %s", kpc_last_log());
-    /* NVRTC's own options change the object */
-    const char *fast[] = {"--use_fast_math"}, *plain[] = {"-DUNUSED=1"};
-    size_t n1, n2;
-    s.options = plain;
-    void *o1 = ts_get_code(ctx, &s, &n1);
-    s.options = fast;
-    s.code = "extern \"C\" __global__ void k(float *a) { a[threadIdx.x] = sinf(a[threadIdx.x]) / a[1]; }\n";
-    void *o2 = ts_get_code(ctx, &s, &n2);
-    s.options = plain;
-    size_t n3;
-    void *o3 = ts_get_code(ctx, &s, &n3);
-    ck_assert(n2 != n3 || memcmp(o2, o3, n2) != 0);
-    free(o1);
-    free(o2);
-    free(o3);
-    kpc_context_destroy(ctx);
-    kpc_cache_close(c);
-}
-END_TEST
-
-START_TEST(no_driver_means_no_device)
-{
-    void *h = dlopen("libcuda.so.1", RTLD_NOW | RTLD_LOCAL);
-    if (h != NULL) {
-        printf("an NVIDIA driver is installed: the GPU suite covers device contexts\n");
-        dlclose(h);
-        return;
-    }
-    kpc_cache *c = ts_open(dir, 0, 0);
-    kpc_context *ctx = (kpc_context *)1;
-    ts_log_begin(KPC_LOG_ERROR);
-    kpc_status s = kpc_context_create(c, 0, &ctx);
-    char *log = ts_log_end();
-    ck_assert_int_eq(s, KPC_E_NO_DEVICE);
-    ck_assert_ptr_null(ctx);
-    ck_assert_msg(strstr(log, "no GPU") && strstr(log, "libcuda.so.1"), "log: %s", log);
-    free(log);
-    /* compile-only contexts do not need it */
-    ctx = ts_context(c);
-    kpc_context_destroy(ctx);
-    kpc_cache_close(c);
-}
-END_TEST
-#endif
-
 /* ---- main ----------------------------------------------------------------------------- */
 /* In a child, so that this process never initializes the driver before Check forks. */
 static int probe_gpu(void)
@@ -936,23 +559,8 @@ static int probe_gpu(void)
     return WIFEXITED(st) ? WEXITSTATUS(st) : 1;
 }
 
-int main(int argc, char **argv)
+int main(void)
 {
-    if (argc > 1 && strcmp(argv[1], "platform") == 0) {
-        Suite *s = suite_create("platform");
-        TCase *tc = tcase_create("compile-only");
-        tcase_add_checked_fixture(tc, setup, teardown);
-        tcase_set_timeout(tc, 120);
-#ifdef KPC_PLATFORM_NVIDIA
-        tcase_add_test(tc, nvrtc_targets);
-        tcase_add_test(tc, cubin_and_ptx);
-        tcase_add_test(tc, identity_names_nvrtc);
-        tcase_add_test(tc, options_on_nvrtc);
-        tcase_add_test(tc, no_driver_means_no_device);
-#endif
-        suite_add_tcase(s, tc);
-        return ts_run_suite(s);
-    }
     int probe = probe_gpu();
     if (probe == SKIP_CODE) {
         const char *req = getenv("KPC_TEST_GPU_REQUIRED");
@@ -965,14 +573,7 @@ int main(int argc, char **argv)
     }
     if (probe != 0)
         return 1;
-    Suite *s = suite_create("gpu");
-    TCase *tc = tcase_create("device");
-    tcase_add_checked_fixture(tc, setup, teardown);
-    tcase_set_timeout(tc, 240);
-    tcase_add_test(tc, kernels_run_and_match_the_host);
-    tcase_add_test(tc, sixteen_processes_one_cold_cache);
-    tcase_add_test(tc, refused_object_is_removed_and_rebuilt);
-    tcase_add_test(tc, module_load_figures);
-    suite_add_tcase(s, tc);
-    return ts_run_suite(s);
+    const TTest *tests[] = {kernels_run_and_match_the_host, sixteen_processes_one_cold_cache,
+                            refused_object_is_removed_and_rebuilt, module_load_figures, NULL};
+    return ts_main_case("gpu", "device", 240, setup, teardown, tests);
 }

@@ -5,21 +5,11 @@
  */
 #define _GNU_SOURCE
 #include "support.h"
+#include "core_support.h"
 
 #include <pthread.h>
 #include <stdint.h>
 #include <string.h>
-
-static char *dir;
-static void setup(void) { dir = ts_tmpdir(); }
-static void teardown(void) { ts_cleanup(dir); }
-
-static kpc_stats stats_of(kpc_cache *c)
-{
-    kpc_stats st;
-    ck_assert_int_eq(kpc_stats_get(c, &st), KPC_OK);
-    return st;
-}
 
 /* Threads hitting the map while it evicts under them (4 sources, room for 2): hits take no
  * lock, so an entry or a program must outlive every thread still holding it, and a

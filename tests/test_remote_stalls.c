@@ -115,9 +115,7 @@ END_TEST
 START_TEST(killed_here)
 {
     NEED_HOSTS(rs_have_hosts);
-    ts_fake_install();
-    storm *s = new_storm(2, 1);
-    s->slow_ms = 3000;
+    storm *s = rs_fake_storm(2, 1, 3000);
     setenv("KPC_REMOTE_LEASE_MS", "30000", 1); /* the old default: only the pid check is quick */
     pid_t host = tc_hosts_start(0, 1, 2, rs_base, false, rs_rank, s);
     pid_t holder = rs_await_holder();
@@ -289,9 +287,7 @@ END_TEST
 START_TEST(stopped_builder)
 {
     NEED_HOSTS(rs_have_hosts);
-    ts_fake_install();
-    storm *s = new_storm(2, 1);
-    s->slow_ms = 1500;
+    storm *s = rs_fake_storm(2, 1, 1500);
     setenv("KPC_REMOTE_LEASE_MS", "1000", 1);
     pid_t a = tc_hosts_start(0, 1, 2, rs_base, false, rs_rank, s);
     pid_t holder = rs_await_holder();
@@ -477,9 +473,7 @@ static void takeover(storm *s, int lease_ms, int others)
 START_TEST(takeover_fake)
 {
     NEED_HOSTS(rs_have_hosts);
-    ts_fake_install();
-    storm *s = new_storm(2, 1);
-    s->slow_ms = 1500;
+    storm *s = rs_fake_storm(2, 1, 1500);
     takeover(s, 400, 3);
     ck_assert_uint_eq(ts_fake_compiles(), 2); /* the dead holder's and the takeover's */
 }
@@ -488,10 +482,8 @@ END_TEST
 START_TEST(redis_killed)
 {
     NEED_HOSTS(rs_have_hosts);
-    ts_fake_install();
     enum { H = 3, P = 4, K = 6 };
-    storm *s = new_storm(P, K);
-    s->slow_ms = 400;
+    storm *s = rs_fake_storm(P, K, 400);
     s->sick = true;
     setenv("KPC_REMOTE_LEASE_MS", "1000", 1);
     pid_t all = tc_hosts_start(0, H, P, rs_base, false, rs_rank, s);

@@ -19,12 +19,13 @@
 #include "platform/compile.h"
 #include "platform/identity.h"
 #include "platform/include_scan.h"
+#include "platform/nvrtc_target.h"
 #include "platform/platform.h"
 
 #include <bsd/string.h>
-#include <ctype.h>
 #include <dlfcn.h>
 #include <libgen.h>
+#include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -71,33 +72,39 @@ static kpc_status nv_identity(const kpc_root *root, uint8_t id[16], char *desc, 
     return KPC_OK;
 }
 
-/* sm_XX / compute_XX with a number NVRTC lists; suffixed targets (sm_90a) are left to the
- * real NVRTC (forwarded), which judges them itself. */
+/* Targets are judged by platform/nvrtc_target.c over the real NVRTC; one it refuses is
+ * forwarded (KPC_E_INVALID), and the real NVRTC answers for it. */
+static kpc_nvrtc_calls real_calls; /* set once by load_real_calls */
+static bool real_calls_ok;
+
+static void load_real_calls(void)
+{
+    const rtc_real *r = need();
+    if (r == NULL)
+        return;
+    *(void **)&real_calls.version = kpc_real_sym(&kpc_nvrtc_vendor, "nvrtcVersion");
+    *(void **)&real_calls.num_archs = kpc_real_sym(&kpc_nvrtc_vendor, "nvrtcGetNumSupportedArchs");
+    *(void **)&real_calls.archs = kpc_real_sym(&kpc_nvrtc_vendor, "nvrtcGetSupportedArchs");
+    real_calls.create = r->create;
+    real_calls.compile = r->compile;
+    real_calls.destroy = r->destroy;
+    real_calls_ok = real_calls.version && real_calls.num_archs && real_calls.archs;
+}
+
+static const kpc_nvrtc_calls *real_nvrtc(void)
+{
+    static pthread_once_t once = PTHREAD_ONCE_INIT;
+    pthread_once(&once, load_real_calls);
+    return real_calls_ok ? &real_calls : NULL;
+}
+
+static const kpc_nvrtc_targets real_targets = {
+    .platform = "nvrtc", .load = real_nvrtc, .refusal_level = KPC_LOG_INFO};
+
 static kpc_status nv_target_normalize(const kpc_root *root, const uint8_t id[16], const char *target,
                                       char *out, size_t cap)
 {
-    (void)root, (void)id;
-    const char *num = strncmp(target, "sm_", 3) == 0        ? target + 3
-                      : strncmp(target, "compute_", 8) == 0 ? target + 8
-                                                            : NULL;
-    size_t n = num ? strlen(num) : 0;
-    bool ok = num && (n == 2 || n == 3) && isdigit((unsigned char)num[0]) && isdigit((unsigned char)num[1]) &&
-              (n == 2 || isdigit((unsigned char)num[2]));
-    const rtc_real *r = ok ? need() : NULL;
-    int (*count)(int *) = r ? (int (*)(int *))dlsym(r->handle, "nvrtcGetNumSupportedArchs") : NULL;
-    int (*list)(int *) = r ? (int (*)(int *))dlsym(r->handle, "nvrtcGetSupportedArchs") : NULL;
-    int archs[128], k = 0;
-    if (ok && count && list && count(&k) == 0 && k > 0 && k <= 128 && list(archs) == 0) {
-        int want = atoi(num);
-        ok = false;
-        for (int i = 0; i < k; i++)
-            ok = ok || archs[i] == want;
-    }
-    if (!ok || strlcpy(out, target, cap) >= cap) {
-        KPC_LOG(KPC_LOG_INFO, "kpc-nvrtc: target %s is left to NVRTC", target);
-        return KPC_E_INVALID;
-    }
-    return KPC_OK;
+    return kpc_nvrtc_target_normalize(&real_targets, root, id, target, out, cap);
 }
 
 /* ---- the compile: kpc's steps over the real NVRTC's calls ------------------------------- */

@@ -19,14 +19,18 @@
  * and, where a driver is installed, cuDriverGetVersion and libcuda's build id (a driver
  * upgrade changes which PTX and cubins it accepts, so it renames every object).
  *
+ * Targets are judged by platform/nvrtc_target.c (shared with the NVRTC drop-in) over
+ * this platform's NVRTC.
+ *
  * Over 500 lines for one responsibility: NVRTC and the CUDA driver are two libraries
- * with their own loading, target rules and identity, and the driver needs primary
- * contexts managed per device; all of it is this platform's own API calls.
+ * with their own loading and identity, and the driver needs primary contexts managed
+ * per device; all of it is this platform's own API calls.
  */
 #define _GNU_SOURCE
 #include "platform/compile.h"
 #include "platform/include_scan.h"
 #include "platform/identity.h"
+#include "platform/nvrtc_target.h"
 #include "base/log.h"
 
 #include <bsd/string.h>
@@ -43,14 +47,8 @@
 /* ---- lazily loaded entry points ----------------------------------------------------- */
 static struct {
     void *nvrtc, *builtins, *cuda;
-    nvrtcResult (*version)(int *, int *);
-    nvrtcResult (*num_archs)(int *);
-    nvrtcResult (*archs)(int *);
-    nvrtcResult (*create)(nvrtcProgram *, const char *, const char *, int, const char *const *,
-                          const char *const *);
+    kpc_nvrtc_calls rtc; /* what platform/nvrtc_target.c asks; the compile uses it too */
     nvrtcResult (*add_name)(nvrtcProgram, const char *);
-    nvrtcResult (*compile)(nvrtcProgram, int, const char *const *);
-    nvrtcResult (*destroy)(nvrtcProgram *);
     nvrtcResult (*lowered)(nvrtcProgram, const char *, const char **);
     nvrtcResult (*log_size)(nvrtcProgram, size_t *);
     nvrtcResult (*log)(nvrtcProgram, char *);
@@ -128,13 +126,13 @@ static kpc_status load_nvrtc_symbols(void)
                 "$CUDA_HOME and /usr/local/cuda): %s", dlerror());
         return KPC_E_UNAVAILABLE;
     }
-    LOAD(nvrtc, version, "nvrtcVersion");
-    LOAD(nvrtc, num_archs, "nvrtcGetNumSupportedArchs");
-    LOAD(nvrtc, archs, "nvrtcGetSupportedArchs");
-    LOAD(nvrtc, create, "nvrtcCreateProgram");
+    LOAD(nvrtc, rtc.version, "nvrtcVersion");
+    LOAD(nvrtc, rtc.num_archs, "nvrtcGetNumSupportedArchs");
+    LOAD(nvrtc, rtc.archs, "nvrtcGetSupportedArchs");
+    LOAD(nvrtc, rtc.create, "nvrtcCreateProgram");
     LOAD(nvrtc, add_name, "nvrtcAddNameExpression");
-    LOAD(nvrtc, compile, "nvrtcCompileProgram");
-    LOAD(nvrtc, destroy, "nvrtcDestroyProgram");
+    LOAD(nvrtc, rtc.compile, "nvrtcCompileProgram");
+    LOAD(nvrtc, rtc.destroy, "nvrtcDestroyProgram");
     LOAD(nvrtc, lowered, "nvrtcGetLoweredName");
     LOAD(nvrtc, log_size, "nvrtcGetProgramLogSize");
     LOAD(nvrtc, log, "nvrtcGetProgramLog");
@@ -143,7 +141,7 @@ static kpc_status load_nvrtc_symbols(void)
     LOAD(nvrtc, ptx_size, "nvrtcGetPTXSize");
     LOAD(nvrtc, ptx, "nvrtcGetPTX");
     LOAD(nvrtc, rtc_error, "nvrtcGetErrorString");
-    if (nv.version(&nv.nvrtc_major, &nv.nvrtc_minor) != NVRTC_SUCCESS) {
+    if (nv.rtc.version(&nv.nvrtc_major, &nv.nvrtc_minor) != NVRTC_SUCCESS) {
         KPC_LOG(KPC_LOG_ERROR, "nvrtcVersion failed");
         return KPC_E_UNAVAILABLE;
     }
@@ -280,102 +278,34 @@ static kpc_status nvidia_identity(const kpc_root *root, uint8_t id[16], char *de
     return KPC_OK;
 }
 
-/* ---- targets ------------------------------------------------------------------------ */
-/* sm_XX or compute_XX (2 or 3 digits), optionally with the arch-specific suffix a (sm_90a)
- * or the family suffix f (sm_100f). *arch receives XX; *suffix the suffix or 0. */
-static bool parse_target(const char *t, int *arch, char *suffix)
+/* ---- targets: judged by platform/nvrtc_target.c over this platform's NVRTC ----------- */
+static const kpc_nvrtc_calls *nvrtc_calls(void)
 {
-    const char *p = strncmp(t, "sm_", 3) == 0 ? t + 3 : strncmp(t, "compute_", 8) == 0 ? t + 8 : NULL;
-    if (p == NULL)
-        return false;
-    size_t digits = strspn(p, "0123456789");
-    if (digits < 2 || digits > 3 || p[0] == '0')
-        return false;
-    *suffix = p[digits];
-    if (*suffix != '\0' && ((*suffix != 'a' && *suffix != 'f') || p[digits + 1] != '\0'))
-        return false;
-    *arch = atoi(p);
-    return true;
+    return need_nvrtc() == KPC_OK ? &nv.rtc : NULL;
 }
 
-static void log_supported(const char *target, const int *archs, int n)
-{
-    char list[1024] = "";
-    for (int i = 0; i < n; i++) {
-        size_t used = strlen(list);
-        snprintf(list + used, sizeof list - used, "%s%d", used ? " " : "", archs[i]);
-    }
-    KPC_LOG(KPC_LOG_ERROR, "target \"%s\" is not supported by NVRTC %d.%d; supported: sm_XX (cubin) "
-            "or compute_XX (PTX) for XX in: %s (with suffix a or f where the architecture has one)",
-            target, nv.nvrtc_major, nv.nvrtc_minor, list);
-}
-
-/* A suffixed target is in the list only by its number: let NVRTC judge the suffix by
- * compiling an empty program (well under a millisecond when it refuses). */
-static bool nvrtc_accepts(const char *target)
-{
-    char arch[80];
-    snprintf(arch, sizeof arch, "-arch=%s", target);
-    const char *opts[] = {arch};
-    nvrtcProgram p = NULL;
-    if (nv.create(&p, "", "kpc_probe.cu", 0, NULL, NULL) != NVRTC_SUCCESS)
-        return false;
-    bool ok = nv.compile(p, 1, opts) == NVRTC_SUCCESS;
-    nv.destroy(&p);
-    return ok;
-}
+static const kpc_nvrtc_targets nvrtc_targets = {
+    .platform = "nvidia", .load = nvrtc_calls, .refusal_level = KPC_LOG_ERROR};
 
 static kpc_status nvidia_target_normalize(const kpc_root *root, const uint8_t id[16], const char *target,
                                           char *out, size_t cap)
 {
-    int arch;
-    char suffix;
-    if (!parse_target(target, &arch, &suffix) || strlen(target) >= cap) {
-        KPC_LOG(KPC_LOG_ERROR, "target \"%s\" is malformed (e.g. sm_90 for a cubin, compute_90 for PTX)",
-                target);
-        return KPC_E_INVALID;
-    }
-    snprintf(out, cap, "%s", target);
-    if (kpc_platform_targets_known(root, "nvidia", id, out))
-        return KPC_OK;
-    kpc_status s = need_nvrtc();
-    if (s != KPC_OK)
-        return s;
-    int n = 0;
-    if (nv.num_archs(&n) != NVRTC_SUCCESS || n <= 0 || n > 256) {
-        KPC_LOG(KPC_LOG_ERROR, "nvrtcGetNumSupportedArchs failed");
-        return KPC_E_UNAVAILABLE;
-    }
-    int archs[256];
-    if (nv.archs(archs) != NVRTC_SUCCESS) {
-        KPC_LOG(KPC_LOG_ERROR, "nvrtcGetSupportedArchs failed");
-        return KPC_E_UNAVAILABLE;
-    }
-    bool listed = false;
-    for (int i = 0; i < n && !listed; i++)
-        listed = archs[i] == arch;
-    if (!listed || (suffix != '\0' && !nvrtc_accepts(out))) {
-        log_supported(target, archs, n);
-        return KPC_E_INVALID;
-    }
-    kpc_platform_targets_remember(root, "nvidia", id, out);
-    return KPC_OK;
+    return kpc_nvrtc_target_normalize(&nvrtc_targets, root, id, target, out, cap);
 }
 
 /* ---- compile: NVRTC's calls for platform/compile.c ------------------------------------ */
 static int rtc_create(void **prog, const char *code, const char *name, const kpc_source *src)
 {
-    return nv.create((nvrtcProgram *)prog, code, name, (int)src->num_headers, src->header_sources,
-                     src->header_names);
+    return nv.rtc.create(prog, code, name, (int)src->num_headers, src->header_sources, src->header_names);
 }
 
 static int rtc_add_name(void *prog, const char *expr) { return nv.add_name(prog, expr); }
-static int rtc_compile(void *prog, int n, const char **opts) { return nv.compile(prog, n, opts); }
+static int rtc_compile(void *prog, int n, const char **opts) { return nv.rtc.compile(prog, n, opts); }
 /* the size counts a terminating NUL; compile.c terminates anyway rather than trust it */
 static int rtc_log_size(void *prog, size_t *size) { return nv.log_size(prog, size); }
 static int rtc_log(void *prog, char *out) { return nv.log(prog, out); }
 static int rtc_lowered(void *prog, const char *expr, const char **out) { return nv.lowered(prog, expr, out); }
-static void rtc_destroy(void **prog) { nv.destroy((nvrtcProgram *)prog); }
+static void rtc_destroy(void **prog) { nv.rtc.destroy(prog); }
 static const char *rtc_error(int r) { return nv.rtc_error((nvrtcResult)r); }
 
 /* The code object: a cubin for sm_ targets, PTX (with its NUL) for compute_ targets. */

@@ -386,6 +386,41 @@ double bn_run(char *const argv[], char *const env[], bool show, int *status)
     return wall;
 }
 
+bn_helper bn_helper_start(char *const argv[], void (*setup)(const void *arg), const void *arg)
+{
+    int fds[2];
+    if (pipe(fds) != 0)
+        bn_die("pipe: %s", strerror(errno));
+    pid_t pid = fork();
+    if (pid < 0)
+        bn_die("fork: %s", strerror(errno));
+    if (pid == 0) {
+        dup2(fds[1], 1);
+        close(fds[0]);
+        close(fds[1]);
+        if (setup)
+            setup(arg);
+        execv("/proc/self/exe", argv);
+        _exit(127);
+    }
+    close(fds[1]);
+    return (bn_helper){pid, fds[0]};
+}
+
+int bn_helper_finish(bn_helper h, char *line, size_t cap)
+{
+    line[0] = '\0';
+    FILE *f = fdopen(h.fd, "r");
+    if (f == NULL || fgets(line, (int)cap, f) == NULL)
+        line[0] = '\0';
+    if (f)
+        fclose(f);
+    int status;
+    while (waitpid(h.pid, &status, 0) < 0 && errno == EINTR)
+        ;
+    return status;
+}
+
 bool bn_in_path(const char *name)
 {
     const char *path = getenv("PATH");

@@ -26,6 +26,7 @@
 #include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
+#include <sys/types.h>
 
 /* CLOCK_MONOTONIC in ns. */
 uint64_t bn_now_ns(void);
@@ -91,6 +92,16 @@ void bn_spin_cpu_ms(unsigned ms);
  * terminated; may be NULL), stdout and stderr to /dev/null unless show is set. Returns
  * the wall seconds from fork to exit; *status gets the exit status (-1: killed). */
 double bn_run(char *const argv[], char *const env[], bool show, int *status);
+/* This program again in a helper mode, its stdout on a pipe: bn_helper_start forks,
+ * runs setup(arg) in the child (its environment; setup may be NULL), then execs
+ * /proc/self/exe with argv. bn_helper_finish reads the helper's first line of output into
+ * line (cap bytes; "" when it wrote none) and waits for it; it returns the wait status. */
+typedef struct bn_helper {
+    pid_t pid;
+    int fd; /* the read end of its stdout */
+} bn_helper;
+bn_helper bn_helper_start(char *const argv[], void (*setup)(const void *arg), const void *arg);
+int bn_helper_finish(bn_helper h, char *line, size_t cap);
 /* True if name is an executable in PATH. */
 bool bn_in_path(const char *name);
 /* The directory of this executable (the bench/ folder of the build tree). */

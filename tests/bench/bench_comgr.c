@@ -156,53 +156,44 @@ typedef struct result {
     size_t size;
 } result;
 
+/* The helper's environment for arm a (comgr's own cache on or off, its logs). */
+typedef struct helper_env {
+    const arm *a;
+    const char *log;
+} helper_env;
+
+static void set_helper_env(const void *arg)
+{
+    const helper_env *e = arg;
+    const arm *a = e->a;
+    if (a->comgr_cache) {
+        setenv("AMD_COMGR_CACHE", "1", 1);
+        setenv("AMD_COMGR_CACHE_DIR", a->comgr_dir, 1);
+    } else
+        setenv("AMD_COMGR_CACHE", "0", 1);
+    if (a->logs[0]) { /* comgr says which actions its cache answered */
+        setenv("AMD_COMGR_EMIT_VERBOSE_LOGS", "1", 1);
+        setenv("AMD_COMGR_REDIRECT_LOGS", e->log, 1);
+    }
+}
+
 /* Start the helper for arm a (its environment set in the child), its stdout on a pipe. */
-static pid_t start(const arm *a, int first, int count, int repeat, int n, int *fd)
+static bn_helper start(const arm *a, int first, int count, int repeat, int n)
 {
     char f[16], c[16], r[16], log[4300];
     snprintf(f, sizeof f, "%d", first);
     snprintf(c, sizeof c, "%d", count);
     snprintf(r, sizeof r, "%d", repeat);
     snprintf(log, sizeof log, "%s/comgr-%d.log", a->logs, n);
-    int fds[2];
-    if (pipe(fds) != 0)
-        bn_die("pipe: %s", strerror(errno));
-    pid_t pid = fork();
-    if (pid < 0)
-        bn_die("fork: %s", strerror(errno));
-    if (pid == 0) {
-        dup2(fds[1], 1);
-        close(fds[0]);
-        close(fds[1]);
-        if (a->comgr_cache) {
-            setenv("AMD_COMGR_CACHE", "1", 1);
-            setenv("AMD_COMGR_CACHE_DIR", a->comgr_dir, 1);
-        } else
-            setenv("AMD_COMGR_CACHE", "0", 1);
-        if (a->logs[0]) { /* comgr says which actions its cache answered */
-            setenv("AMD_COMGR_EMIT_VERBOSE_LOGS", "1", 1);
-            setenv("AMD_COMGR_REDIRECT_LOGS", log, 1);
-        }
-        char *args[] = {"bench_comgr", "--helper", (char *)a->mode, (char *)a->kpc_dir, f, c, r, NULL};
-        execv("/proc/self/exe", args);
-        _exit(127);
-    }
-    close(fds[1]);
-    *fd = fds[0];
-    return pid;
+    char *args[] = {"bench_comgr", "--helper", (char *)a->mode, (char *)a->kpc_dir, f, c, r, NULL};
+    helper_env env = {a, log};
+    return bn_helper_start(args, set_helper_env, &env);
 }
 
-static void finish(pid_t pid, int fd, const char *name, result *out)
+static void finish(bn_helper h, const char *name, result *out)
 {
-    char line[256] = "";
-    FILE *f = fdopen(fd, "r");
-    if (f == NULL || fgets(line, sizeof line, f) == NULL)
-        line[0] = '\0';
-    if (f)
-        fclose(f);
-    int status;
-    while (waitpid(pid, &status, 0) < 0 && errno == EINTR)
-        ;
+    char line[256];
+    int status = bn_helper_finish(h, line, sizeof line);
     unsigned long long total_ns;
     double again_ns;
     if (!WIFEXITED(status) || WEXITSTATUS(status) != 0 ||
@@ -254,15 +245,14 @@ static unsigned long long dir_bytes(const char *dir)
 /* P processes ask for kernels 0..K-1 at once; wall from the first fork to the last exit. */
 static double storm(arm *a, int procs, int kernels, unsigned long long *builds, size_t *size)
 {
-    pid_t *pids = calloc((size_t)procs, sizeof *pids);
-    int *fds = calloc((size_t)procs, sizeof *fds);
+    bn_helper *helpers = calloc((size_t)procs, sizeof *helpers);
     uint64_t t0 = bn_now_ns();
     for (int i = 0; i < procs; i++)
-        pids[i] = start(a, 0, kernels, 0, i, &fds[i]);
+        helpers[i] = start(a, 0, kernels, 0, i);
     *builds = 0;
     for (int i = 0; i < procs; i++) {
         result r;
-        finish(pids[i], fds[i], a->name, &r);
+        finish(helpers[i], a->name, &r);
         if (a->logs[0]) {
             char log[4300];
             snprintf(log, sizeof log, "%s/comgr-%d.log", a->logs, i);
@@ -272,8 +262,7 @@ static double storm(arm *a, int procs, int kernels, unsigned long long *builds, 
         *size = r.size;
     }
     double wall = (double)(bn_now_ns() - t0) / 1e9;
-    free(pids);
-    free(fds);
+    free(helpers);
     return wall;
 }
 
@@ -285,10 +274,8 @@ static double new_process(arm *a, int runs, int kernels)
     snprintf(saved, sizeof saved, "%s", a->logs);
     a->logs[0] = '\0'; /* no verbose log while timing */
     for (int r = -1; r < runs; r++) { /* r == -1: a warm-up (page cache, the loader) */
-        int fd;
         result res;
-        pid_t pid = start(a, r < 0 ? 0 : r % kernels, 1, 0, 0, &fd);
-        finish(pid, fd, a->name, &res);
+        finish(start(a, r < 0 ? 0 : r % kernels, 1, 0, 0), a->name, &res);
         if (r >= 0)
             v[r] = res.total_s;
     }
@@ -303,10 +290,8 @@ static double in_process(arm *a, int repeat)
     char saved[4200];
     snprintf(saved, sizeof saved, "%s", a->logs);
     a->logs[0] = '\0';
-    int fd;
     result res;
-    pid_t pid = start(a, 0, 1, repeat, 0, &fd);
-    finish(pid, fd, a->name, &res);
+    finish(start(a, 0, 1, repeat, 0), a->name, &res);
     snprintf(a->logs, sizeof a->logs, "%s", saved);
     return res.again_s;
 }

@@ -87,32 +87,10 @@ static void run_helper(const char *mode, const char *dir, int kernels, bool fake
 {
     char kbuf[16];
     snprintf(kbuf, sizeof kbuf, "%d", kernels);
-    int fds[2];
-    if (pipe(fds) != 0)
-        bn_die("pipe: %s", strerror(errno));
+    char *args[] = {"bench_xproc", "--helper", (char *)mode, (char *)dir, kbuf, fake ? "--fake" : NULL, NULL};
+    char line[256];
     uint64_t t0 = bn_now_ns();
-    pid_t pid = fork();
-    if (pid < 0)
-        bn_die("fork: %s", strerror(errno));
-    if (pid == 0) {
-        dup2(fds[1], 1);
-        close(fds[0]);
-        close(fds[1]);
-        char *args[] = {"bench_xproc", "--helper", (char *)mode, (char *)dir, kbuf,
-                        fake ? "--fake" : NULL, NULL};
-        execv("/proc/self/exe", args);
-        _exit(127);
-    }
-    close(fds[1]);
-    char line[256] = "";
-    FILE *f = fdopen(fds[0], "r");
-    if (f == NULL || fgets(line, sizeof line, f) == NULL)
-        line[0] = '\0';
-    if (f)
-        fclose(f);
-    int status;
-    while (waitpid(pid, &status, 0) < 0 && errno == EINTR)
-        ;
+    int status = bn_helper_finish(bn_helper_start(args, NULL, NULL), line, sizeof line);
     r->process_s = (double)(bn_now_ns() - t0) / 1e9;
     unsigned long long get_ns, total_ns, again_ns;
     double fault_ns, sys_ns;

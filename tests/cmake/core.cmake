@@ -1,2 +1,6 @@
-kpc_check_test(test_core LABELS "core;threads")
-kpc_check_test(test_map LABELS "core;threads")
+# The core library through real compiles, one executable per job (test_core_*.c), and
+# the per-context map under threads (test_map.c); all share core_support.c.
+foreach(t compile threads api)
+  kpc_check_test(test_core_${t} LABELS "core;threads" SOURCES core_support.c)
+endforeach()
+kpc_check_test(test_map LABELS "core;threads" SOURCES core_support.c)

@@ -3,16 +3,14 @@
 # object the driver refuses, removed and rebuilt; module-load figures. Exits 77 where
 # there is no GPU, which CTest reports as skipped. Label "gpu".
 #
-# On the NVIDIA platform the same executable's "platform" suite (test_gpu_platform) checks
+# On the NVIDIA platform test_gpu_platform (tests/test_gpu_platform.c) checks
 # what needs NVRTC but no GPU: targets, cubin and PTX, identity, options, no driver.
-kpc_check_test(test_gpu LABELS "gpu" TIMEOUT 600)
+kpc_check_test(test_gpu LABELS "gpu" TIMEOUT 600 SOURCES gpu_support.c)
 # many processes each initializing the driver: alone on the machine
 set_tests_properties(test_gpu PROPERTIES SKIP_RETURN_CODE 77 RUN_SERIAL TRUE)
 if(KPC_PLATFORM STREQUAL "nvidia")
   # cuda.h for the driver API's types; libcuda itself is dlopen'ed (the stub suffices to build)
   target_include_directories(test_gpu PRIVATE ${CUDA_INCLUDE_DIR})
-  get_test_property(test_gpu ENVIRONMENT _kpc_gpu_test_env)
-  add_test(NAME test_gpu_platform COMMAND test_gpu platform)
-  set_tests_properties(test_gpu_platform PROPERTIES LABELS "core;nvidia" TIMEOUT 300
-    ENVIRONMENT "${_kpc_gpu_test_env}")
+  kpc_check_test(test_gpu_platform LABELS "core;nvidia" TIMEOUT 300 SOURCES gpu_support.c)
+  target_include_directories(test_gpu_platform PRIVATE ${CUDA_INCLUDE_DIR})
 endif()

@@ -14,8 +14,11 @@ set_tests_properties(check_includes check_includes_refuses release_exports PROPE
 add_test(NAME check_size COMMAND ${CMAKE_CURRENT_SOURCE_DIR}/house/check_size.sh ${PROJECT_SOURCE_DIR})
 set_tests_properties(check_size PROPERTIES LABELS "house" TIMEOUT 300)
 # The seams (tiers with a fake pack and a fake cluster tier, the cache directory's
-# owner) and the failures that must not be shared (a refused request, a local fault).
-kpc_check_test(test_house LABELS "house;threads" TIMEOUT 300)
+# owner) and the failures that must not be shared (a refused request, a local fault),
+# one executable per job (test_house_*.c).
+foreach(t tiers faults root)
+  kpc_check_test(test_house_${t} LABELS "house;threads" TIMEOUT 300 SOURCES house_support.c)
+endforeach()
 # The NVIDIA platform compiles against the seams here too, where CUDA is absent (stub
 # headers; the real build is scripts/test-nvidia.sh's).
 if(NOT KPC_PLATFORM STREQUAL "nvidia")

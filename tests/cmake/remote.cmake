@@ -1,4 +1,5 @@
-# The cluster tier (src/storage/remote*.c): test_remote.c and test_remote_stalls.c against a redis-server it starts
+# The cluster tier (src/storage/remote*.c): test_remote.c (the module), test_remote_cluster.c
+# and test_remote_stalls.c against a redis-server it starts
 # itself, with simulated hosts (mount namespaces; root). Built only where the tier is
 # built (hiredis and libsodium) and redis-server is installed (scripts/setup.sh installs
 # both). Label "remote"; serial, since it starts many processes that compile.
@@ -10,11 +11,16 @@ endif()
 kpc_check_test(test_remote LABELS remote TIMEOUT 600 SOURCES cluster_support.c remote_storm.c)
 target_link_libraries(test_remote PRIVATE PkgConfig::HIREDIS)
 set_tests_properties(test_remote PROPERTIES RUN_SERIAL TRUE)
+# simulated hosts on one Redis (test_remote_cluster.c): the storms, shared failures,
+# refused records, a shared cache dir
+kpc_check_test(test_remote_cluster LABELS remote TIMEOUT 600 SOURCES cluster_support.c remote_storm.c)
+target_link_libraries(test_remote_cluster PRIVATE PkgConfig::HIREDIS)
+set_tests_properties(test_remote_cluster PROPERTIES RUN_SERIAL TRUE)
 # stalls and distrust across hosts (test_remote_stalls.c): several cases wait out stops
 kpc_check_test(test_remote_stalls LABELS remote TIMEOUT 600 SOURCES cluster_support.c remote_storm.c)
 target_link_libraries(test_remote_stalls PRIVATE PkgConfig::HIREDIS)
 set_tests_properties(test_remote_stalls PROPERTIES RUN_SERIAL TRUE)
-# the unit case again, labelled "threads" (a lease's renewal thread, the waiters) so that
+# the unit case (all of test_remote) again, labelled "threads" (a lease's renewal thread, the waiters) so that
 # CI runs it under TSan too
 get_test_property(test_remote ENVIRONMENT KPC_REMOTE_TEST_ENV)
 add_test(NAME test_remote_unit COMMAND test_remote)

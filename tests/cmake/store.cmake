@@ -1,4 +1,8 @@
-# The disk tree (test_store.c) and the kpc tool (test_tool.c), through real hipRTC
-# compiles. Both carry the "store" label: `ctest -L store` runs the two.
-kpc_check_test(test_store LABELS store TIMEOUT 300)
-kpc_check_test(test_tool LABELS store TIMEOUT 300)
+# The disk tree (test_store_*.c) and the kpc tool (test_tool_*.c), through real hipRTC
+# compiles, one executable per job. All carry the "store" label: `ctest -L store` runs them.
+foreach(t share damage faults limit off)
+  kpc_check_test(test_store_${t} LABELS store TIMEOUT 300 SOURCES store_support.c)
+endforeach()
+foreach(t exit json jobs messages)
+  kpc_check_test(test_tool_${t} LABELS store TIMEOUT 300 SOURCES tool_support.c)
+endforeach()

@@ -1,0 +1,154 @@
+/*
+ * test_index_reset.c - the host index (shm/index.c): kpc-shm-reset against attached,
+ * exited and killed processes.
+ */
+#define _GNU_SOURCE
+#include "support.h"
+
+#include <cjson/cJSON.h>
+#include <dirent.h>
+#include <errno.h>
+#include <fcntl.h>
+#include <pthread.h>
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/mman.h>
+#include <sys/stat.h>
+#include <sys/wait.h>
+#include <time.h>
+#include <unistd.h>
+#include <xxhash.h>
+
+#include "index_support.h"
+
+/* ---- reset ------------------------------------------------------------------------------ */
+typedef struct attach_arg {
+    int caches;     /* how many caches to open on dir */
+    int close_one;  /* then close one of them */
+} attach_arg;
+
+/* Stay attached until the parent says go. */
+static int attach_child(int i, void *arg)
+{
+    (void)i;
+    const attach_arg *a = arg;
+    kpc_config cfg = {.struct_size = sizeof cfg, .cache_dir = dir};
+    kpc_cache *c[2] = {NULL, NULL};
+    for (int k = 0; k < a->caches; k++)
+        if (kpc_cache_open(&cfg, &c[k]) != KPC_OK || c[k]->index == NULL)
+            return 10;
+    if (a->close_one) {
+        kpc_cache_close(c[1]);
+        c[1] = NULL;
+    }
+    atomic_store(&sh->ready, 1);
+    while (!atomic_load(&sh->go))
+        sleep_ms(5);
+    kpc_cache_close(c[0]);
+    kpc_cache_close(c[1]);
+    return 0;
+}
+
+static pid_t start_attached(attach_arg *a)
+{
+    atomic_store(&sh->ready, 0);
+    atomic_store(&sh->go, 0);
+    pid_t p = spawn(attach_child, 0, a);
+    while (!atomic_load(&sh->ready)) {
+        int st;
+        ck_assert_msg(waitpid(p, &st, WNOHANG) == 0, "the attached child died early");
+        sleep_ms(2);
+    }
+    return p;
+}
+
+START_TEST(shm_reset_refuses_while_attached)
+{
+    ts_fake_install();
+    attach_arg one = {.caches = 1};
+    pid_t p = start_attached(&one);
+    char *out, pidtext[32];
+    snprintf(pidtext, sizeof pidtext, "pid %d", (int)p);
+
+    int rc = run_reset(false, &out);
+    ck_assert_msg(rc == 1, "kpc-shm-reset with a live process attached: exit %d: %s", rc, out);
+    ck_assert_msg(strstr(out, pidtext) != NULL, "the refusal does not name %s: %s", pidtext, out);
+    ck_assert_msg(strstr(out, "test_index") != NULL, "the refusal does not name the command: %s", out);
+    free(out);
+    ck_assert(segment_exists());
+
+    rc = run_reset(true, &out);
+    ck_assert_msg(rc == 0, "kpc-shm-reset --force: exit %d: %s", rc, out);
+    free(out);
+    ck_assert(!segment_exists());
+    atomic_store(&sh->go, 1);
+    assert_exited_0(reap(p), "the attached child");
+
+    /* the next process creates a fresh segment: counters from zero */
+    kpc_cache *c = ts_open(dir, 0, 0);
+    kpc_context *ctx = ts_context(c);
+    kpc_stats st;
+    kpc_stats_get(c, &st);
+    ck_assert_uint_eq(st.lookups, 0);
+    ck_assert_uint_eq(st.entries, 0);
+    ck_assert_uint_eq(st.capacity, 65536);
+    size_t size;
+    hash_now(ctx, "__global__ void fresh() {}\n", &size);
+    kpc_stats_get(c, &st);
+    ck_assert_uint_eq(st.lookups, 1);
+    ck_assert_uint_eq(st.host_builds, 1);
+    kpc_context_destroy(ctx);
+    kpc_cache_close(c);
+    ck_assert(segment_exists());
+}
+END_TEST
+
+START_TEST(shm_reset_after_exit_and_after_kill)
+{
+    char *out;
+    /* a process that exited */
+    attach_arg one = {.caches = 1};
+    pid_t p = start_attached(&one);
+    atomic_store(&sh->go, 1);
+    assert_exited_0(reap(p), "the attached child");
+    int rc = run_reset(false, &out);
+    ck_assert_msg(rc == 0, "after the process exited: exit %d: %s", rc, out);
+    free(out);
+    ck_assert(!segment_exists());
+
+    /* a process that was killed (never detached): swept as dead */
+    p = start_attached(&one);
+    kill(p, SIGKILL);
+    reap(p);
+    rc = run_reset(false, &out);
+    ck_assert_msg(rc == 0, "after the process was killed: exit %d: %s", rc, out);
+    free(out);
+    ck_assert(!segment_exists());
+
+    /* a process with two caches open that closed one is still attached */
+    attach_arg two = {.caches = 2, .close_one = 1};
+    p = start_attached(&two);
+    rc = run_reset(false, &out);
+    ck_assert_msg(rc == 1, "a process with a cache still open was not seen: exit %d: %s", rc, out);
+    free(out);
+    atomic_store(&sh->go, 1);
+    assert_exited_0(reap(p), "the attached child");
+    rc = run_reset(false, &out);
+    ck_assert_msg(rc == 0, "after it exited: exit %d: %s", rc, out);
+    free(out);
+
+    /* nothing to reset */
+    rc = run_reset(false, &out);
+    ck_assert_msg(rc == 0 && strstr(out, "no host index"), "no segment: exit %d: %s", rc, out);
+    free(out);
+}
+END_TEST
+
+int main(void)
+{
+    const TTest *tests[] = {shm_reset_refuses_while_attached, shm_reset_after_exit_and_after_kill,
+                            NULL};
+    return index_main("reset", 60, tests);
+}
