@@ -80,14 +80,15 @@ START_TEST(url_parse)
 END_TEST
 
 /* A record for key: the disk record bytes of a fake code object. */
-static void make_record(const kpc_key *key, const uint8_t cid[16], void **bytes, size_t *size)
+static void make_record_of(const kpc_key *key, const uint8_t cid[16], const char *text, void **bytes, size_t *size)
 {
     kpc_record rec = {0};
     rec.key = *key;
     rec.kind = KPC_RECORD_CODE;
     snprintf(rec.target, sizeof rec.target, "%s", ts_target());
     memcpy(rec.compiler_id, cid, 16);
-    char code[64] = "\x7f" "ELF code object bytes";
+    char code[64] = {0};
+    snprintf(code, sizeof code, "%s", text);
     void *names;
     size_t names_size;
     ck_assert_int_eq(kpc_names_encode(NULL, NULL, 0, &names, &names_size), KPC_OK);
@@ -100,6 +101,11 @@ static void make_record(const kpc_key *key, const uint8_t cid[16], void **bytes,
     memcpy(b + KPC_RECORD_HEADER + sizeof code, names, names_size);
     *bytes = b;
     free(names);
+}
+
+static void make_record(const kpc_key *key, const uint8_t cid[16], void **bytes, size_t *size)
+{
+    make_record_of(key, cid, "\x7f" "ELF code object bytes", bytes, size);
 }
 
 START_TEST(module_protocol)
@@ -126,7 +132,7 @@ START_TEST(module_protocol)
     char lname[KPC_REMOTE_NAME_MAX], co[KPC_REMOTE_NAME_MAX];
     kpc_remote_key_name(a, &key, "lease", lname, sizeof lname);
     kpc_remote_key_name(a, &key, "co", co, sizeof co);
-    ck_assert_msg(strncmp(co, "kpc:2:open:{", 12) == 0, "key %s", co);
+    ck_assert_msg(strncmp(co, "kpc:3:open:{", 12) == 0, "key %s", co);
     size_t n;
     char *v = tc_redis_get(&rs_redis, lname, &n);
     ck_assert_ptr_nonnull(v);
@@ -227,7 +233,7 @@ START_TEST(module_auth)
     /* every group its own keys */
     ck_assert_str_ne(kpc_remote_prefix(a), kpc_remote_prefix(b));
     ck_assert_str_ne(kpc_remote_prefix(a), kpc_remote_prefix(open_group));
-    ck_assert_msg(strncmp(kpc_remote_prefix(other_ns), "site2:2:", 8) == 0, "%s", kpc_remote_prefix(other_ns));
+    ck_assert_msg(strncmp(kpc_remote_prefix(other_ns), "site2:3:", 8) == 0, "%s", kpc_remote_prefix(other_ns));
     ck_assert_ptr_nonnull(strstr(kpc_remote_trust(a), "authenticated"));
     ck_assert_ptr_nonnull(strstr(kpc_remote_trust(open_group), "not served"));
     kpc_key key = {{7, 7, 7}};
@@ -251,9 +257,39 @@ START_TEST(module_auth)
     make_record(&key, cid, &bytes, &size);
     kpc_remote_publish(a, la, &key, KPC_RECORD_CODE, bytes, size);
     kpc_remote_release(b, lb);
-    /* stored with a 32-byte tag, and an expiry that a hit refreshes */
+    /* stored with a 16-byte nonce and a 16-byte tag, and an expiry that a hit refreshes */
     char *stored = tc_redis_get(&rs_redis, co, &n);
     ck_assert_uint_eq(n, size + 32);
+    /* the nonce is covered: one bit of it changed and the record is refused */
+    stored[size + 3] ^= 0x01;
+    ck_assert(tc_redis_set(&rs_redis, co, stored, n));
+    ts_log_begin(KPC_LOG_WARN);
+    ck_assert_int_eq(kpc_remote_read(a, &key, ts_target(), cid, KPC_RECORD_CODE, &rec), KPC_E_CORRUPT);
+    char *refused = ts_log_end();
+    ck_assert_ptr_nonnull(strstr(refused, "authentication tag does not match"));
+    free(refused);
+    stored[size + 3] ^= 0x01;
+    /* a forgery that every check of the record accepts (its own checksum), with the
+     * genuine record's nonce and tag: refused by the tag alone */
+    void *forged;
+    size_t forged_size;
+    make_record_of(&key, cid, "\x7f" "ELF forged object bytes", &forged, &forged_size);
+    ck_assert_uint_eq(forged_size, size);
+    char *fv = malloc(n);
+    memcpy(fv, forged, size);
+    memcpy(fv + size, stored + size, n - size);
+    ck_assert(tc_redis_set(&rs_redis, co, fv, n));
+    ts_log_begin(KPC_LOG_WARN);
+    ck_assert_int_eq(kpc_remote_read(a, &key, ts_target(), cid, KPC_RECORD_CODE, &rec), KPC_E_CORRUPT);
+    refused = ts_log_end();
+    ck_assert_ptr_nonnull(strstr(refused, "authentication tag does not match"));
+    free(refused);
+    free(fv);
+    free(forged);
+    ck_assert(tc_redis_set(&rs_redis, co, stored, n));
+    ck_assert_int_eq(tc_redis_int(&rs_redis, "PEXPIRE %s %lld", co, 30ll * 86400 * 1000), 1);
+    ck_assert_int_eq(kpc_remote_read(a, &key, ts_target(), cid, KPC_RECORD_CODE, &rec), KPC_OK);
+    kpc_record_free(&rec);
     free(stored);
     long long ttl = tc_redis_int(&rs_redis, "PTTL %s", co);
     ck_assert_int_gt(ttl, 29ll * 86400 * 1000);

@@ -2,9 +2,9 @@
  * remote.c - the cluster tier's lease protocol on Redis (remote.h says what the tier is
  * for; remote_private.h lists its other parts).
  *
- * Redis keys of a kpc key K, under the group's prefix P = "<ns>:2:<group>:" (the hash
+ * Redis keys of a kpc key K, under the group's prefix P = "<ns>:3:<group>:" (the hash
  * tag keeps them in one Redis Cluster slot):
- *   P{K}:co     the code record: disk record bytes [+ 32-byte MAC]; expires unless read
+ *   P{K}:co     the code record: disk record bytes [+ 16-byte nonce, 16-byte tag]; expires unless read
  *   P{K}:log    a failed build's log record, for 30 s (the host index's retry rule)
  *   P{K}:lease  "host=H pid=P start=T token=R [mac=M]", SET NX PX by the builder
  *
@@ -498,7 +498,7 @@ void kpc_remote_publish(kpc_remote *r, kpc_remote_lease *lease, const kpc_key *k
     kpc_remote_name(r, false, key, "lease", lname, sizeof lname);
     if (lease)
         snprintf(value, sizeof value, "%s", lease->value);
-    if (r->serve && size <= MAX_VALUE - KPC_REMOTE_TAG_BYTES)
+    if (r->serve && size <= MAX_VALUE - KPC_REMOTE_TRAILER_BYTES)
         end_lease(r, value, lname, name, kind, bytes, size);
     else if (lease)
         end_lease(r, value, lname, NULL, kind, NULL, 0);

@@ -22,7 +22,9 @@
 #include <sodium.h>
 #include <stdatomic.h>
 
-#define KPC_REMOTE_TAG_BYTES crypto_auth_hmacsha512256_BYTES
+/* What follows a record's bytes in its value with a secret: its nonce and its tag. */
+#define KPC_REMOTE_NONCE_BYTES 16
+#define KPC_REMOTE_TRAILER_BYTES (KPC_REMOTE_NONCE_BYTES + crypto_onetimeauth_BYTES)
 #define KPC_REMOTE_KEY_BYTES crypto_auth_hmacsha512256_KEYBYTES
 
 /* This process's counters, in the order of kpc_remote_counters and of the cluster-wide
@@ -45,7 +47,7 @@ struct kpc_remote {
     unsigned timeout_ms, lease_ms, backoff_ms, wait_max_ms;
     unsigned long long ttl_ms;   /* records expire unless used (0: never) */
     char ns[72];                 /* KPC_REMOTE_NAMESPACE */
-    char prefix[160];            /* "<ns>:2:<group>:": every key of this group of hosts */
+    char prefix[160];            /* "<ns>:3:<group>:": every key of this group of hosts */
     char old_prefix[160];        /* the previous secret's group, while a rotation runs */
     bool has_secret, has_old, serve; /* serve: records are served (authenticated or trusted) */
     uint8_t secret[KPC_REMOTE_KEY_BYTES], old_secret[KPC_REMOTE_KEY_BYTES];
@@ -88,10 +90,8 @@ redisReply *kpc_remote_eval(kpc_remote *r, redisContext *c, const char *script, 
 /* Load KPC_REMOTE_SECRET_FILE ("NEW" or "NEW:OLD", each a file of any length of
  * secret); set the key prefixes of the group. */
 kpc_status kpc_remote_auth_load(kpc_remote *r, const char *files);
-void kpc_remote_mac(const uint8_t key[KPC_REMOTE_KEY_BYTES], const char *name, const void *bytes, size_t size,
-                    uint8_t tag[KPC_REMOTE_TAG_BYTES]);
-/* The value as stored under name: bytes with the MAC appended (malloc'd) when there is a
- * secret, else bytes themselves; NULL when out of memory. */
+/* The value as stored under name: bytes with a nonce and their tag appended (malloc'd)
+ * when there is a secret, else bytes themselves; NULL when out of memory. */
 void *kpc_remote_seal(kpc_remote *r, const char *name, const void *bytes, size_t size, size_t *out_size);
 /* The bytes of a value read from name under prefix (the current or the old group): NULL
  * and *why when it does not authenticate (a group with a secret). */
