@@ -81,6 +81,11 @@ redisContext *kpc_remote_connect(kpc_remote *r, const char **why);
  * than the command timeout for a blocking command (0 for others). */
 redisReply *kpc_remote_command(kpc_remote *r, redisContext *c, int argc, const char **argv, const size_t *lens,
                                unsigned wait_ms, const char **why);
+/* One command whose reply is a string or nil (GET, GETEX): 1 and the string in *out
+ * (malloc'd, *len bytes; read straight into it: remote_conn.c), 0 for nil, -1 and *why on
+ * a transport error, an error reply or a string over max bytes. */
+int kpc_remote_get_value(kpc_remote *r, redisContext *c, int argc, const char **argv, const size_t *lens,
+                         size_t max, char **out, size_t *len, const char **why);
 /* EVAL script with keys and args (strings; lens NULL: strlen). */
 redisReply *kpc_remote_eval(kpc_remote *r, redisContext *c, const char *script, int nkeys,
                             const char *const *keys, int nargs, const char *const *args, const size_t *arg_lens,
