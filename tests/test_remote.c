@@ -80,32 +80,38 @@ START_TEST(url_parse)
 END_TEST
 
 /* A record for key: the disk record bytes of a fake code object. */
-static void make_record_of(const kpc_key *key, const uint8_t cid[16], const char *text, void **bytes, size_t *size)
+/* A code record of key whose code object is code_size bytes starting with text. */
+static void make_record_of(const kpc_key *key, const uint8_t cid[16], const char *text, size_t code_size,
+                           void **bytes, size_t *size)
 {
     kpc_record rec = {0};
     rec.key = *key;
     rec.kind = KPC_RECORD_CODE;
     snprintf(rec.target, sizeof rec.target, "%s", ts_target());
     memcpy(rec.compiler_id, cid, 16);
-    char code[64] = {0};
-    snprintf(code, sizeof code, "%s", text);
+    uint8_t *code = calloc(1, code_size);
+    ck_assert_ptr_nonnull(code);
+    memcpy(code, text, strlen(text));
+    for (size_t i = 64; i < code_size; i++)
+        code[i] = (uint8_t)(i * 7 + i / 4096);
     void *names;
     size_t names_size;
     ck_assert_int_eq(kpc_names_encode(NULL, NULL, 0, &names, &names_size), KPC_OK);
-    rec.code_size = sizeof code;
+    rec.code_size = code_size;
     rec.names_size = names_size;
-    *size = KPC_RECORD_HEADER + sizeof code + names_size;
+    *size = KPC_RECORD_HEADER + code_size + names_size;
     uint8_t *b = malloc(*size);
     kpc_record_header(b, &rec, code, names);
-    memcpy(b + KPC_RECORD_HEADER, code, sizeof code);
-    memcpy(b + KPC_RECORD_HEADER + sizeof code, names, names_size);
+    memcpy(b + KPC_RECORD_HEADER, code, code_size);
+    memcpy(b + KPC_RECORD_HEADER + code_size, names, names_size);
     *bytes = b;
     free(names);
+    free(code);
 }
 
 static void make_record(const kpc_key *key, const uint8_t cid[16], void **bytes, size_t *size)
 {
-    make_record_of(key, cid, "\x7f" "ELF code object bytes", bytes, size);
+    make_record_of(key, cid, "\x7f" "ELF code object bytes", 64, bytes, size);
 }
 
 START_TEST(module_protocol)
@@ -273,7 +279,7 @@ START_TEST(module_auth)
      * genuine record's nonce and tag: refused by the tag alone */
     void *forged;
     size_t forged_size;
-    make_record_of(&key, cid, "\x7f" "ELF forged object bytes", &forged, &forged_size);
+    make_record_of(&key, cid, "\x7f" "ELF forged object bytes", 64, &forged, &forged_size);
     ck_assert_uint_eq(forged_size, size);
     char *fv = malloc(n);
     memcpy(fv, forged, size);
@@ -361,6 +367,59 @@ START_TEST(module_auth)
 }
 END_TEST
 
+/* Values are read by hand (remote_conn.c): a record larger than any socket buffer arrives
+ * whole, an empty one is refused as a record, and a reply that is not a string (a key of
+ * another type) goes through hiredis's reader and is said plainly. */
+START_TEST(module_values)
+{
+    setenv("KPC_REMOTE_TRUST", "unauthenticated", 1);
+    kpc_remote *a = NULL, *b = NULL;
+    ck_assert_int_eq(kpc_remote_open(rs_redis.url, &a), KPC_OK);
+    ck_assert_int_eq(kpc_remote_open(rs_redis.url, &b), KPC_OK);
+    kpc_key key = {{3, 1, 4, 1, 5}};
+    uint8_t cid[16];
+    memset(cid, 0x5a, 16);
+    void *bytes;
+    size_t size;
+    make_record_of(&key, cid, "\x7f" "ELF large object", 3u << 20, &bytes, &size);
+    kpc_record rec;
+    kpc_remote_lease *lease = NULL;
+    ck_assert_int_eq(kpc_remote_begin(a, &key, ts_target(), cid, &rec, &lease, NULL), KPC_REMOTE_BUILD);
+    kpc_remote_publish(a, lease, &key, KPC_RECORD_CODE, bytes, size);
+    ck_assert_int_eq(kpc_remote_begin(b, &key, ts_target(), cid, &rec, &lease, NULL), KPC_REMOTE_HIT);
+    ck_assert_uint_eq(rec.code_size, 3u << 20);
+    ck_assert_mem_eq(rec.payload, (uint8_t *)bytes + KPC_RECORD_HEADER, size - KPC_RECORD_HEADER);
+    kpc_record_free(&rec);
+    ck_assert_int_eq(kpc_remote_read(b, &key, ts_target(), cid, KPC_RECORD_CODE, &rec), KPC_OK);
+    ck_assert_uint_eq(rec.code_size, 3u << 20);
+    kpc_record_free(&rec);
+    /* an empty value: a record refused, not a broken connection */
+    char co[KPC_REMOTE_NAME_MAX];
+    kpc_remote_key_name(a, &key, "co", co, sizeof co);
+    ck_assert(tc_redis_set(&rs_redis, co, "", 0));
+    ts_log_begin(KPC_LOG_WARN);
+    ck_assert_int_eq(kpc_remote_read(b, &key, ts_target(), cid, KPC_RECORD_CODE, &rec), KPC_E_CORRUPT);
+    free(ts_log_end());
+    kpc_remote_counters c;
+    kpc_remote_counters_get(b, &c);
+    ck_assert_uint_eq(c.errors, 0);
+    /* another type under the record's key: Redis's error, said */
+    ck_assert_int_eq(tc_redis_int(&rs_redis, "DEL %s", co), 1);
+    ck_assert_int_eq(tc_redis_int(&rs_redis, "RPUSH %s x", co), 1);
+    ts_log_begin(KPC_LOG_WARN);
+    ck_assert_int_eq(kpc_remote_read(b, &key, ts_target(), cid, KPC_RECORD_CODE, &rec), KPC_E_UNAVAILABLE);
+    char *log = ts_log_end();
+    ck_assert_msg(strstr(log, "WRONGTYPE") != NULL, "log: %s", log);
+    free(log);
+    kpc_remote_counters_get(b, &c);
+    ck_assert_uint_eq(c.errors, 1);
+    kpc_remote_close(a);
+    kpc_remote_close(b);
+    free(bytes);
+    unsetenv("KPC_REMOTE_TRUST");
+}
+END_TEST
+
 int main(void)
 {
     Suite *s = suite_create("remote");
@@ -369,6 +428,7 @@ int main(void)
     tcase_add_checked_fixture(unit, rs_setup, rs_teardown);
     tcase_add_test(unit, module_protocol);
     tcase_add_test(unit, module_auth);
+    tcase_add_test(unit, module_values);
     suite_add_tcase(s, unit);
     return ts_run_suite(s);
 }
