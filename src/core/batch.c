@@ -12,7 +12,7 @@
  *             this process claims on its host but whose cluster lease (the coordinating
  *             tier) another host's live builder holds is left pending too, its host claim
  *             kept: the host's other processes skip it (or wait for this one), and the
- *             host asks the cluster about it once
+ *             host asks the cluster about it through this process alone
  *   pass 2a   every pending key whose host claim this call kept, waited for on the
  *             cluster (the other host's object; its lease taken over if it lapses)
  *   pass 2b   every other pending key, waited for as kpc_program_get waits (its builder's

@@ -395,6 +395,7 @@ static double takeover_ms(unsigned lease_ms, const char *code)
     char *base = bn_tmpdir();
     storm_shared *s = tc_shared(sizeof *s);
     snprintf(s->remote, sizeof s->remote, "%s", redis.url);
+    s->procs = 1;
     atomic_store(&s->go, 1);
     char *saved = sources[0];
     sources[0] = (char *)code;
