@@ -118,6 +118,8 @@ int rs_rank(int host, int proc, void *arg)
 {
     storm *s = arg;
     rank_out *o = &s->out[host * s->procs + proc];
+    if (s->hold)
+        atomic_fetch_add(&s->ready, 1);
     while (s->hold && !atomic_load(&s->go))
         usleep(100);
     double t0 = rs_now();
@@ -179,9 +181,12 @@ int rs_rank(int host, int proc, void *arg)
 int rs_run_released(storm *s, int first, int hosts, const char *base)
 {
     s->hold = true;
+    atomic_store(&s->ready, 0);
     atomic_store(&s->go, 0);
     pid_t leader = tc_hosts_start(first, hosts, s->procs, base, false, rs_rank, s);
-    rs_sleep_ms(300); /* every host's ranks forked and waiting */
+    /* every rank forked and waiting (a host that failed to start is seen in the result) */
+    for (int i = 0; i < 6000 && atomic_load(&s->ready) < hosts * s->procs; i++)
+        rs_sleep_ms(5);
     atomic_store(&s->go, 1);
     return tc_hosts_wait(leader);
 }

@@ -36,6 +36,7 @@ typedef struct storm {
     bool same_order;   /* every rank asks in the same order (else each from its own start) */
     bool batch;        /* one kpc_program_get_many for the K sources (else K kpc_program_get) */
     bool hold;         /* ranks wait for go before they start (rs_run_released) */
+    _Atomic int ready; /* ranks waiting for go */
     _Atomic int go;
     char remote[128];  /* "" : no remote tier */
     char secret[256];  /* KPC_REMOTE_SECRET_FILE for these ranks ("" none) */
@@ -69,7 +70,7 @@ void rs_key(const storm *s, int i, kpc_key *out);
 /* One rank (tc_rank_fn): arg is the storm. */
 int rs_rank(int host, int proc, void *arg);
 /* Run `hosts` hosts of s->procs ranks as tc_hosts_run, but release them all at once
- * (s->hold, s->go) once every host has forked its ranks; the failed ranks. */
+ * (s->hold, s->go) once every rank waits for it; the failed ranks. */
 int rs_run_released(storm *s, int first, int hosts, const char *base);
 /* Sums over ranks [first, first + n). */
 kpc_stats rs_sum(const storm *s, int first, int n);
