@@ -33,8 +33,11 @@
 #                                     (the disk) and on /dev/shm (tmpfs: no device cost)
 #   bench_ccache                   6  ccache + hipcc against kpc compile, cold and warm
 #   bench_cluster                  8  the cluster tier: 4 hosts x 8 processes x 8 sources
-#                                     with and without Redis; the remote warm hit beside
-#                                     the disk hit and the compile (root: simulated hosts)
+#                                     with and without Redis; the same-order storm with
+#                                     kpc_program_get_many (compiles sleeping 200 ms) against
+#                                     ceil(K / (hosts x ranks)) x 200 ms + its warm wall;
+#                                     the remote warm hit beside the disk hit and the compile
+#                                     (root: simulated hosts)
 #   bench_manifest                 7  the hit of a source with 50 included files (in-memory
 #                                     and new process) beside the same headers in memory
 #   bench_comgr --procs 8          10 kpc beside comgr's own cache (plain hipRTC with it on):

@@ -6,6 +6,7 @@
 #include "remote_storm.h"
 
 #include <errno.h>
+#include <stdatomic.h>
 #include <hiredis/hiredis.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -125,6 +126,10 @@ int rs_rank(int host, int proc, void *arg)
 {
     storm *s = arg;
     rank_out *o = &s->out[host * s->procs + proc];
+    if (s->hold)
+        atomic_fetch_add(&s->ready, 1);
+    while (s->hold && !atomic_load(&s->go))
+        usleep(100);
     double t0 = rs_now();
     if (s->secret[0] && !s->trust)
         setenv("KPC_REMOTE_SECRET_FILE", s->secret, 1);
@@ -141,15 +146,26 @@ int rs_rank(int host, int proc, void *arg)
     if (kpc_cache_open(&cfg, &c) != KPC_OK || kpc_context_create_for_target(c, ts_target(), &ctx) != KPC_OK)
         return 2;
     int bad = 0;
+    char *codes[MAXK];
+    kpc_source srcs[MAXK];
+    kpc_program *progs[MAXK] = {0};
+    kpc_status sts[MAXK];
+    int order[MAXK];
     for (int i = 0; i < s->k; i++) {
-        int j = s->same_order ? i : (i + proc + host) % s->k; /* ranks ask in different orders */
-        char *code = rs_source(s, j);
-        kpc_source src = {.code = code, .name = "cluster.hip"};
-        kpc_program *p = NULL;
-        o->status[j] = kpc_program_get(ctx, &src, &p);
+        order[i] = s->same_order ? i : (i + proc + host) % s->k; /* ranks ask in different orders */
+        codes[i] = rs_source(s, order[i]);
+        srcs[i] = (kpc_source){.code = codes[i], .name = "cluster.hip"};
+    }
+    if (s->batch)
+        kpc_program_get_many(ctx, srcs, (size_t)s->k, progs, sts);
+    for (int i = 0; i < s->k; i++) {
+        int j = order[i];
+        if (!s->batch)
+            sts[i] = kpc_program_get(ctx, &srcs[i], &progs[i]);
+        o->status[j] = sts[i];
         if (o->status[j] == KPC_OK) {
             size_t size;
-            const void *bytes = kpc_program_code(p, &size);
+            const void *bytes = kpc_program_code(progs[i], &size);
             o->digest[j] = XXH3_64bits(bytes, size);
             o->size[j] = size;
             bad += !ts_is_code_object(bytes, size);
@@ -157,8 +173,8 @@ int rs_rank(int host, int proc, void *arg)
             snprintf(o->log, sizeof o->log, "%s", kpc_last_log());
             bad += !s->failing;
         }
-        kpc_program_release(p);
-        free(code);
+        kpc_program_release(progs[i]);
+        free(codes[i]);
     }
     o->seconds = rs_now() - t0;
     o->closing = 1;
@@ -168,6 +184,19 @@ int rs_rank(int host, int proc, void *arg)
     kpc_cache_close(c);
     o->done = 1;
     return bad ? 1 : 0;
+}
+
+int rs_run_released(storm *s, int first, int hosts, const char *base)
+{
+    s->hold = true;
+    atomic_store(&s->ready, 0);
+    atomic_store(&s->go, 0);
+    pid_t leader = tc_hosts_start(first, hosts, s->procs, base, false, rs_rank, s);
+    /* every rank forked and waiting (a host that failed to start is seen in the result) */
+    for (int i = 0; i < 6000 && atomic_load(&s->ready) < hosts * s->procs; i++)
+        rs_sleep_ms(5);
+    atomic_store(&s->go, 1);
+    return tc_hosts_wait(leader);
 }
 
 kpc_stats rs_sum(const storm *s, int first, int n)

@@ -34,6 +34,10 @@ typedef struct storm {
     bool slow;         /* real: ts_slow_source(12), ~1 s or more to compile */
     bool failing;      /* sources that fail to compile */
     bool same_order;   /* every rank asks in the same order (else each from its own start) */
+    bool batch;        /* one kpc_program_get_many for the K sources (else K kpc_program_get) */
+    bool hold;         /* ranks wait for go before they start (rs_run_released) */
+    _Atomic int ready; /* ranks waiting for go */
+    _Atomic int go;
     char remote[128];  /* "" : no remote tier */
     char secret[256];  /* KPC_REMOTE_SECRET_FILE for these ranks ("" none) */
     bool trust;        /* no secret: KPC_REMOTE_TRUST=unauthenticated */
@@ -68,6 +72,9 @@ char *rs_source(const storm *s, int i);
 void rs_key(const storm *s, int i, kpc_key *out);
 /* One rank (tc_rank_fn): arg is the storm. */
 int rs_rank(int host, int proc, void *arg);
+/* Run `hosts` hosts of s->procs ranks as tc_hosts_run, but release them all at once
+ * (s->hold, s->go) once every rank waits for it; the failed ranks. */
+int rs_run_released(storm *s, int first, int hosts, const char *base);
 /* Sums over ranks [first, first + n). */
 kpc_stats rs_sum(const storm *s, int first, int n);
 uint64_t rs_sum_wait_timeouts(const storm *s, int first, int n);

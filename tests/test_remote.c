@@ -4,7 +4,8 @@
  * the end of each test, also when it fails: tests/cluster_support.c): URL parsing and
  * redaction; the module's lease, record and release calls; with secrets: MACs on records
  * and leases, a forged lease, each group's own keys, expiry refreshed by a hit, rotation,
- * nothing served without a secret, the connect's fault, a read-only replica named.
+ * nothing served without a secret, the connect's fault, a read-only replica named, a
+ * Redis Cluster redirect (MOVED, ASK) named.
  * Simulated hosts: test_remote_cluster.c; stalls, trust across hosts, connections:
  * test_remote_stalls.c.
  */
@@ -15,6 +16,9 @@
 
 #include <cjson/cJSON.h>
 #include <errno.h>
+#include <arpa/inet.h>
+#include <netinet/in.h>
+#include <pthread.h>
 #include <hiredis/hiredis.h>
 #include <signal.h>
 #include <stdio.h>
@@ -420,6 +424,64 @@ START_TEST(module_values)
 }
 END_TEST
 
+/* A Redis Cluster node answers a key it does not serve with MOVED (or ASK while a slot
+ * migrates): kpc talks to one server, so it says what to change instead of failing
+ * obscurely. A real cluster needs several servers that agree on slots; a server that
+ * answers every command with the redirect is what one node says to kpc's keys. */
+static int redirect_listener;
+static const char *redirect_reply;
+
+static void *redirect_serve(void *arg)
+{
+    (void)arg;
+    for (int fd; (fd = accept(redirect_listener, NULL, NULL)) >= 0;) {
+        char buf[4096];
+        /* kpc sends one command and waits for its reply: one reply for each read */
+        while (read(fd, buf, sizeof buf) > 0)
+            if (write(fd, redirect_reply, strlen(redirect_reply)) < 0)
+                break;
+        close(fd);
+    }
+    return NULL;
+}
+
+START_TEST(cluster_redirect_named)
+{
+    static const char *const replies[] = {"-MOVED 3999 127.0.0.1:7001\r\n", "-ASK 3999 127.0.0.1:7001\r\n"};
+    redirect_reply = replies[_i];
+    redirect_listener = socket(AF_INET, SOCK_STREAM, 0);
+    ck_assert_int_ge(redirect_listener, 0);
+    struct sockaddr_in a = {.sin_family = AF_INET, .sin_addr.s_addr = htonl(INADDR_LOOPBACK)};
+    socklen_t alen = sizeof a;
+    ck_assert_int_eq(bind(redirect_listener, (struct sockaddr *)&a, sizeof a), 0);
+    ck_assert_int_eq(listen(redirect_listener, 8), 0);
+    ck_assert_int_eq(getsockname(redirect_listener, (struct sockaddr *)&a, &alen), 0);
+    pthread_t server;
+    ck_assert_int_eq(pthread_create(&server, NULL, redirect_serve, NULL), 0);
+    char url[64];
+    snprintf(url, sizeof url, "redis://127.0.0.1:%d", ntohs(a.sin_port));
+    setenv("KPC_REMOTE_TRUST", "unauthenticated", 1);
+    kpc_remote *r = NULL;
+    ck_assert_int_eq(kpc_remote_open(url, &r), KPC_OK);
+    unsetenv("KPC_REMOTE_TRUST");
+    kpc_key key = {{4, 2}};
+    kpc_record rec;
+    kpc_remote_lease *lease = NULL;
+    uint8_t cid[16] = {1};
+    ts_log_begin(KPC_LOG_WARN);
+    ck_assert_int_eq(kpc_remote_begin(r, &key, ts_target(), cid, &rec, &lease, NULL), KPC_REMOTE_OFF);
+    char *log = ts_log_end();
+    ck_assert_ptr_null(lease);
+    ck_assert_msg(strstr(log, "a Redis Cluster node redirected the request") != NULL, "log: %s", log);
+    ck_assert_msg(strstr(log, "point KPC_REMOTE at a standalone server") != NULL, "log: %s", log);
+    free(log);
+    kpc_remote_close(r);
+    shutdown(redirect_listener, SHUT_RDWR); /* accept returns: the server thread ends */
+    pthread_join(server, NULL);
+    close(redirect_listener);
+}
+END_TEST
+
 int main(void)
 {
     Suite *s = suite_create("remote");
@@ -429,6 +491,7 @@ int main(void)
     tcase_add_test(unit, module_protocol);
     tcase_add_test(unit, module_auth);
     tcase_add_test(unit, module_values);
+    tcase_add_loop_test(unit, cluster_redirect_named, 0, 2);
     suite_add_tcase(s, unit);
     return ts_run_suite(s);
 }

@@ -256,7 +256,9 @@ KPC_API kpc_status kpc_program_get(kpc_context *ctx, const kpc_source *src, kpc_
  * waits for the keys other processes were building. So P processes (MPI ranks) that call
  * it with the same K sources in the same order build the K sources in parallel, each
  * taking the next unclaimed key, where K calls of kpc_program_get would build them one
- * after another while the others wait. A source repeated in the list is resolved once.
+ * after another while the others wait. With a cluster tier (KPC_REMOTE), a key that
+ * another host is building is passed over the same way and waited for at the end, so
+ * the hosts build side by side too. A source repeated in the list is resolved once.
  * With KPC_BUILD_THREADS (kpc_config.build_threads) = T > 1 and a compiler that builds in
  * parallel inside a process (NVRTC; not hipRTC 5.2, where T is taken as 1), T threads
  * of this process build at once.

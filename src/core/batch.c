@@ -8,16 +8,26 @@
  *   pass 1    in list order: the context's map (a hit, or the map entry taken), then the
  *             host index with KPC_INDEX_NOWAIT: a key nobody builds is claimed and built
  *             (or read) now; a key another process is building is left pending, its map
- *             entry still held, so this process goes on to the next unclaimed key
- *   pass 2    every pending key, waited for as kpc_program_get waits (its builder's
+ *             entry still held, so this process goes on to the next unclaimed key. A key
+ *             this process claims on its host but whose cluster lease (the coordinating
+ *             tier) another host's live builder holds is left pending too, its host claim
+ *             kept: the host's other processes skip it (or wait for this one), and the
+ *             host asks the cluster about it through this process alone
+ *   pass 2a   every pending key whose host claim this call kept, waited for on the
+ *             cluster (the other host's object; its lease taken over if it lapses)
+ *   pass 2b   every other pending key, waited for as kpc_program_get waits (its builder's
  *             object, or its failure; a dead builder's key is taken over)
  *   repeats   share the first occurrence's program (a reference each) or status
  *
  * So P processes calling it with the same K sources in the same order take the keys in
- * turn: each builds what nobody else took, and all of them have every key when the last
- * build ends. At the end of pass 1 this call holds no index claim (each claimed key was
- * built before the next one was looked at), so pass 2 cannot wait in a cycle with
- * another process. A map entry held pending makes other threads of this process that
+ * turn: each builds what nobody else took, on its host and in the cluster, and all of
+ * them have every key when the last build ends. No cycle of waits: a cluster lease is
+ * held only by a process that is compiling (it waits on nothing), so pass 2a ends; pass
+ * 2b runs when this call holds no index claim any more (each key it claimed was built
+ * in pass 1, or finished in 2a), so it cannot wait on a process that waits on it. A
+ * host process waiting on a key this call keeps claimed in pass 1 waits at most for this
+ * call's own pass-1 builds, then pass 2a (it also looks at the cluster every lease).
+ * A map entry held pending makes other threads of this process that
  * ask for that key wait until pass 2 publishes it: the same wait they would have had on
  * the other process's build. A map entry held by another thread of this process makes
  * pass 1 wait for it: that thread is compiling, and in-process compiles are serialized
@@ -48,6 +58,7 @@ typedef struct item {
     enum item_state state;
     size_t first;         /* ITEM_REPEAT: the index of the key's first occurrence */
     kpc_map_entry *entry; /* ITEM_PENDING: the map entry this call holds */
+    kpc_claim held;       /* ITEM_PENDING: the host claim kept while another host builds it */
     kpc_status status;
     kpc_program *prog;
     char *log;
@@ -59,7 +70,7 @@ typedef struct batch {
     item *items;
     size_t n;
     atomic_size_t cursor;
-    int pass; /* 1 or 2 */
+    int pass; /* 1, 2 (2a: the kept host claims) or 3 (2b: the others) */
 } batch;
 
 /* Publish a resolved item to the map (kpc_request_publish) and keep the caller's reference. */
@@ -88,7 +99,7 @@ static void pass1(batch *b, size_t i)
     }
     char *log = NULL;
     bool busy = false;
-    s = kpc_resolve_miss_nowait(b->ctx, &it->key, &b->srcs[i], &prog, &log, &busy);
+    s = kpc_resolve_miss_nowait(b->ctx, &it->key, &b->srcs[i], &prog, &log, &busy, &it->held);
     if (busy) {
         it->state = ITEM_PENDING;
         it->entry = entry;
@@ -102,7 +113,8 @@ static void pass2(batch *b, size_t i)
     item *it = &b->items[i];
     kpc_program *prog = NULL;
     char *log = NULL;
-    kpc_status s = kpc_resolve_miss(b->ctx, &it->key, &b->srcs[i], &prog, &log);
+    kpc_status s = kpc_claim_held(&it->held) ? kpc_resolve_held(b->ctx, &it->key, &b->srcs[i], &it->held, &prog, &log)
+                                             : kpc_resolve_miss(b->ctx, &it->key, &b->srcs[i], &prog, &log);
     settle(b, it, it->entry, s, prog, log);
 }
 
@@ -116,7 +128,8 @@ static void *worker(void *arg)
         /* one thread owns item i in this pass: the cursor hands each index out once */
         if (b->pass == 1 && b->items[i].state == ITEM_TODO)
             pass1(b, i);
-        else if (b->pass == 2 && b->items[i].state == ITEM_PENDING)
+        else if (b->pass > 1 && b->items[i].state == ITEM_PENDING &&
+                 kpc_claim_held(&b->items[i].held) == (b->pass == 2))
             pass2(b, i);
     }
 }
@@ -211,6 +224,7 @@ kpc_status kpc_program_get_many(kpc_context *ctx, const kpc_source *srcs, size_t
         threads = n;
     run_pass(&b, 1, threads);
     run_pass(&b, 2, threads);
+    run_pass(&b, 3, threads);
 
     kpc_status first_failure = KPC_OK;
     const char *first_log = NULL;

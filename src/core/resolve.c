@@ -27,6 +27,12 @@
  * a key with its record unchecked, so only records the manifest checks reach it, by
  * kpc_tier_write to every writable tier.
  *
+ * NOWAIT (kpc_program_get_many's first pass) sleeps on no builder: another process of the
+ * host building the key answers busy with nothing held; a host claim whose cluster lease
+ * another host's live builder holds (the coordinating tier's try_begin) answers busy with
+ * the claim handed to the caller, which resumes it later (kpc_resolve_held) and waits on
+ * the cluster then: the host still asks the cluster about the key through one process.
+ *
  * The claim (storage/claim.h) is finished exactly once on every path of obtain(): each
  * branch below ends in one kpc_claim_finish, and finish on a claim that holds nothing
  * does nothing. Every level that fails is logged and skipped; only the request itself
@@ -339,16 +345,21 @@ static kpc_status take_record(kpc_context *ctx, const kpc_key *key, kpc_claim *c
     return KPC_OK;
 }
 
-/* With the host slot held and no tier holding the record: ask the coordinating tier.
- * KPC_E_NOT_FOUND: build (under its lease, if it granted one). */
-static kpc_status coordinate(kpc_context *ctx, const kpc_key *key, kpc_claim *claim, kpc_program **out,
-                             char **log, bool *from_disk)
+/* With the host slot held and no tier holding the record: ask the coordinating tier
+ * (without waiting on another host's builder when nowait: then *busy, the slot still
+ * held). KPC_E_NOT_FOUND: build (under its lease, if it granted one), unless *busy. */
+static kpc_status coordinate(kpc_context *ctx, const kpc_key *key, kpc_claim *claim, bool nowait,
+                             kpc_program **out, char **log, bool *from_disk, bool *busy)
 {
     kpc_tiers *tiers = &ctx->cache->tiers;
     kpc_tier *coord = kpc_tier_coordinator(tiers);
     kpc_tier_begin res;
-    if (coord == NULL || kpc_claim_tier_begin(claim, coord, ctx->target, &res) != KPC_OK)
+    if (coord == NULL || kpc_claim_tier_begin(claim, coord, ctx->target, nowait, &res) != KPC_OK)
         return KPC_E_NOT_FOUND; /* no cluster, or a sick one: build host-local */
+    if (res.verdict == KPC_TIER_BUSY) {
+        *busy = true;
+        return KPC_E_NOT_FOUND;
+    }
     if (res.verdict == KPC_TIER_HIT && res.rec.kind != KPC_RECORD_CODE) {
         kpc_record_free(&res.rec); /* only a CODE record answers a key unchecked */
         return KPC_E_NOT_FOUND;
@@ -403,9 +414,14 @@ static kpc_status watch_cluster(kpc_context *ctx, const kpc_key *key, watch_stat
     return take_record(ctx, key, &none, &rec, NULL, coord, out, from_disk);
 }
 
-/* Get the program without loading it: from a tier, or built. from_disk tells which. */
+/* Get the program without loading it: from a tier, or built. from_disk tells which.
+ * held (may be NULL): on entry, a host claim a NOWAIT call handed out, resumed here
+ * (the index is not asked again); on a NOWAIT return with *busy because another host's
+ * builder holds the cluster lease, the claim, still held, handed out (nothing held when
+ * the busy builder is on this host). Without held, the cluster is waited on. */
 static kpc_status obtain(kpc_context *ctx, const kpc_key *key, const kpc_source *src, bool skip_disk,
-                         unsigned nowait, kpc_program **out, char **log, bool *from_disk, bool *busy)
+                         unsigned nowait, kpc_claim *held, kpc_program **out, char **log, bool *from_disk,
+                         bool *busy)
 {
     kpc_cache *cache = ctx->cache;
     kpc_tiers *tiers = &cache->tiers;
@@ -416,10 +432,15 @@ static kpc_status obtain(kpc_context *ctx, const kpc_key *key, const kpc_source 
     if (!nowait && cache->index && coord && coord->ops->peek && coord->watch_ns)
         watch.flags = KPC_INDEX_SLICE;
     for (int round = 0; round < MAX_ROUNDS; round++) {
-        enum kpc_index_verdict verdict;
-        bool waited;
+        enum kpc_index_verdict verdict = KPC_INDEX_BUILD;
+        bool waited = false;
         kpc_claim claim;
-        kpc_claim_begin(&claim, cache->index, key, flags | watch.flags, &verdict, &waited);
+        if (round == 0 && held && kpc_claim_held(held)) {
+            claim = *held; /* resumed: the slot is ours already */
+            memset(held, 0, sizeof *held);
+        } else {
+            kpc_claim_begin(&claim, cache->index, key, flags | watch.flags, &verdict, &waited);
+        }
         if (waited && !(watch.flags & KPC_INDEX_AGAIN))
             atomic_fetch_add_explicit(&cache->waits, 1, memory_order_relaxed);
         if (verdict == KPC_INDEX_BUSY && !nowait) { /* a slice of a watched wait: nothing held */
@@ -467,9 +488,13 @@ static kpc_status obtain(kpc_context *ctx, const kpc_key *key, const kpc_source 
             }
         }
         if (kpc_claim_held(&claim)) {
-            kpc_status s = coordinate(ctx, key, &claim, out, log, from_disk);
+            kpc_status s = coordinate(ctx, key, &claim, nowait && held, out, log, from_disk, busy);
             if (s != KPC_E_NOT_FOUND)
                 return s;
+            if (*busy) { /* another host builds it: the slot goes out with *busy */
+                *held = claim;
+                return KPC_E_NOT_FOUND;
+            }
         }
         /* held only for BUILD: READY with no tier to read from, or SELF, builds for
          * ourselves (the claim holds nothing then) */
@@ -483,10 +508,10 @@ static kpc_status obtain(kpc_context *ctx, const kpc_key *key, const kpc_source 
 }
 
 static kpc_status resolve(kpc_context *ctx, const kpc_key *key, const kpc_source *src, unsigned nowait,
-                          kpc_program **out, char **log, bool *busy)
+                          kpc_claim *held, kpc_program **out, char **log, bool *busy)
 {
     bool from_disk;
-    kpc_status s = obtain(ctx, key, src, false, nowait, out, log, &from_disk, busy);
+    kpc_status s = obtain(ctx, key, src, false, nowait, held, out, log, &from_disk, busy);
     if (s != KPC_OK || ctx->device < 0)
         return s;
     const kpc_platform *pf = ctx->cache->platform;
@@ -515,7 +540,7 @@ static kpc_status resolve(kpc_context *ctx, const kpc_key *key, const kpc_source
         *out = NULL;
         if (removed && ctx->cache->index)
             kpc_index_forget(ctx->cache->index, key);
-        s = obtain(ctx, key, src, removed, 0, out, log, &from_disk, busy);
+        s = obtain(ctx, key, src, removed, 0, NULL, out, log, &from_disk, busy);
         if (s != KPC_OK)
             return s;
         p = *out;
@@ -537,12 +562,20 @@ kpc_status kpc_resolve_miss(kpc_context *ctx, const kpc_key *key, const kpc_sour
                             kpc_program **out, char **log)
 {
     bool busy = false;
-    return resolve(ctx, key, src, 0, out, log, &busy);
+    return resolve(ctx, key, src, 0, NULL, out, log, &busy);
 }
 
 kpc_status kpc_resolve_miss_nowait(kpc_context *ctx, const kpc_key *key, const kpc_source *src,
-                                   kpc_program **out, char **log, bool *busy)
+                                   kpc_program **out, char **log, bool *busy, kpc_claim *held)
 {
     *busy = false;
-    return resolve(ctx, key, src, KPC_INDEX_NOWAIT, out, log, busy);
+    memset(held, 0, sizeof *held);
+    return resolve(ctx, key, src, KPC_INDEX_NOWAIT, held, out, log, busy);
+}
+
+kpc_status kpc_resolve_held(kpc_context *ctx, const kpc_key *key, const kpc_source *src, kpc_claim *held,
+                            kpc_program **out, char **log)
+{
+    bool busy = false;
+    return resolve(ctx, key, src, 0, held, out, log, &busy);
 }

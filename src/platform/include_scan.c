@@ -41,6 +41,8 @@
 
 #include <sys/types.h>
 
+#include <bsd/string.h>
+
 #include <errno.h>
 #include <fcntl.h>
 #include <stdio.h>
@@ -87,7 +89,7 @@ static bool consider(scan *s, const char *path)
         S_ISDIR(st.st_mode)) /* a directory of that name: the compiler looks on */
         return false;
     if (!S_ISREG(st.st_mode)) {
-        snprintf(s->refused, sizeof s->refused, "%s", path);
+        strlcpy(s->refused, path, sizeof s->refused); /* a longer path is refused all the same */
         return false;
     }
     bool first = true;

@@ -117,12 +117,14 @@ bool kpc_claim_held(const kpc_claim *c)
     return c->ix != NULL;
 }
 
-kpc_status kpc_claim_tier_begin(kpc_claim *c, kpc_tier *t, const char *target, kpc_tier_begin *res)
+kpc_status kpc_claim_tier_begin(kpc_claim *c, kpc_tier *t, const char *target, bool nowait,
+                                kpc_tier_begin *res)
 {
     memset(res, 0, sizeof *res);
     if (c->ix == NULL || c->lease != NULL || t->ops->begin == NULL)
         return KPC_E_INVALID; /* only the holder of the host slot speaks for the host */
-    kpc_status s = t->ops->begin(t, &c->key, target, res);
+    kpc_status s = nowait && t->ops->try_begin ? t->ops->try_begin(t, &c->key, target, res)
+                                               : t->ops->begin(t, &c->key, target, res);
     if (s != KPC_OK) {
         kpc_tier_count_add(t, &t->n.errors);
         return s;
@@ -134,7 +136,7 @@ kpc_status kpc_claim_tier_begin(kpc_claim *c, kpc_tier *t, const char *target, k
         c->tier = t;
         c->lease = res->lease;
         c->keeper = keeper_start(t, res->lease, res->renew_ns);
-    } else {
+    } else if (res->verdict != KPC_TIER_BUSY) { /* BUSY: asked again later, counted then */
         kpc_tier_count_add(t, res->verdict == KPC_TIER_HIT ? &t->n.hits : &t->n.misses);
     }
     return KPC_OK;

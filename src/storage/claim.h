@@ -40,9 +40,12 @@ kpc_status kpc_claim_begin(kpc_claim *c, kpc_index *ix, const kpc_key *key, unsi
                            enum kpc_index_verdict *verdict, bool *waited);
 /* True while the claim holds the host slot (a BUILD verdict not yet finished). */
 bool kpc_claim_held(const kpc_claim *c);
-/* With the slot held, ask the coordinating tier t (tier.h, begin). On KPC_TIER_BUILD the
- * lease joins the claim. A failure status: the tier is out of play for this key. */
-kpc_status kpc_claim_tier_begin(kpc_claim *c, kpc_tier *t, const char *target, kpc_tier_begin *res);
+/* With the slot held, ask the coordinating tier t (tier.h, begin; try_begin when nowait
+ * and the tier has it, which may answer KPC_TIER_BUSY: the slot is still held, and the
+ * caller asks again later with nowait false, or finishes the claim). On KPC_TIER_BUILD
+ * the lease joins the claim. A failure status: the tier is out of play for this key. */
+kpc_status kpc_claim_tier_begin(kpc_claim *c, kpc_tier *t, const char *target, bool nowait,
+                                kpc_tier_begin *res);
 /* Finish the claim: the host slot and the lease, exactly once. rec (with its payload in
  * first and second, as tier.h's write) is the CODE record (READY, UNSTORED after a
  * build) or the LOG record (FAILED, UNSTORED after a compile error); NULL otherwise. The

@@ -36,6 +36,8 @@
  * this host and a process that is dead is taken over at once (compare-and-set); and
  * KPC_BUILD_WAIT_MAX_MS caps the whole wait, as on one host: past it the host builds
  * for itself (counted).
+ * kpc_remote_try_begin is begin without the wait: a live holder elsewhere is answered
+ * BUSY at once, for a caller that has other keys to go on to (a batch).
  */
 #define _GNU_SOURCE
 #include "storage/remote_private.h"
@@ -234,6 +236,7 @@ typedef struct begin_state {
     char co[KPC_REMOTE_NAME_MAX], log[KPC_REMOTE_NAME_MAX], lname[KPC_REMOTE_NAME_MAX];
     char hex[KPC_KEY_HEX], value[512], holder[512];
     bool waited;
+    bool nowait; /* kpc_remote_try_begin: answer BUSY instead of waiting on a live holder */
     uint64_t wait_from;
     uint64_t sent_ns;    /* when the last claim or takeover was sent */
     uint64_t expires_ns; /* the awaited lease's expiry, as last seen */
@@ -292,6 +295,8 @@ static int held_elsewhere(begin_state *b, redisReply *rep, kpc_remote_lease **le
         }
         return verdict;
     }
+    if (b->nowait)
+        return KPC_REMOTE_BUSY; /* a live holder: the caller goes on to other keys first */
     uint64_t now = kpc__now_ns();
     if (!b->waited) {
         kpc_remote_count(r, KPC_RC_WAITS);
@@ -323,9 +328,9 @@ static int held_elsewhere(begin_state *b, redisReply *rep, kpc_remote_lease **le
     return 0;
 }
 
-enum kpc_remote_verdict kpc_remote_begin(kpc_remote *r, const kpc_key *key, const char *target,
+static enum kpc_remote_verdict begin_key(kpc_remote *r, const kpc_key *key, const char *target,
                                          const uint8_t *compiler_id, kpc_record *rec,
-                                         kpc_remote_lease **lease, bool *waited_out)
+                                         kpc_remote_lease **lease, bool *waited_out, bool nowait)
 {
     *lease = NULL;
     if (waited_out)
@@ -337,7 +342,7 @@ enum kpc_remote_verdict kpc_remote_begin(kpc_remote *r, const kpc_key *key, cons
         kpc_remote_count(r, KPC_RC_UNSERVED);
         return KPC_REMOTE_OFF;
     }
-    begin_state b = {.r = r, .key = key};
+    begin_state b = {.r = r, .key = key, .nowait = nowait};
     if ((b.cn = kpc_remote_conn_get(r)) == NULL)
         return KPC_REMOTE_OFF;
     unsigned skip = 0;
@@ -439,6 +444,20 @@ enum kpc_remote_verdict kpc_remote_begin(kpc_remote *r, const kpc_key *key, cons
     if (waited_out)
         *waited_out = b.waited;
     return (enum kpc_remote_verdict)verdict;
+}
+
+enum kpc_remote_verdict kpc_remote_begin(kpc_remote *r, const kpc_key *key, const char *target,
+                                         const uint8_t *compiler_id, kpc_record *rec,
+                                         kpc_remote_lease **lease, bool *waited_out)
+{
+    return begin_key(r, key, target, compiler_id, rec, lease, waited_out, false);
+}
+
+enum kpc_remote_verdict kpc_remote_try_begin(kpc_remote *r, const kpc_key *key, const char *target,
+                                             const uint8_t *compiler_id, kpc_record *rec,
+                                             kpc_remote_lease **lease)
+{
+    return begin_key(r, key, target, compiler_id, rec, lease, NULL, true);
 }
 
 /* ---- publish / release / renew / read ------------------------------------------------------------ */

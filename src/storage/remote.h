@@ -74,6 +74,8 @@ enum kpc_remote_verdict {
     KPC_REMOTE_FAILED,  /* rec: a checked log record: the build failed on some host < 30 s ago */
     KPC_REMOTE_BUILD,   /* *lease is ours: compile, then kpc_remote_publish or _release */
     KPC_REMOTE_OFF,     /* the tier is off or just failed: go on host-local */
+    KPC_REMOTE_BUSY,    /* kpc_remote_try_begin only: a live holder on another host has the
+                         * lease; nothing is held */
 };
 /* Ask the cluster for key; waits while another host holds the lease (asking again now
  * and then, holding no connection meanwhile: remote.c), and takes the build over when
@@ -83,6 +85,12 @@ enum kpc_remote_verdict {
 enum kpc_remote_verdict kpc_remote_begin(kpc_remote *r, const kpc_key *key, const char *target,
                                          const uint8_t *compiler_id, kpc_record *rec,
                                          kpc_remote_lease **lease, bool *waited);
+/* The same without waiting: where another host's live lease holds the key it answers
+ * KPC_REMOTE_BUSY at once (nothing held, no wait counted); a forged lease or one of a dead
+ * process of this host is still taken over. For a caller with other keys to go on to. */
+enum kpc_remote_verdict kpc_remote_try_begin(kpc_remote *r, const kpc_key *key, const char *target,
+                                             const uint8_t *compiler_id, kpc_record *rec,
+                                             kpc_remote_lease **lease);
 /* Store the record bytes (storage/record.h: header, then payload) under the lease's key, a LOG record
  * for 30 s only, release the lease if still ours, wake the waiters; frees the lease.
  * The lease may be NULL (nothing held): the record is stored all the same. */

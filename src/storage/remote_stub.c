@@ -29,6 +29,12 @@ enum kpc_remote_verdict kpc_remote_begin(kpc_remote *r, const kpc_key *key, cons
         *waited_out = false;
     return KPC_REMOTE_OFF;
 }
+enum kpc_remote_verdict kpc_remote_try_begin(kpc_remote *r, const kpc_key *key, const char *target,
+                                             const uint8_t *compiler_id, kpc_record *rec,
+                                             kpc_remote_lease **lease)
+{
+    return kpc_remote_begin(r, key, target, compiler_id, rec, lease, NULL);
+}
 void kpc_remote_publish(kpc_remote *r, kpc_remote_lease *lease, const kpc_key *key, uint32_t kind,
                         const void *bytes, size_t size)
 {

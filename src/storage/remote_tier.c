@@ -21,11 +21,10 @@ typedef struct remote_tier {
 
 static kpc_remote *of(kpc_tier *t) { return ((remote_tier *)t)->r; }
 
-static kpc_status tier_begin(kpc_tier *t, const kpc_key *key, const char *target, kpc_tier_begin *res)
+/* The remote's verdict on the seam's terms. */
+static kpc_status answer(kpc_tier *t, enum kpc_remote_verdict v, kpc_remote_lease *lease, kpc_tier_begin *res)
 {
-    memset(res, 0, sizeof *res);
-    kpc_remote_lease *lease = NULL;
-    switch (kpc_remote_begin(of(t), key, target, NULL, &res->rec, &lease, &res->waited)) {
+    switch (v) {
     case KPC_REMOTE_HIT:
         res->verdict = KPC_TIER_HIT;
         return KPC_OK;
@@ -37,10 +36,29 @@ static kpc_status tier_begin(kpc_tier *t, const kpc_key *key, const char *target
         res->lease = (kpc_tier_lease *)lease;
         res->renew_ns = kpc_remote_renew_ns(of(t));
         return KPC_OK;
+    case KPC_REMOTE_BUSY:
+        res->verdict = KPC_TIER_BUSY;
+        return KPC_OK;
     case KPC_REMOTE_OFF:
         break;
     }
     return KPC_E_UNAVAILABLE;
+}
+
+static kpc_status tier_begin(kpc_tier *t, const kpc_key *key, const char *target, kpc_tier_begin *res)
+{
+    memset(res, 0, sizeof *res);
+    kpc_remote_lease *lease = NULL;
+    enum kpc_remote_verdict v = kpc_remote_begin(of(t), key, target, NULL, &res->rec, &lease, &res->waited);
+    return answer(t, v, lease, res);
+}
+
+static kpc_status tier_try_begin(kpc_tier *t, const kpc_key *key, const char *target, kpc_tier_begin *res)
+{
+    memset(res, 0, sizeof *res);
+    kpc_remote_lease *lease = NULL;
+    enum kpc_remote_verdict v = kpc_remote_try_begin(of(t), key, target, NULL, &res->rec, &lease);
+    return answer(t, v, lease, res);
 }
 
 static kpc_status tier_renew(kpc_tier *t, kpc_tier_lease *lease)
@@ -92,6 +110,7 @@ static void tier_counters(kpc_tier *t, kpc_tier_count *out)
 
 static const kpc_tier_ops remote_ops = {
     .begin = tier_begin,
+    .try_begin = tier_try_begin,
     .renew = tier_renew,
     .peek = tier_peek,
     .finish = tier_finish,

@@ -25,6 +25,7 @@
  *           diagnostics, never a local fault), or ABANDON (anything else: it could not
  *           compile, its environment is broken, it is out of memory). finish frees the
  *           lease, even when the tier is sick.
+ *   BUSY    (try_begin only) another host's live builder holds the lease: nothing held.
  * begin may block while another host builds, up to the tier's own timeout; past it, or
  * when the tier is unreachable, it returns a failure status and the caller goes on
  * without that tier (host-local build). A process without the claim (no host index, or
@@ -71,6 +72,8 @@ enum kpc_tier_verdict {
     KPC_TIER_HIT = 1, /* res->rec holds the CODE record */
     KPC_TIER_BUILD,   /* res->lease is held: renew it, then finish it exactly once */
     KPC_TIER_FAILED,  /* res->rec holds the LOG record of a shared compile error */
+    KPC_TIER_BUSY,    /* try_begin only: another host's live builder holds the lease; nothing
+                       * is held (ask again with begin, which waits for it) */
 };
 
 enum kpc_tier_outcome {
@@ -131,6 +134,11 @@ typedef struct kpc_tier_ops {
                               size_t size);
     /* Coordinating tiers only (NULL otherwise); see the top of this file. */
     kpc_status (*begin)(kpc_tier *t, const kpc_key *key, const char *target, kpc_tier_begin *res);
+    /* As begin, but never sleeps on another host's build: where a live builder elsewhere
+     * holds the lease it answers KPC_TIER_BUSY at once. For a caller with other keys to go
+     * on to (a batch), which asks again with begin later. NULL: the tier cannot; callers
+     * use begin. */
+    kpc_status (*try_begin)(kpc_tier *t, const kpc_key *key, const char *target, kpc_tier_begin *res);
     /* KPC_OK, or KPC_E_NOT_FOUND when the lease was lost (expired and taken over): the
      * caller still finishes it (a PUBLISH then writes the same bytes twice, harmlessly). */
     kpc_status (*renew)(kpc_tier *t, kpc_tier_lease *lease);

@@ -264,6 +264,7 @@ char *bn_multi_source(int kernels, int variant)
 /* ---- the fake platform --------------------------------------------------------------- */
 static _Atomic unsigned *fake_count;
 static unsigned fake_ms;
+static bool fake_sleeps; /* the compile sleeps instead of burning CPU */
 static size_t fake_code_size;
 /* where the spin's work goes: a store the compiler must keep, so the loop is not elided */
 static volatile uint64_t spin_sink;
@@ -302,7 +303,12 @@ static kpc_status fake_compile(const char *target, const kpc_source *src, kpc_bu
 {
     memset(b, 0, sizeof *b);
     atomic_fetch_add(fake_count, 1);
-    bn_spin_cpu_ms(fake_ms);
+    if (fake_sleeps) {
+        struct timespec t = {fake_ms / 1000, (long)(fake_ms % 1000) * 1000000L};
+        while (nanosleep(&t, &t) != 0 && errno == EINTR)
+            ;
+    } else
+        bn_spin_cpu_ms(fake_ms);
     size_t len = src->code_len ? src->code_len : strlen(src->code);
     unsigned char *c = calloc(1, fake_code_size);
     if (c == NULL)
@@ -339,8 +345,15 @@ void bn_fake_install(unsigned ms, size_t code_size)
     }
     atomic_store(fake_count, 0);
     fake_ms = ms;
+    fake_sleeps = false;
     fake_code_size = code_size < 128 ? 128 : code_size;
     kpc_platform_set(&fake_platform);
+}
+
+void bn_fake_install_sleeping(unsigned ms, size_t code_size)
+{
+    bn_fake_install(ms, code_size);
+    fake_sleeps = true;
 }
 
 bool bn_fake_on(void)

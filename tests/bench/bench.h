@@ -82,6 +82,9 @@ char *bn_multi_source(int kernels, int variant);
  * the cores as real ones do) and returns a `code_size`-byte fake AMDGPU ELF. Compiles
  * are counted in memory shared with every process forked after the install. */
 void bn_fake_install(unsigned ms, size_t code_size);
+/* The same, but each compile sleeps `ms` instead of burning CPU: a wall that the
+ * machine's cores do not decide (a figure of scheduling alone). */
+void bn_fake_install_sleeping(unsigned ms, size_t code_size);
 bool bn_fake_on(void);
 unsigned bn_fake_compiles(void);
 /* Burn ms of this thread's CPU time. */

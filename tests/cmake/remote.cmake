@@ -20,6 +20,11 @@ set_tests_properties(test_remote_cluster PROPERTIES RUN_SERIAL TRUE)
 kpc_check_test(test_remote_stalls LABELS remote TIMEOUT 600 SOURCES cluster_support.c remote_storm.c)
 target_link_libraries(test_remote_stalls PRIVATE PkgConfig::HIREDIS)
 set_tests_properties(test_remote_stalls PROPERTIES RUN_SERIAL TRUE)
+# a same-order storm with kpc_program_get_many spreads its builds over the hosts
+# (test_remote_spread.c), through the fake compiler and through real hipRTC
+kpc_check_test(test_remote_spread LABELS remote TIMEOUT 600 SOURCES cluster_support.c remote_storm.c)
+target_link_libraries(test_remote_spread PRIVATE PkgConfig::HIREDIS)
+set_tests_properties(test_remote_spread PROPERTIES RUN_SERIAL TRUE)
 # the unit case (all of test_remote) again, labelled "threads" (a lease's renewal thread, the waiters) so that
 # CI runs it under TSan too
 get_test_property(test_remote ENVIRONMENT KPC_REMOTE_TEST_ENV)
