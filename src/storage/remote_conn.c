@@ -8,6 +8,8 @@
  * blocked in the calling thread around each call, and one it raised is consumed: a
  * server that closed the connection must not kill a rank (hiredis uses write()).
  * Connecting goes through the fault seam (base/fault.h), so the fault test can fail it.
+ * Replies are hiredis's, but for a record's value, which is read by hand straight into a
+ * buffer of its size (kpc_remote_get_value, below).
  *
  * Connections: a process connects only when it needs Redis (the host's claimant of a
  * key, a waiter's check, a renewal, a read), and closes the connection as soon as the
@@ -163,7 +165,8 @@ redisReply *kpc_remote_command(kpc_remote *r, redisContext *c, int argc, const c
  * instead: its header ("$<length>\r\n", at most BULK_HEAD bytes) alone, then the string
  * straight into a buffer of its size. Any other reply (an error, nil) goes to hiredis's
  * reader with the bytes already read. The socket's receive timeout bounds each read, as
- * it bounds hiredis's. */
+ * it bounds hiredis's. Reading the socket itself assumes plain TCP or a Unix socket, the
+ * only kinds this kpc connects (hiredis's TLS, from 1.0, would have to read for it). */
 #define BULK_HEAD 24
 
 static const char *read_failed(kpc_remote *r, ssize_t got)

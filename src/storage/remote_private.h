@@ -3,7 +3,8 @@
  * tier is): the handle, its counters, and the calls between its parts.
  *
  *   remote_conn.c   connections: bounded connect and reply (hiredis timeouts), SIGPIPE,
- *                   the back-off, error replies said plainly, none kept while idle
+ *                   the back-off, error replies said plainly, none kept while idle;
+ *                   a record's value read straight into its own buffer
  *   remote_auth.c   the secrets: loading, the group's key prefix, record and lease MACs
  *   remote.c        the lease protocol: begin, publish, release, renew, read
  *   remote_open.c   settings, open and close, the counters (process and cluster-wide)
