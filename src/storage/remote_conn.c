@@ -254,7 +254,7 @@ int kpc_remote_get_value(kpc_remote *r, redisContext *c, int argc, const char **
     if (n >= 0) {
         size_t body = have - (size_t)(eol + 1 - head); /* the string's bytes read with the header */
         if ((unsigned long long)n > max || body > (size_t)n + 2) {
-            *why = "a value larger than any record";
+            *why = body > (size_t)n + 2 ? "a malformed reply" : "a value larger than any record";
             return -1;
         }
         char *buf = malloc((size_t)n + 2); /* and its CRLF */
