@@ -84,26 +84,38 @@ START_TEST(url_parse)
 END_TEST
 
 /* A record for key: the disk record bytes of a fake code object. */
-static void make_record(const kpc_key *key, const uint8_t cid[16], void **bytes, size_t *size)
+/* A code record of key whose code object is code_size bytes starting with text. */
+static void make_record_of(const kpc_key *key, const uint8_t cid[16], const char *text, size_t code_size,
+                           void **bytes, size_t *size)
 {
     kpc_record rec = {0};
     rec.key = *key;
     rec.kind = KPC_RECORD_CODE;
     snprintf(rec.target, sizeof rec.target, "%s", ts_target());
     memcpy(rec.compiler_id, cid, 16);
-    char code[64] = "\x7f" "ELF code object bytes";
+    uint8_t *code = calloc(1, code_size);
+    ck_assert_ptr_nonnull(code);
+    memcpy(code, text, strlen(text));
+    for (size_t i = 64; i < code_size; i++)
+        code[i] = (uint8_t)(i * 7 + i / 4096);
     void *names;
     size_t names_size;
     ck_assert_int_eq(kpc_names_encode(NULL, NULL, 0, &names, &names_size), KPC_OK);
-    rec.code_size = sizeof code;
+    rec.code_size = code_size;
     rec.names_size = names_size;
-    *size = KPC_RECORD_HEADER + sizeof code + names_size;
+    *size = KPC_RECORD_HEADER + code_size + names_size;
     uint8_t *b = malloc(*size);
     kpc_record_header(b, &rec, code, names);
-    memcpy(b + KPC_RECORD_HEADER, code, sizeof code);
-    memcpy(b + KPC_RECORD_HEADER + sizeof code, names, names_size);
+    memcpy(b + KPC_RECORD_HEADER, code, code_size);
+    memcpy(b + KPC_RECORD_HEADER + code_size, names, names_size);
     *bytes = b;
     free(names);
+    free(code);
+}
+
+static void make_record(const kpc_key *key, const uint8_t cid[16], void **bytes, size_t *size)
+{
+    make_record_of(key, cid, "\x7f" "ELF code object bytes", 64, bytes, size);
 }
 
 START_TEST(module_protocol)
@@ -130,7 +142,7 @@ START_TEST(module_protocol)
     char lname[KPC_REMOTE_NAME_MAX], co[KPC_REMOTE_NAME_MAX];
     kpc_remote_key_name(a, &key, "lease", lname, sizeof lname);
     kpc_remote_key_name(a, &key, "co", co, sizeof co);
-    ck_assert_msg(strncmp(co, "kpc:2:open:{", 12) == 0, "key %s", co);
+    ck_assert_msg(strncmp(co, "kpc:3:open:{", 12) == 0, "key %s", co);
     size_t n;
     char *v = tc_redis_get(&rs_redis, lname, &n);
     ck_assert_ptr_nonnull(v);
@@ -231,7 +243,7 @@ START_TEST(module_auth)
     /* every group its own keys */
     ck_assert_str_ne(kpc_remote_prefix(a), kpc_remote_prefix(b));
     ck_assert_str_ne(kpc_remote_prefix(a), kpc_remote_prefix(open_group));
-    ck_assert_msg(strncmp(kpc_remote_prefix(other_ns), "site2:2:", 8) == 0, "%s", kpc_remote_prefix(other_ns));
+    ck_assert_msg(strncmp(kpc_remote_prefix(other_ns), "site2:3:", 8) == 0, "%s", kpc_remote_prefix(other_ns));
     ck_assert_ptr_nonnull(strstr(kpc_remote_trust(a), "authenticated"));
     ck_assert_ptr_nonnull(strstr(kpc_remote_trust(open_group), "not served"));
     kpc_key key = {{7, 7, 7}};
@@ -255,9 +267,39 @@ START_TEST(module_auth)
     make_record(&key, cid, &bytes, &size);
     kpc_remote_publish(a, la, &key, KPC_RECORD_CODE, bytes, size);
     kpc_remote_release(b, lb);
-    /* stored with a 32-byte tag, and an expiry that a hit refreshes */
+    /* stored with a 16-byte nonce and a 16-byte tag, and an expiry that a hit refreshes */
     char *stored = tc_redis_get(&rs_redis, co, &n);
     ck_assert_uint_eq(n, size + 32);
+    /* the nonce is covered: one bit of it changed and the record is refused */
+    stored[size + 3] ^= 0x01;
+    ck_assert(tc_redis_set(&rs_redis, co, stored, n));
+    ts_log_begin(KPC_LOG_WARN);
+    ck_assert_int_eq(kpc_remote_read(a, &key, ts_target(), cid, KPC_RECORD_CODE, &rec), KPC_E_CORRUPT);
+    char *refused = ts_log_end();
+    ck_assert_ptr_nonnull(strstr(refused, "authentication tag does not match"));
+    free(refused);
+    stored[size + 3] ^= 0x01;
+    /* a forgery that every check of the record accepts (its own checksum), with the
+     * genuine record's nonce and tag: refused by the tag alone */
+    void *forged;
+    size_t forged_size;
+    make_record_of(&key, cid, "\x7f" "ELF forged object bytes", 64, &forged, &forged_size);
+    ck_assert_uint_eq(forged_size, size);
+    char *fv = malloc(n);
+    memcpy(fv, forged, size);
+    memcpy(fv + size, stored + size, n - size);
+    ck_assert(tc_redis_set(&rs_redis, co, fv, n));
+    ts_log_begin(KPC_LOG_WARN);
+    ck_assert_int_eq(kpc_remote_read(a, &key, ts_target(), cid, KPC_RECORD_CODE, &rec), KPC_E_CORRUPT);
+    refused = ts_log_end();
+    ck_assert_ptr_nonnull(strstr(refused, "authentication tag does not match"));
+    free(refused);
+    free(fv);
+    free(forged);
+    ck_assert(tc_redis_set(&rs_redis, co, stored, n));
+    ck_assert_int_eq(tc_redis_int(&rs_redis, "PEXPIRE %s %lld", co, 30ll * 86400 * 1000), 1);
+    ck_assert_int_eq(kpc_remote_read(a, &key, ts_target(), cid, KPC_RECORD_CODE, &rec), KPC_OK);
+    kpc_record_free(&rec);
     free(stored);
     long long ttl = tc_redis_int(&rs_redis, "PTTL %s", co);
     ck_assert_int_gt(ttl, 29ll * 86400 * 1000);
@@ -329,6 +371,59 @@ START_TEST(module_auth)
 }
 END_TEST
 
+/* Values are read by hand (remote_conn.c): a record larger than any socket buffer arrives
+ * whole, an empty one is refused as a record, and a reply that is not a string (a key of
+ * another type) goes through hiredis's reader and is said plainly. */
+START_TEST(module_values)
+{
+    setenv("KPC_REMOTE_TRUST", "unauthenticated", 1);
+    kpc_remote *a = NULL, *b = NULL;
+    ck_assert_int_eq(kpc_remote_open(rs_redis.url, &a), KPC_OK);
+    ck_assert_int_eq(kpc_remote_open(rs_redis.url, &b), KPC_OK);
+    kpc_key key = {{3, 1, 4, 1, 5}};
+    uint8_t cid[16];
+    memset(cid, 0x5a, 16);
+    void *bytes;
+    size_t size;
+    make_record_of(&key, cid, "\x7f" "ELF large object", 3u << 20, &bytes, &size);
+    kpc_record rec;
+    kpc_remote_lease *lease = NULL;
+    ck_assert_int_eq(kpc_remote_begin(a, &key, ts_target(), cid, &rec, &lease, NULL), KPC_REMOTE_BUILD);
+    kpc_remote_publish(a, lease, &key, KPC_RECORD_CODE, bytes, size);
+    ck_assert_int_eq(kpc_remote_begin(b, &key, ts_target(), cid, &rec, &lease, NULL), KPC_REMOTE_HIT);
+    ck_assert_uint_eq(rec.code_size, 3u << 20);
+    ck_assert_mem_eq(rec.payload, (uint8_t *)bytes + KPC_RECORD_HEADER, size - KPC_RECORD_HEADER);
+    kpc_record_free(&rec);
+    ck_assert_int_eq(kpc_remote_read(b, &key, ts_target(), cid, KPC_RECORD_CODE, &rec), KPC_OK);
+    ck_assert_uint_eq(rec.code_size, 3u << 20);
+    kpc_record_free(&rec);
+    /* an empty value: a record refused, not a broken connection */
+    char co[KPC_REMOTE_NAME_MAX];
+    kpc_remote_key_name(a, &key, "co", co, sizeof co);
+    ck_assert(tc_redis_set(&rs_redis, co, "", 0));
+    ts_log_begin(KPC_LOG_WARN);
+    ck_assert_int_eq(kpc_remote_read(b, &key, ts_target(), cid, KPC_RECORD_CODE, &rec), KPC_E_CORRUPT);
+    free(ts_log_end());
+    kpc_remote_counters c;
+    kpc_remote_counters_get(b, &c);
+    ck_assert_uint_eq(c.errors, 0);
+    /* another type under the record's key: Redis's error, said */
+    ck_assert_int_eq(tc_redis_int(&rs_redis, "DEL %s", co), 1);
+    ck_assert_int_eq(tc_redis_int(&rs_redis, "RPUSH %s x", co), 1);
+    ts_log_begin(KPC_LOG_WARN);
+    ck_assert_int_eq(kpc_remote_read(b, &key, ts_target(), cid, KPC_RECORD_CODE, &rec), KPC_E_UNAVAILABLE);
+    char *log = ts_log_end();
+    ck_assert_msg(strstr(log, "WRONGTYPE") != NULL, "log: %s", log);
+    free(log);
+    kpc_remote_counters_get(b, &c);
+    ck_assert_uint_eq(c.errors, 1);
+    kpc_remote_close(a);
+    kpc_remote_close(b);
+    free(bytes);
+    unsetenv("KPC_REMOTE_TRUST");
+}
+END_TEST
+
 /* A Redis Cluster node answers a key it does not serve with MOVED (or ASK while a slot
  * migrates): kpc talks to one server, so it says what to change instead of failing
  * obscurely. A real cluster needs several servers that agree on slots; a server that
@@ -395,6 +490,7 @@ int main(void)
     tcase_add_checked_fixture(unit, rs_setup, rs_teardown);
     tcase_add_test(unit, module_protocol);
     tcase_add_test(unit, module_auth);
+    tcase_add_test(unit, module_values);
     tcase_add_loop_test(unit, cluster_redirect_named, 0, 2);
     suite_add_tcase(s, unit);
     return ts_run_suite(s);

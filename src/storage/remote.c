@@ -2,9 +2,9 @@
  * remote.c - the cluster tier's lease protocol on Redis (remote.h says what the tier is
  * for; remote_private.h lists its other parts).
  *
- * Redis keys of a kpc key K, under the group's prefix P = "<ns>:2:<group>:" (the hash
+ * Redis keys of a kpc key K, under the group's prefix P = "<ns>:3:<group>:" (the hash
  * tag keeps them in one Redis Cluster slot):
- *   P{K}:co     the code record: disk record bytes [+ 32-byte MAC]; expires unless read
+ *   P{K}:co     the code record: disk record bytes [+ 16-byte nonce, 16-byte tag]; expires unless read
  *   P{K}:log    a failed build's log record, for 30 s (the host index's retry rule)
  *   P{K}:lease  "host=H pid=P start=T token=R [mac=M]", SET NX PX by the builder
  *
@@ -96,24 +96,23 @@ static const char TAKE_LUA[] =
     "return 0\n";
 
 /* ---- records ------------------------------------------------------------------------------ */
-/* Check a value fetched from name (of the old group or the current one); NULL when good
- * (rec filled), else why it is refused. */
-static const char *check_value(kpc_remote *r, bool old, const char *name, redisReply *v, const kpc_key *key,
-                               const char *target, const uint8_t *compiler_id, uint32_t kind, kpc_record *rec)
+/* Check a value fetched from name (of the old group or the current one), taking *bytes
+ * (malloc'd, len bytes; *bytes is NULL after): NULL when good (rec filled, holding the
+ * same buffer: a large record is not copied once more), else why it is refused. */
+static const char *check_value(kpc_remote *r, bool old, const char *name, char **bytes, size_t len,
+                               const kpc_key *key, const char *target, const uint8_t *compiler_id, uint32_t kind,
+                               kpc_record *rec)
 {
-    if (v->type != REDIS_REPLY_STRING)
-        return "not a string";
+    void *v = *bytes;
+    *bytes = NULL;
     size_t size;
-    const char *bad = kpc_remote_open_value(r, old, name, v->str, v->len, &size);
-    if (bad)
+    const char *bad = kpc_remote_open_value(r, old, name, v, len, &size);
+    if (bad) {
+        free(v);
         return bad;
+    }
     memset(rec, 0, sizeof *rec);
-    /* the record takes the reply's own buffer (malloc'd by hiredis, which frees a NULL
-     * str as nothing): a large record is not copied once more */
-    void *bytes = v->str;
-    v->str = NULL;
-    v->len = 0;
-    const char *why = kpc_record_take(bytes, size, key, target, kind, rec); /* every check a file gets */
+    const char *why = kpc_record_take(v, size, key, target, kind, rec); /* every check a file gets */
     if (why == NULL && compiler_id && memcmp(rec->compiler_id, compiler_id, 16) != 0) {
         kpc_record_free(rec);
         why = "another compiler's record";
@@ -134,25 +133,21 @@ static enum got get_record(kpc_remote *r, struct kpc_remote_conn *cn, bool old, 
     const char *argv[4] = {refresh ? "GETEX" : "GET", name, "PX", px};
     size_t lens[4] = {strlen(argv[0]), strlen(name), 2, strlen(px)};
     const char *why = NULL;
-    redisReply *rep = kpc_remote_command(r, cn->c, refresh ? 4 : 2, argv, lens, 0, &why);
-    if (rep == NULL) {
+    char *v = NULL;
+    size_t len = 0;
+    int got = kpc_remote_get_value(r, cn->c, refresh ? 4 : 2, argv, lens, MAX_VALUE, &v, &len, &why);
+    if (got < 0) {
         kpc_remote_failed(r, "read", why);
         return GOT_ERROR;
     }
-    enum got g = GOT_NONE;
-    if (rep->type == REDIS_REPLY_STRING) {
-        const char *bad = check_value(r, old, name, rep, key, target, compiler_id, kind, rec);
-        if (bad == NULL)
-            g = GOT_RECORD;
-        else {
-            g = GOT_REFUSED;
-            kpc_remote_count(r, KPC_RC_REFUSED);
-            kpc_remote_warn(r, KPC_RW_REFUSED, KPC_LOG_WARN, "remote tier: refused record %s for %s: %s", name,
-                            target, bad);
-        }
-    }
-    freeReplyObject(rep);
-    return g;
+    if (got == 0)
+        return GOT_NONE;
+    const char *bad = check_value(r, old, name, &v, len, key, target, compiler_id, kind, rec);
+    if (bad == NULL)
+        return GOT_RECORD;
+    kpc_remote_count(r, KPC_RC_REFUSED);
+    kpc_remote_warn(r, KPC_RW_REFUSED, KPC_LOG_WARN, "remote tier: refused record %s for %s: %s", name, target, bad);
+    return GOT_REFUSED;
 }
 
 /* ---- leases -------------------------------------------------------------------------------- */
@@ -404,8 +399,10 @@ static enum kpc_remote_verdict begin_key(kpc_remote *r, const kpc_key *key, cons
         long long what = rep->element[0]->integer;
         if (what == 1 || what == 2) {
             uint32_t kind = what == 1 ? KPC_RECORD_CODE : KPC_RECORD_LOG;
-            const char *bad = rep->elements < 2 ? "no value"
-                              : check_value(r, false, kind == KPC_RECORD_CODE ? b.co : b.log, rep->element[1], key,
+            redisReply *v = rep->elements < 2 ? NULL : rep->element[1];
+            const char *bad = v == NULL ? "no value"
+                              : v->type != REDIS_REPLY_STRING ? "not a string"
+                              : check_value(r, false, kind == KPC_RECORD_CODE ? b.co : b.log, &v->str, v->len, key,
                                             target, compiler_id, kind, rec);
             freeReplyObject(rep);
             if (bad == NULL) {
@@ -517,7 +514,7 @@ void kpc_remote_publish(kpc_remote *r, kpc_remote_lease *lease, const kpc_key *k
     kpc_remote_name(r, false, key, "lease", lname, sizeof lname);
     if (lease)
         snprintf(value, sizeof value, "%s", lease->value);
-    if (r->serve && size <= MAX_VALUE - KPC_REMOTE_TAG_BYTES)
+    if (r->serve && size <= MAX_VALUE - KPC_REMOTE_TRAILER_BYTES)
         end_lease(r, value, lname, name, kind, bytes, size);
     else if (lease)
         end_lease(r, value, lname, NULL, kind, NULL, 0);

@@ -64,7 +64,7 @@ const char *kpc_remote_trust(const kpc_remote *r);
 /* Without a secret and without KPC_REMOTE_TRUST=unauthenticated: say so (once per
  * process at the default log level), with the one line that makes a secret. */
 void kpc_remote_say_unserved(kpc_remote *r);
-/* "<namespace>:2:<group>:": every key of this group of hosts (those sharing its secret). */
+/* "<namespace>:3:<group>:": every key of this group of hosts (those sharing its secret). */
 const char *kpc_remote_prefix(const kpc_remote *r);
 /* A new secret: 64 hex digits (cap >= 65). */
 kpc_status kpc_remote_keygen(char *out, size_t cap);

@@ -8,6 +8,8 @@
  * blocked in the calling thread around each call, and one it raised is consumed: a
  * server that closed the connection must not kill a rank (hiredis uses write()).
  * Connecting goes through the fault seam (base/fault.h), so the fault test can fail it.
+ * Replies are hiredis's, but for a record's value, which is read by hand straight into a
+ * buffer of its size (kpc_remote_get_value, below).
  *
  * Connections: a process connects only when it needs Redis (the host's claimant of a
  * key, a waiter's check, a renewal, a read), and closes the connection as soon as the
@@ -118,18 +120,10 @@ static const char *explain(const char *err)
     return "";
 }
 
-redisReply *kpc_remote_command(kpc_remote *r, redisContext *c, int argc, const char **argv, const size_t *lens,
-                               unsigned wait_ms, const char **why)
+/* A command's reply (NULL: none came; saved: the errno of the call), said plainly. */
+static redisReply *said(kpc_remote *r, redisContext *c, redisReply *rep, int saved, unsigned wait_ms,
+                        const char **why)
 {
-    if (wait_ms)
-        redisSetTimeout(c, tv_ms(wait_ms + r->timeout_ms));
-    pipe_guard g;
-    pipe_block(&g);
-    redisReply *rep = redisCommandArgv(c, argc, argv, lens);
-    int saved = errno;
-    pipe_restore(&g);
-    if (wait_ms && rep)
-        redisSetTimeout(c, tv_ms(r->timeout_ms));
     if (rep == NULL) {
         static _Thread_local char err[160];
         if (c->err == REDIS_ERR_IO && (saved == EAGAIN || saved == EWOULDBLOCK))
@@ -147,6 +141,165 @@ redisReply *kpc_remote_command(kpc_remote *r, redisContext *c, int argc, const c
         return NULL;
     }
     return rep;
+}
+
+redisReply *kpc_remote_command(kpc_remote *r, redisContext *c, int argc, const char **argv, const size_t *lens,
+                               unsigned wait_ms, const char **why)
+{
+    if (wait_ms)
+        redisSetTimeout(c, tv_ms(wait_ms + r->timeout_ms));
+    pipe_guard g;
+    pipe_block(&g);
+    redisReply *rep = redisCommandArgv(c, argc, argv, lens);
+    int saved = errno;
+    pipe_restore(&g);
+    if (wait_ms && rep)
+        redisSetTimeout(c, tv_ms(r->timeout_ms));
+    return said(r, c, rep, saved, wait_ms, why);
+}
+
+/* ---- a bulk string read straight into its own buffer ---------------------------------------- */
+/* hiredis's reader reads a reply 16 KB at a time into a buffer that grows, then copies the
+ * string out of it: for a 590 KB code object 37 reads, two copies more than the socket's
+ * own and the page faults of two more buffers of that size. A record is read here
+ * instead: its header ("$<length>\r\n", at most BULK_HEAD bytes) alone, then the string
+ * straight into a buffer of its size. Any other reply (an error, nil) goes to hiredis's
+ * reader with the bytes already read. The socket's receive timeout bounds each read, as
+ * it bounds hiredis's. Reading the socket itself assumes plain TCP or a Unix socket, the
+ * only kinds this kpc connects (hiredis's TLS, from 1.0, would have to read for it). */
+#define BULK_HEAD 24
+
+static const char *read_failed(kpc_remote *r, ssize_t got)
+{
+    static _Thread_local char err[160];
+    if (got == 0)
+        snprintf(err, sizeof err, "the server closed the connection");
+    else if (errno == EAGAIN || errno == EWOULDBLOCK)
+        snprintf(err, sizeof err, "no reply within %u ms (KPC_REMOTE_TIMEOUT_MS)", r->timeout_ms);
+    else
+        snprintf(err, sizeof err, "read: %s", strerror(errno));
+    return err;
+}
+
+/* Read n bytes into buf: NULL, or why not. */
+static const char *read_full(kpc_remote *r, int fd, char *buf, size_t n)
+{
+    while (n) {
+        ssize_t got = read(fd, buf, n);
+        if (got < 0 && errno == EINTR)
+            continue;
+        if (got <= 0)
+            return read_failed(r, got);
+        buf += got;
+        n -= (size_t)got;
+    }
+    return NULL;
+}
+
+/* The length of a bulk string's header line "$<digits>\r\n" (-1: nil), or -2 when it is
+ * not one. */
+static long long bulk_length(const char *head, const char *eol)
+{
+    if (head[0] != '$' || eol[-1] != '\r')
+        return -2;
+    if (eol - head == 4 && memcmp(head, "$-1", 3) == 0)
+        return -1;
+    long long n = 0;
+    for (const char *p = head + 1; p < eol - 1; p++) {
+        if (*p < '0' || *p > '9' || n > (1ll << 40))
+            return -2;
+        n = n * 10 + (*p - '0');
+    }
+    return eol - head > 2 ? n : -2;
+}
+
+int kpc_remote_get_value(kpc_remote *r, redisContext *c, int argc, const char **argv, const size_t *lens,
+                         size_t max, char **out, size_t *len, const char **why)
+{
+    *out = NULL;
+    *len = 0;
+    pipe_guard g;
+    pipe_block(&g);
+    int done = 0;
+    bool ok = redisAppendCommandArgv(c, argc, argv, lens) == REDIS_OK;
+    while (ok && !done)
+        ok = redisBufferWrite(c, &done) == REDIS_OK;
+    int saved = errno;
+    pipe_restore(&g);
+    if (!ok) {
+        said(r, c, NULL, saved, 0, why);
+        return -1;
+    }
+    char head[BULK_HEAD];
+    size_t have = 0;
+    const char *eol = NULL;
+    /* by hand only when hiredis holds no byte of a reply already (it never does: one
+     * command at a time, and Redis sends nothing unasked) */
+    if (c->reader->pos == c->reader->len) {
+        while (eol == NULL && have < sizeof head && (have == 0 || head[0] == '$')) {
+            ssize_t got = read(c->fd, head + have, sizeof head - have);
+            if (got < 0 && errno == EINTR)
+                continue;
+            if (got <= 0) {
+                *why = read_failed(r, got);
+                return -1;
+            }
+            have += (size_t)got;
+            eol = memchr(head, '\n', have);
+        }
+    }
+    long long n = eol ? bulk_length(head, eol) : -2;
+    if (n == -1)
+        return 0;
+    if (n >= 0) {
+        size_t body = have - (size_t)(eol + 1 - head); /* the string's bytes read with the header */
+        if ((unsigned long long)n > max || body > (size_t)n + 2) {
+            *why = body > (size_t)n + 2 ? "a malformed reply" : "a value larger than any record";
+            return -1;
+        }
+        char *buf = malloc((size_t)n + 2); /* and its CRLF */
+        if (buf == NULL) {
+            *why = "out of memory";
+            return -1;
+        }
+        memcpy(buf, eol + 1, body);
+        const char *bad = read_full(r, c->fd, buf + body, (size_t)n + 2 - body);
+        if (bad == NULL && memcmp(buf + n, "\r\n", 2) != 0)
+            bad = "a malformed reply";
+        if (bad) {
+            free(buf);
+            *why = bad;
+            return -1;
+        }
+        *out = buf;
+        *len = (size_t)n;
+        return 1;
+    }
+    /* anything else: hiredis's reader, with what was read */
+    void *reply = NULL;
+    if (have && redisReaderFeed(c->reader, head, have) != REDIS_OK) {
+        *why = "a malformed reply";
+        return -1;
+    }
+    pipe_block(&g);
+    int rc = redisGetReply(c, &reply);
+    saved = errno;
+    pipe_restore(&g);
+    redisReply *rep = said(r, c, rc == REDIS_OK ? reply : NULL, saved, 0, why);
+    if (rep == NULL)
+        return -1;
+    int got = 0;
+    if (rep->type == REDIS_REPLY_STRING && rep->len <= max) {
+        *out = rep->str; /* malloc'd by hiredis, which frees a NULL str as nothing */
+        *len = rep->len;
+        rep->str = NULL;
+        got = 1;
+    } else if (rep->type != REDIS_REPLY_NIL) {
+        *why = "unexpected reply";
+        got = -1;
+    }
+    freeReplyObject(rep);
+    return got;
 }
 
 redisReply *kpc_remote_eval(kpc_remote *r, redisContext *c, const char *script, int nkeys,

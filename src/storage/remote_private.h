@@ -3,7 +3,8 @@
  * tier is): the handle, its counters, and the calls between its parts.
  *
  *   remote_conn.c   connections: bounded connect and reply (hiredis timeouts), SIGPIPE,
- *                   the back-off, error replies said plainly, none kept while idle
+ *                   the back-off, error replies said plainly, none kept while idle;
+ *                   a record's value read straight into its own buffer
  *   remote_auth.c   the secrets: loading, the group's key prefix, record and lease MACs
  *   remote.c        the lease protocol: begin, publish, release, renew, read
  *   remote_open.c   settings, open and close, the counters (process and cluster-wide)
@@ -22,7 +23,9 @@
 #include <sodium.h>
 #include <stdatomic.h>
 
-#define KPC_REMOTE_TAG_BYTES crypto_auth_hmacsha512256_BYTES
+/* What follows a record's bytes in its value with a secret: its nonce and its tag. */
+#define KPC_REMOTE_NONCE_BYTES 16
+#define KPC_REMOTE_TRAILER_BYTES (KPC_REMOTE_NONCE_BYTES + crypto_onetimeauth_BYTES)
 #define KPC_REMOTE_KEY_BYTES crypto_auth_hmacsha512256_KEYBYTES
 
 /* This process's counters, in the order of kpc_remote_counters and of the cluster-wide
@@ -45,7 +48,7 @@ struct kpc_remote {
     unsigned timeout_ms, lease_ms, backoff_ms, wait_max_ms;
     unsigned long long ttl_ms;   /* records expire unless used (0: never) */
     char ns[72];                 /* KPC_REMOTE_NAMESPACE */
-    char prefix[160];            /* "<ns>:2:<group>:": every key of this group of hosts */
+    char prefix[160];            /* "<ns>:3:<group>:": every key of this group of hosts */
     char old_prefix[160];        /* the previous secret's group, while a rotation runs */
     bool has_secret, has_old, serve; /* serve: records are served (authenticated or trusted) */
     uint8_t secret[KPC_REMOTE_KEY_BYTES], old_secret[KPC_REMOTE_KEY_BYTES];
@@ -79,6 +82,11 @@ redisContext *kpc_remote_connect(kpc_remote *r, const char **why);
  * than the command timeout for a blocking command (0 for others). */
 redisReply *kpc_remote_command(kpc_remote *r, redisContext *c, int argc, const char **argv, const size_t *lens,
                                unsigned wait_ms, const char **why);
+/* One command whose reply is a string or nil (GET, GETEX): 1 and the string in *out
+ * (malloc'd, *len bytes; read straight into it: remote_conn.c), 0 for nil, -1 and *why on
+ * a transport error, an error reply or a string over max bytes. */
+int kpc_remote_get_value(kpc_remote *r, redisContext *c, int argc, const char **argv, const size_t *lens,
+                         size_t max, char **out, size_t *len, const char **why);
 /* EVAL script with keys and args (strings; lens NULL: strlen). */
 redisReply *kpc_remote_eval(kpc_remote *r, redisContext *c, const char *script, int nkeys,
                             const char *const *keys, int nargs, const char *const *args, const size_t *arg_lens,
@@ -88,10 +96,8 @@ redisReply *kpc_remote_eval(kpc_remote *r, redisContext *c, const char *script, 
 /* Load KPC_REMOTE_SECRET_FILE ("NEW" or "NEW:OLD", each a file of any length of
  * secret); set the key prefixes of the group. */
 kpc_status kpc_remote_auth_load(kpc_remote *r, const char *files);
-void kpc_remote_mac(const uint8_t key[KPC_REMOTE_KEY_BYTES], const char *name, const void *bytes, size_t size,
-                    uint8_t tag[KPC_REMOTE_TAG_BYTES]);
-/* The value as stored under name: bytes with the MAC appended (malloc'd) when there is a
- * secret, else bytes themselves; NULL when out of memory. */
+/* The value as stored under name: bytes with a nonce and their tag appended (malloc'd)
+ * when there is a secret, else bytes themselves; NULL when out of memory. */
 void *kpc_remote_seal(kpc_remote *r, const char *name, const void *bytes, size_t size, size_t *out_size);
 /* The bytes of a value read from name under prefix (the current or the old group): NULL
  * and *why when it does not authenticate (a group with a secret). */
