@@ -15,6 +15,7 @@
  * outcome a later step must find cached; elsewhere they do not wait.
  */
 #define _GNU_SOURCE
+#include "base/fault.h" /* the count of opens a hit makes */
 #include "manifest_support.h"
 #include "support.h"
 
@@ -34,6 +35,7 @@ typedef struct outcome {
     int status[2];
     uint64_t digest[2]; /* XXH3-64 of the code object; 0 on failure */
     uint64_t builds, disk_hits, mem_hits;
+    unsigned long opens; /* files and directories opened for reading by the first request */
     char log[1024];
 } outcome;
 
@@ -72,7 +74,9 @@ static int child(int i, void *arg)
     kpc_context *ctx = ts_context(c);
     outcome *o = j->out;
     memset(o, 0, sizeof *o);
+    unsigned long opens = kpc__sys_calls_of(KPC_SYS_OPENR);
     o->digest[0] = get_digest(ctx, &j->src, &o->status[0], o->log, sizeof o->log);
+    o->opens = kpc__sys_calls_of(KPC_SYS_OPENR) - opens;
     if (j->between) {
         j->between();
         o->digest[1] = get_digest(ctx, &j->src, &o->status[1], o->log, sizeof o->log);
@@ -147,6 +151,10 @@ START_TEST(four_steps)
     outcome d = run(&j);
     ck_assert_uint_eq(d.builds, 0);
     ck_assert_uint_eq(d.digest[0], b.digest[0]);
+    /* that hit opened the manifest, the headers' directory, the header (hashed: written
+     * within the last second) and the object, nothing more: no probe of a record under
+     * the request key first (its option -I says a manifest is expected) */
+    ck_assert_uint_eq(d.opens, 4);
 
     /* 4. the same request from a directory without ./headers: the compiler's error */
     mf_put("w2/empty", "");

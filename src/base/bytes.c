@@ -1,71 +1,14 @@
 /*
  * bytes.c - the bounds-checked little-endian reader and writer (bytes.h). Every check of
- * a length against what is left lives here, once, written so that it cannot overflow
- * (len > size - off, never off + len > size).
+ * a length against what is left lives in kpc__get_bytes (inline in bytes.h: the reads of
+ * a format's fields are the per-file work of a manifest hit) and in the writer's reserve
+ * here, written so that it cannot overflow (len > size - off, never off + len > size).
  */
 #define _GNU_SOURCE /* strnlen */
 #include "base/bytes.h"
 
 #include <stdlib.h>
 #include <string.h>
-
-void kpc__reader_init(kpc__reader *r, const void *buf, size_t size)
-{
-    r->p = buf;
-    r->size = buf ? size : 0;
-    r->off = 0;
-    r->bad = false;
-}
-
-const uint8_t *kpc__get_bytes(kpc__reader *r, size_t len)
-{
-    if (r->bad || len > r->size - r->off) {
-        r->bad = true;
-        return NULL;
-    }
-    const uint8_t *p = r->p + r->off;
-    r->off += len;
-    return p;
-}
-
-static uint64_t get_le(kpc__reader *r, int bytes)
-{
-    const uint8_t *b = kpc__get_bytes(r, (size_t)bytes);
-    uint64_t v = 0;
-    for (int i = bytes - 1; b && i >= 0; i--)
-        v = v << 8 | b[i];
-    return v;
-}
-
-uint8_t kpc__get_u8(kpc__reader *r) { return (uint8_t)get_le(r, 1); }
-uint16_t kpc__get_u16(kpc__reader *r) { return (uint16_t)get_le(r, 2); }
-uint32_t kpc__get_u32(kpc__reader *r) { return (uint32_t)get_le(r, 4); }
-uint64_t kpc__get_u64(kpc__reader *r) { return get_le(r, 8); }
-
-void kpc__get_copy(kpc__reader *r, void *dst, size_t len)
-{
-    const uint8_t *b = kpc__get_bytes(r, len);
-    if (b)
-        memcpy(dst, b, len);
-    else if (len)
-        memset(dst, 0, len);
-}
-
-void kpc__get_skip(kpc__reader *r, size_t len) { (void)kpc__get_bytes(r, len); }
-
-const char *kpc__get_lstr(kpc__reader *r, int len_bytes, size_t max, size_t *len)
-{
-    uint64_t n = get_le(r, len_bytes);
-    *len = 0;
-    if (n > max) {
-        r->bad = true;
-        return NULL;
-    }
-    const char *s = (const char *)kpc__get_bytes(r, (size_t)n);
-    if (s)
-        *len = (size_t)n;
-    return s;
-}
 
 char *kpc__get_lstr_dup(kpc__reader *r, int len_bytes, size_t max, size_t *len)
 {
@@ -94,9 +37,6 @@ void kpc__get_fixed_str(kpc__reader *r, char *dst, size_t width)
     }
 }
 
-void kpc__reader_fail(kpc__reader *r) { r->bad = true; }
-size_t kpc__reader_left(const kpc__reader *r) { return r->bad ? 0 : r->size - r->off; }
-bool kpc__reader_done(const kpc__reader *r) { return !r->bad && r->off == r->size; }
 
 void kpc__writer_fixed(kpc__writer *w, void *buf, size_t cap)
 {

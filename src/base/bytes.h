@@ -21,6 +21,7 @@
 #include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
+#include <string.h>
 
 typedef struct kpc__reader {
     const uint8_t *p;
@@ -28,30 +29,89 @@ typedef struct kpc__reader {
     bool bad; /* sticky: a read went past the end or a value was refused */
 } kpc__reader;
 
-void kpc__reader_init(kpc__reader *r, const void *buf, size_t size);
-uint8_t kpc__get_u8(kpc__reader *r);
-uint16_t kpc__get_u16(kpc__reader *r);
-uint32_t kpc__get_u32(kpc__reader *r);
-uint64_t kpc__get_u64(kpc__reader *r);
+/* The reader's primitives are inline: a manifest hit reads a dozen fields per file it
+ * checks, and as calls (each a loop over the bytes, the cursor stored between them) they
+ * cost as much as the file's stat on a slow core. */
+static inline void kpc__reader_init(kpc__reader *r, const void *buf, size_t size)
+{
+    r->p = buf;
+    r->size = buf ? size : 0;
+    r->off = 0;
+    r->bad = false;
+}
+
 /* len bytes in place (a pointer into the buffer), or NULL (and bad) if fewer are left. */
-const uint8_t *kpc__get_bytes(kpc__reader *r, size_t len);
+static inline const uint8_t *kpc__get_bytes(kpc__reader *r, size_t len)
+{
+    if (r->bad || len > r->size - r->off) {
+        r->bad = true;
+        return NULL;
+    }
+    const uint8_t *p = r->p + r->off;
+    r->off += len;
+    return p;
+}
+
+/* A little-endian unsigned of n bytes (1, 2, 4 or 8); 0 when they are not there. */
+static inline uint64_t kpc__get_le(kpc__reader *r, int n)
+{
+    const uint8_t *b = kpc__get_bytes(r, (size_t)n);
+    uint64_t v = 0;
+    if (b == NULL)
+        return 0;
+#if defined(__BYTE_ORDER__) && __BYTE_ORDER__ == __ORDER_LITTLE_ENDIAN__
+    memcpy(&v, b, (size_t)n);
+#else
+    for (int i = n - 1; i >= 0; i--)
+        v = v << 8 | b[i];
+#endif
+    return v;
+}
+
+static inline uint8_t kpc__get_u8(kpc__reader *r) { return (uint8_t)kpc__get_le(r, 1); }
+static inline uint16_t kpc__get_u16(kpc__reader *r) { return (uint16_t)kpc__get_le(r, 2); }
+static inline uint32_t kpc__get_u32(kpc__reader *r) { return (uint32_t)kpc__get_le(r, 4); }
+static inline uint64_t kpc__get_u64(kpc__reader *r) { return kpc__get_le(r, 8); }
+
 /* len bytes copied to dst; dst is zeroed when they are not there. */
-void kpc__get_copy(kpc__reader *r, void *dst, size_t len);
-void kpc__get_skip(kpc__reader *r, size_t len);
+static inline void kpc__get_copy(kpc__reader *r, void *dst, size_t len)
+{
+    const uint8_t *b = kpc__get_bytes(r, len);
+    if (b)
+        memcpy(dst, b, len);
+    else if (len)
+        memset(dst, 0, len);
+}
+
+static inline void kpc__get_skip(kpc__reader *r, size_t len) { (void)kpc__get_bytes(r, len); }
+
 /* A string with a little-endian length of len_bytes (1, 2, 4 or 8) before it, in place
  * (not NUL-terminated): its bytes, and its length in *len. A length over max, or over
  * what is left, is bad. An empty string yields a non-NULL pointer. */
-const char *kpc__get_lstr(kpc__reader *r, int len_bytes, size_t max, size_t *len);
+static inline const char *kpc__get_lstr(kpc__reader *r, int len_bytes, size_t max, size_t *len)
+{
+    uint64_t n = kpc__get_le(r, len_bytes);
+    *len = 0;
+    if (n > max) {
+        r->bad = true;
+        return NULL;
+    }
+    const char *s = (const char *)kpc__get_bytes(r, (size_t)n);
+    if (s)
+        *len = (size_t)n;
+    return s;
+}
+
 /* The same, malloc'd and NUL-terminated (NULL, and bad, also when malloc fails). */
 char *kpc__get_lstr_dup(kpc__reader *r, int len_bytes, size_t max, size_t *len);
 /* A fixed-width string field of width bytes: must end in a NUL inside the field (bad if
  * not); copied whole to dst (width bytes). */
 void kpc__get_fixed_str(kpc__reader *r, char *dst, size_t width);
 /* A codec's own check failed (a bad magic, a value out of range): mark it bad. */
-void kpc__reader_fail(kpc__reader *r);
-size_t kpc__reader_left(const kpc__reader *r);
+static inline void kpc__reader_fail(kpc__reader *r) { r->bad = true; }
+static inline size_t kpc__reader_left(const kpc__reader *r) { return r->bad ? 0 : r->size - r->off; }
 /* Nothing went wrong and every byte was read (trailing bytes are refused). */
-bool kpc__reader_done(const kpc__reader *r);
+static inline bool kpc__reader_done(const kpc__reader *r) { return !r->bad && r->off == r->size; }
 
 typedef struct kpc__writer {
     uint8_t *p;

@@ -407,3 +407,15 @@ bool kpc_manifest_needs_cwd(const kpc_source *src, const kpc_option_table *optio
     }
     return source_dir && (src->name == NULL || src->name[0] != '/') && mentions_include(src);
 }
+
+bool kpc_manifest_expected(const kpc_source *src, const kpc_option_table *options)
+{
+    for (size_t i = 0; i < src->num_options; i++) {
+        kpc_option o;
+        kpc_option_classify_path(options, src->options, src->num_options, i, &o);
+        if (o.cls == KPC_OPTION_SEARCH_DIR || o.cls == KPC_OPTION_READ_FILE)
+            return true;
+        i += o.used - 1;
+    }
+    return false;
+}

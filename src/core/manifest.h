@@ -144,4 +144,14 @@ kpc_status kpc_manifest_add(kpc_manifest *m, const kpc_key *object, uint32_t out
  */
 bool kpc_manifest_needs_cwd(const kpc_source *src, const kpc_option_table *options);
 
+/*
+ * Whether the request's outcome is likely behind a manifest: an option names a directory
+ * to search or a file to read. Such a request's hit looks for its manifest first and for
+ * a record under the request key only when no entry matches, which saves a new process
+ * the failed open of that record on every manifest hit. Either order finds a valid
+ * outcome (a manifest entry only when its files match); the other requests keep the
+ * record first, so a request that reads no file pays nothing for manifests.
+ */
+bool kpc_manifest_expected(const kpc_source *src, const kpc_option_table *options);
+
 #endif /* KPC_CORE_MANIFEST_H */

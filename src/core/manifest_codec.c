@@ -9,6 +9,7 @@
  * headers, the two holes version 2 closes; the next build of the request rewrites it,
  * one compile per request once.
  */
+#define _GNU_SOURCE /* memrchr */
 #include "core/manifest.h"
 
 #include "base/bytes.h"
@@ -103,10 +104,11 @@ static kpc_status decode_deps(kpc__reader *r, uint32_t nf, kpc_deps **out)
         memcpy(s, path, len);
         s[len] = '\0';
         f->path = s;
+        /* its directory: the scan proved path[0] is a '/' */
+        f->dir_len = (uint32_t)((const char *)memrchr(s, '/', len) - s);
         s += len + 1;
         read_file(r, f);
     }
-    kpc_manifest_deps_finish(d);
     *out = d;
     return KPC_OK;
 }

@@ -467,11 +467,18 @@ static kpc_status obtain(kpc_context *ctx, const kpc_key *key, const kpc_source 
          * request only then), and that one is read */
         if (tiers->n && (!skip_disk || verdict == KPC_INDEX_READY)) {
             kpc_record rec;
-            if (kpc_tier_read(tiers, key, ctx->target, KPC_RECORD_CODE, &rec) == KPC_OK)
-                return take_record(ctx, key, &claim, &rec, NULL, NULL, out, from_disk);
-            /* behind a manifest: the outcome of the entry whose files match now */
             kpc_deps *deps = NULL;
-            if (read_via_manifest(ctx, key, &rec, &deps) == KPC_OK) {
+            /* behind a manifest: the outcome of the entry whose files match now; looked
+             * for first where one is expected (core/manifest.h) */
+            bool manifest_first = kpc_manifest_expected(src, ctx->key_prefix.options);
+            kpc_status via = manifest_first ? read_via_manifest(ctx, key, &rec, &deps) : KPC_E_NOT_FOUND;
+            if (via != KPC_OK) {
+                if (kpc_tier_read(tiers, key, ctx->target, KPC_RECORD_CODE, &rec) == KPC_OK)
+                    return take_record(ctx, key, &claim, &rec, NULL, NULL, out, from_disk);
+                if (!manifest_first)
+                    via = read_via_manifest(ctx, key, &rec, &deps);
+            }
+            if (via == KPC_OK) {
                 if (rec.kind == KPC_RECORD_CODE)
                     return take_record(ctx, key, &claim, &rec, deps, NULL, out, from_disk);
                 *log = log_text(&rec); /* a compile error these very files gave */
