@@ -233,8 +233,8 @@ pass_nvidia() {
 }
 
 pass_comgr() {
-  if [ ! -f /usr/include/amd_comgr.h ] && [ ! -f /opt/rocm/include/amd_comgr.h ] &&
-     [ ! -f /opt/rocm/include/amd_comgr/amd_comgr.h ]; then
+  if [ ! -f /usr/include/amd_comgr.h ] && [ ! -f /usr/include/amd_comgr/amd_comgr.h ] &&
+     [ ! -f /opt/rocm/include/amd_comgr.h ] && [ ! -f /opt/rocm/include/amd_comgr/amd_comgr.h ]; then
     skip_pass "no comgr header (libamd-comgr-dev)"; return 0
   fi
   echo "== build-comgr/: the comgr platform (HIP through comgr alone, no hipRTC)"

@@ -1,25 +1,19 @@
 /*
  * comgr.c - the comgr platform: HIP source compiled straight through AMD's Code Object
  * Manager (libamd_comgr, dlopen'ed, never linked), with neither hipRTC nor the HIP
- * runtime. For build hosts and tools (kpc compile, kpc pack create) that have comgr and
- * its device libraries but no HIP runtime; it also spares libamdhip64's load. It makes
- * code objects only: a program loads them with hipModuleLoadData, so the device calls
- * answer KPC_E_NO_DEVICE.
+ * runtime: for build hosts and tools (kpc compile, kpc pack create). It makes code
+ * objects only (a program loads them with hipModuleLoadData): the device calls answer
+ * KPC_E_NO_DEVICE.
  *
- * The steps are hipRTC's own over comgr: source to bitcode, the device libraries added
- * and linked in, code generation, then the link to an executable. hipRTC's in-memory
- * runtime header lives in libhiprtc; here clang's HIP wrapper and <hip/hip_runtime.h>
- * (in its RTC mode, __HIPCC_RTC__) are included from disk instead: the system's HIP
- * headers are hashed into the identity (so they are no dependency of any compile), and
- * objects are not hipRTC's (the name "comgr" enters the key).
- *
- * Traps of comgr 2.4 (ROCm 5.2) handled here: a target it does not know crashes it
- * (platform/amd_comgr.c validates every target first); its logs are not
- * NUL-terminated; it is not safe to call from several threads (8 threads compiling at
- * once gave objects other than the serial ones, which are stable; later comgr versions
- * lock inside), so compiles are serialized and parallel_compiles stays false. Name
- * expressions are hipRTC's way: each is instantiated by a constant of the source, then
- * found among the executable's symbols by its demangled name.
+ * The steps are hipRTC's own over comgr: source to bitcode with the device libraries,
+ * code generation, the link to an executable. clang's HIP wrapper and <hip/hip_runtime.h>
+ * (RTC mode, __HIPCC_RTC__) come from disk, not from libhiprtc: the system's HIP headers
+ * are hashed into the identity, and the objects are not hipRTC's ("comgr" is in the key).
+ * Traps of comgr 2.4 (ROCm 5.2): a target it does not know crashes it (amd_comgr.c
+ * checks every target first); its logs are not NUL-terminated; it is not thread-safe (8
+ * threads at once gave objects other than the serial ones), so compiles are serialized.
+ * Name expressions are hipRTC's way: each is instantiated by a constant of the source,
+ * then found among the executable's symbols by its demangled name.
  */
 #define _GNU_SOURCE
 #include "platform/amd_comgr.h"
@@ -107,7 +101,6 @@ static kpc_status load_symbols(void)
 }
 
 static void load(void) { cg.status = load_symbols(); }
-
 static kpc_status need_comgr(void) { return pthread_once(&cg_once, load), cg.status; }
 
 /* ---- the options: hipRTC 5.2's, with its in-memory runtime header taken from disk --- */
@@ -458,10 +451,18 @@ static int cg_compile(void *prog, int num_options, const char **options)
     for (size_t i = 0; r == 0 && i < p->src->num_headers; i++)
         r = add_data(in, AMD_COMGR_DATA_KIND_INCLUDE, p->src->header_names[i], p->src->header_sources[i],
                      strlen(p->src->header_sources[i]));
+#if AMD_COMGR_INTERFACE_VERSION_MAJOR >= 3 /* comgr 3 (ROCm 6): the compile links the device libraries */
+    if (r == 0)
+        r = act(p, AMD_COMGR_ACTION_COMPILE_SOURCE_WITH_DEVICE_LIBS_TO_BC, info, opts, n, in, &libs);
+#else
     if (r == 0)
         r = act(p, AMD_COMGR_ACTION_COMPILE_SOURCE_TO_BC, info, opts, n, in, &bc);
+#pragma GCC diagnostic push /* deprecated by comgr 2.6; 2.4 has no other way to pick wave64's libraries */
+#pragma GCC diagnostic ignored "-Wdeprecated-declarations"
     if (r == 0)
         r = act(p, AMD_COMGR_ACTION_ADD_DEVICE_LIBRARIES, info, library_options, 1 - wave32, bc, &libs);
+#pragma GCC diagnostic pop
+#endif
     if (r == 0)
         r = act(p, AMD_COMGR_ACTION_LINK_BC_TO_BC, info, NULL, 0, libs, &linked);
     if (r == 0)
