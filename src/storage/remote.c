@@ -369,11 +369,14 @@ static enum kpc_remote_verdict begin_key(kpc_remote *r, const kpc_key *key, cons
         }
         verdict = g == GOT_RECORD ? KPC_REMOTE_HIT : 0;
     }
-    kpc_remote_name(r, false, key, "co", b.co, sizeof b.co);
-    kpc_remote_name(r, false, key, "log", b.log, sizeof b.log);
-    kpc_remote_name(r, false, key, "lease", b.lname, sizeof b.lname);
-    kpc__hex(key->bytes, sizeof key->bytes, b.hex);
-    kpc_remote_lease_value(r, b.lname, b.value, sizeof b.value);
+    /* the claim's names and lease value (a random token and a MAC) only once a hit missed */
+    if (verdict == 0) {
+        kpc_remote_name(r, false, key, "co", b.co, sizeof b.co);
+        kpc_remote_name(r, false, key, "log", b.log, sizeof b.log);
+        kpc_remote_name(r, false, key, "lease", b.lname, sizeof b.lname);
+        kpc__hex(key->bytes, sizeof key->bytes, b.hex);
+        kpc_remote_lease_value(r, b.lname, b.value, sizeof b.value);
+    }
     char claim[16];
     snprintf(claim, sizeof claim, "%u", claim_ms(r));
     const char *keys[3] = {b.co, b.log, b.lname};
