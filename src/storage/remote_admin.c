@@ -29,7 +29,7 @@ static kpc_status scan(kpc_remote *r, const char *pattern_suffix, key_fn fn, voi
     do {
         const char *argv[6] = {"SCAN", cursor, "MATCH", pattern, "COUNT", "1000"};
         size_t lens[6] = {4, strlen(cursor), 5, strlen(pattern), 5, 4};
-        redisReply *rep = kpc_remote_command(r, c, 6, argv, lens, 0, &why);
+        redisReply *rep = kpc_remote_command(r, c, 6, argv, lens, &why);
         if (rep == NULL || rep->type != REDIS_REPLY_ARRAY || rep->elements != 2 ||
             rep->element[0]->type != REDIS_REPLY_STRING || rep->element[1]->type != REDIS_REPLY_ARRAY) {
             KPC_LOG(KPC_LOG_ERROR, "remote tier %s: SCAN: %s", r->shown, why ? why : "unexpected reply");
@@ -56,7 +56,7 @@ static long long int_of(kpc_remote *r, redisContext *c, int argc, const char **a
     for (int i = 0; i < argc; i++)
         lens[i] = strlen(argv[i]);
     const char *why = NULL;
-    redisReply *rep = kpc_remote_command(r, c, argc, argv, lens, 0, &why);
+    redisReply *rep = kpc_remote_command(r, c, argc, argv, lens, &why);
     long long v = rep && rep->type == REDIS_REPLY_INTEGER ? rep->integer : -1;
     if (rep)
         freeReplyObject(rep);
@@ -157,7 +157,7 @@ kpc_status kpc_remote_server_info(kpc_remote *r, kpc_remote_server *out)
     }
     const char *argv[1] = {"INFO"};
     size_t lens[1] = {4};
-    redisReply *rep = kpc_remote_command(r, c, 1, argv, lens, 0, &why);
+    redisReply *rep = kpc_remote_command(r, c, 1, argv, lens, &why);
     if (rep && rep->type == REDIS_REPLY_STRING) {
         out->used_memory = info_u64(rep->str, "\nused_memory:");
         out->maxmemory = info_u64(rep->str, "\nmaxmemory:");

@@ -121,13 +121,12 @@ static const char *explain(const char *err)
 }
 
 /* A command's reply (NULL: none came; saved: the errno of the call), said plainly. */
-static redisReply *said(kpc_remote *r, redisContext *c, redisReply *rep, int saved, unsigned wait_ms,
-                        const char **why)
+static redisReply *said(kpc_remote *r, redisContext *c, redisReply *rep, int saved, const char **why)
 {
     if (rep == NULL) {
         static _Thread_local char err[160];
         if (c->err == REDIS_ERR_IO && (saved == EAGAIN || saved == EWOULDBLOCK))
-            snprintf(err, sizeof err, "no reply within %u ms (KPC_REMOTE_TIMEOUT_MS)", wait_ms + r->timeout_ms);
+            snprintf(err, sizeof err, "no reply within %u ms (KPC_REMOTE_TIMEOUT_MS)", r->timeout_ms);
         else
             snprintf(err, sizeof err, "%s", c->errstr[0] ? c->errstr : "no reply");
         *why = err;
@@ -144,18 +143,14 @@ static redisReply *said(kpc_remote *r, redisContext *c, redisReply *rep, int sav
 }
 
 redisReply *kpc_remote_command(kpc_remote *r, redisContext *c, int argc, const char **argv, const size_t *lens,
-                               unsigned wait_ms, const char **why)
+                               const char **why)
 {
-    if (wait_ms)
-        redisSetTimeout(c, tv_ms(wait_ms + r->timeout_ms));
     pipe_guard g;
     pipe_block(&g);
     redisReply *rep = redisCommandArgv(c, argc, argv, lens);
     int saved = errno;
     pipe_restore(&g);
-    if (wait_ms && rep)
-        redisSetTimeout(c, tv_ms(r->timeout_ms));
-    return said(r, c, rep, saved, wait_ms, why);
+    return said(r, c, rep, saved, why);
 }
 
 /* ---- a bulk string read straight into its own buffer ---------------------------------------- */
@@ -227,7 +222,7 @@ int kpc_remote_get_value(kpc_remote *r, redisContext *c, int argc, const char **
     int saved = errno;
     pipe_restore(&g);
     if (!ok) {
-        said(r, c, NULL, saved, 0, why);
+        said(r, c, NULL, saved, why);
         return -1;
     }
     char head[BULK_HEAD];
@@ -285,7 +280,7 @@ int kpc_remote_get_value(kpc_remote *r, redisContext *c, int argc, const char **
     int rc = redisGetReply(c, &reply);
     saved = errno;
     pipe_restore(&g);
-    redisReply *rep = said(r, c, rc == REDIS_OK ? reply : NULL, saved, 0, why);
+    redisReply *rep = said(r, c, rc == REDIS_OK ? reply : NULL, saved, why);
     if (rep == NULL)
         return -1;
     int got = 0;
@@ -318,7 +313,7 @@ redisReply *kpc_remote_eval(kpc_remote *r, redisContext *c, const char *script, 
         argv[n] = keys[i], lens[n++] = strlen(keys[i]);
     for (int i = 0; i < nargs; i++)
         argv[n] = args[i], lens[n++] = arg_lens ? arg_lens[i] : strlen(args[i]);
-    return kpc_remote_command(r, c, n, argv, lens, 0, why);
+    return kpc_remote_command(r, c, n, argv, lens, why);
 }
 
 /* AUTH and SELECT on a new connection. */
@@ -329,7 +324,7 @@ static bool introduce(kpc_remote *r, redisContext *c, const char **why)
         bool user = r->url.user[0] != '\0';
         const char *av[3] = {"AUTH", user ? r->url.user : r->url.password, r->url.password};
         size_t lv[3] = {4, strlen(av[1]), strlen(av[2])};
-        if ((rep = kpc_remote_command(r, c, user ? 3 : 2, av, lv, 0, why)) == NULL)
+        if ((rep = kpc_remote_command(r, c, user ? 3 : 2, av, lv, why)) == NULL)
             return false;
         freeReplyObject(rep);
     }
@@ -338,7 +333,7 @@ static bool introduce(kpc_remote *r, redisContext *c, const char **why)
         snprintf(db, sizeof db, "%d", r->url.db);
         const char *av[2] = {"SELECT", db};
         size_t lv[2] = {6, strlen(db)};
-        if ((rep = kpc_remote_command(r, c, 2, av, lv, 0, why)) == NULL)
+        if ((rep = kpc_remote_command(r, c, 2, av, lv, why)) == NULL)
             return false;
         freeReplyObject(rep);
     }

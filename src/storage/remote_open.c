@@ -70,7 +70,7 @@ kpc_status kpc_remote_cluster_counters(kpc_remote *r, kpc_remote_counters *c)
     stats_name(r, name, sizeof name);
     const char *argv[2] = {"HGETALL", name};
     size_t lens[2] = {7, strlen(name)};
-    redisReply *rep = rc ? kpc_remote_command(r, rc, 2, argv, lens, 0, &why) : NULL;
+    redisReply *rep = rc ? kpc_remote_command(r, rc, 2, argv, lens, &why) : NULL;
     if (rep == NULL || rep->type != REDIS_REPLY_ARRAY) {
         if (rep)
             freeReplyObject(rep);
@@ -112,7 +112,7 @@ static void flush_counters(kpc_remote *r)
         snprintf(num, sizeof num, "%llu", (unsigned long long)v[i]);
         const char *argv[4] = {"HINCRBY", name, counter_names[i], num};
         size_t lens[4] = {7, strlen(name), strlen(counter_names[i]), strlen(num)};
-        redisReply *rep = kpc_remote_command(r, cn->c, 4, argv, lens, 0, &why);
+        redisReply *rep = kpc_remote_command(r, cn->c, 4, argv, lens, &why);
         broken = rep == NULL;
         if (rep)
             freeReplyObject(rep);

@@ -78,10 +78,10 @@ void kpc_remote_conn_put(kpc_remote *r, struct kpc_remote_conn *cn, bool broken)
 /* A new connection outside the pool (NULL and *why on failure). */
 redisContext *kpc_remote_connect(kpc_remote *r, const char **why);
 /* One command; NULL and *why on a transport error or an error reply (said plainly:
- * a cluster redirect, a replica, a refused password). A socket timeout of wait_ms more
- * than the command timeout for a blocking command (0 for others). */
+ * a cluster redirect, a replica, a refused password). No command blocks on the server:
+ * the socket's timeout (KPC_REMOTE_TIMEOUT_MS) is every reply's deadline. */
 redisReply *kpc_remote_command(kpc_remote *r, redisContext *c, int argc, const char **argv, const size_t *lens,
-                               unsigned wait_ms, const char **why);
+                               const char **why);
 /* One command whose reply is a string or nil (GET, GETEX): 1 and the string in *out
  * (malloc'd, *len bytes; read straight into it: remote_conn.c), 0 for nil, -1 and *why on
  * a transport error, an error reply or a string over max bytes. */
