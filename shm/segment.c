@@ -49,7 +49,7 @@ static uint64_t layout_format(void)
 
 void kpc_index_segment_name(const char *cache_root, char *out, size_t cap)
 {
-    char base[96];
+    char base[40]; /* "/kpc-<uid>-<16 hex>": 32 bytes at most */
     kpc_root_segment_name(cache_root, base, sizeof base);
     snprintf(out, cap, "%s-L%016llx", base, (unsigned long long)layout_format());
 }
