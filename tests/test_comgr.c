@@ -6,7 +6,8 @@
  * covers comgr and the system's HIP headers; a fresh cache handle's get is a hit with the
  * same bytes; a header read from disk is a dependency (changed, it rebuilds); a compile
  * error keeps the log; an unknown target is refused before comgr sees it; there is no
- * device runtime; `kpc compile` builds and then hits.
+ * device runtime; `kpc compile` builds and then hits; a comgr of another major than the
+ * header's is refused.
  */
 #define _GNU_SOURCE
 #include "manifest_support.h"
@@ -14,11 +15,13 @@
 #include "platform/amd_deps.h"
 #include "platform/identity.h"
 
+#include <amd_comgr.h>
 #include <elf.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-
+#include <sys/stat.h>
+#include <unistd.h>
 
 static const char *const kernels =
     "extern \"C\" __global__ void kpc_comgr_scale(float *x, float a)\n"
@@ -284,6 +287,37 @@ START_TEST(kpc_compile_builds_then_hits)
 }
 END_TEST
 
+/* comgr's action kinds are numbered differently in each major: a comgr that answers to the
+ * header's soname but is another major must be refused before any action runs on it */
+START_TEST(another_major_of_comgr_is_refused)
+{
+    const char *tool = getenv("KPC_TOOL");
+    ck_assert_msg(tool != NULL, "KPC_TOOL is not set (run through ctest)");
+    char libs[4200], link[4300], file[4200], out[4200], env_lib[4300];
+    snprintf(libs, sizeof libs, "%s/libs", mf_work);
+    snprintf(link, sizeof link, "%s/libamd_comgr.so.%d", libs, AMD_COMGR_INTERFACE_VERSION_MAJOR);
+    snprintf(file, sizeof file, "%s/scale.hip", mf_work);
+    snprintf(out, sizeof out, "%s/scale.co", mf_work);
+    snprintf(env_lib, sizeof env_lib, "LD_LIBRARY_PATH=%s", libs);
+    ck_assert_int_eq(kpc__mkdir_p(libs, 0700), 0);
+    ck_assert_int_eq(symlink(KPC_FAKE_COMGR, link), 0);
+    ts_write_file(file, kernels, strlen(kernels));
+    const char *argv[] = {tool, "compile", "--cache-dir", mf_dir, "-t", "gfx90a", "-o", out, file, NULL};
+    const char *env[] = {env_lib, NULL};
+    char *sout = NULL, *serr = NULL;
+    int rc = ts_exec(argv, env, &sout, &serr);
+    ck_assert_msg(rc != 0, "the tool compiled with a comgr of another major: %s", sout);
+    char want[64];
+    snprintf(want, sizeof want, "version %d.0", AMD_COMGR_INTERFACE_VERSION_MAJOR + 1);
+    ck_assert_msg(strstr(serr, want) && strstr(serr, "rebuild kpc against this comgr"), "err: %s", serr);
+    ck_assert_int_ne(access(out, F_OK), 0);
+    free(sout);
+    free(serr);
+    unlink(link);
+    rmdir(libs);
+}
+END_TEST
+
 int main(void)
 {
     Suite *s = suite_create("comgr");
@@ -299,6 +333,7 @@ int main(void)
     tcase_add_test(tc, unknown_target_is_invalid);
     tcase_add_test(tc, no_device_runtime);
     tcase_add_test(tc, kpc_compile_builds_then_hits);
+    tcase_add_test(tc, another_major_of_comgr_is_refused);
     suite_add_tcase(s, tc);
     return ts_run_suite(s);
 }

@@ -38,9 +38,18 @@ static struct {
 
 static pthread_once_t comgr_once = PTHREAD_ONCE_INIT;
 
+#define SONAME_OF(major) "libamd_comgr.so." #major
+#define SONAME(major) SONAME_OF(major)
+#ifdef KPC_PLATFORM_COMGR
+/* The comgr platform calls comgr's actions, and their numbers differ between majors: only
+ * the major of the header it was built against will do (checked again once loaded). */
+static const char *const comgr_sonames[] = {SONAME(AMD_COMGR_INTERFACE_VERSION_MAJOR), "libamd_comgr.so", NULL};
+#else
 /* comgr is libamd_comgr.so.2 in ROCm 5 and 6 and libamd_comgr.so.3 in ROCm 7; the
- * unversioned development link last. */
+ * unversioned development link last. hipRTC only asks it for its ISA list, the same
+ * calls in every major. */
 static const char *const comgr_sonames[] = {"libamd_comgr.so.3", "libamd_comgr.so.2", "libamd_comgr.so", NULL};
+#endif
 
 #define LOAD(field, name)                                                                      \
     do {                                                                                       \
@@ -53,12 +62,29 @@ static const char *const comgr_sonames[] = {"libamd_comgr.so.3", "libamd_comgr.s
 
 static kpc_status load_symbols(void)
 {
+    /* a comgr already in the process first (one the HIP runtime links): the ISA list that
+     * guards the compiles is then the one they run on, and no second LLVM is loaded */
+    for (const char *const *name = comgr_sonames; *name && comgr.lib == NULL; name++)
+        comgr.lib = dlopen(*name, RTLD_NOW | RTLD_LOCAL | RTLD_NOLOAD);
     for (const char *const *name = comgr_sonames; *name && comgr.lib == NULL; name++)
         comgr.lib = dlopen(*name, RTLD_NOW | RTLD_LOCAL);
     if (comgr.lib == NULL) {
-        KPC_LOG(KPC_LOG_ERROR, "cannot load comgr (libamd_comgr.so.3 or .2): %s", dlerror());
+        KPC_LOG(KPC_LOG_ERROR, "cannot load comgr (%s): %s", comgr_sonames[0], dlerror());
         return KPC_E_UNAVAILABLE;
     }
+#ifdef KPC_PLATFORM_COMGR
+    void (*get_version)(size_t *, size_t *);
+    *(void **)&get_version = dlsym(comgr.lib, "amd_comgr_get_version");
+    size_t major = 0, minor = 0;
+    if (get_version)
+        get_version(&major, &minor);
+    if (major != AMD_COMGR_INTERFACE_VERSION_MAJOR) {
+        KPC_LOG(KPC_LOG_ERROR, "the comgr loaded is version %zu.%zu, and kpc was built against comgr "
+                "%d's header, whose action numbers differ: rebuild kpc against this comgr",
+                major, minor, AMD_COMGR_INTERFACE_VERSION_MAJOR);
+        return KPC_E_UNAVAILABLE;
+    }
+#endif
     LOAD(isa_count, "amd_comgr_get_isa_count");
     LOAD(isa_name, "amd_comgr_get_isa_name");
     LOAD(isa_metadata, "amd_comgr_get_isa_metadata");

@@ -14,8 +14,10 @@
 #include <stddef.h>
 #include <stdint.h>
 
-/* comgr's handle (for the caller's own dlsym), loaded on the first call: the newest
- * generation's soname first. KPC_E_UNAVAILABLE (logged) when none loads. */
+/* comgr's handle (for the caller's own dlsym), loaded on the first call: a comgr already
+ * in the process first, then by soname, the newest generation first; for the comgr
+ * platform only the major of the header it was built against. KPC_E_UNAVAILABLE
+ * (logged) when none loads. */
 kpc_status kpc_comgr_open(void **lib);
 
 /* Validate and normalize target (platform.h's target_normalize) for the platform named
