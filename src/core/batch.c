@@ -213,7 +213,7 @@ kpc_status kpc_program_get_many(kpc_context *ctx, const kpc_source *srcs, size_t
         if (it->status != KPC_OK)
             it->state = ITEM_DONE; /* only this request fails */
         else
-            kpc_request_key(ctx, &srcs[i], &it->key);
+            kpc_request_key(ctx, &srcs[i], NULL, &it->key);
     }
     if (mark_repeats(b.items, n) != KPC_OK) {
         free(b.items);

@@ -205,9 +205,11 @@ static void compute_slow(const uint8_t compiler_id[16], const char *platform, co
 
 /* with_cwd < 0: decide (the option scan of kpc_manifest_needs_cwd); 0: the key of the
  * request as if it did not depend on the working directory (no scan, no system call).
- * False when that key cannot be had on the fast path (the request is too large). */
+ * no_cwd, when not NULL, is that key, already computed: it is the answer wherever the
+ * scan finds that the directory does not count. False when that key cannot be had on
+ * the fast path (the request is too large). */
 static bool compute_prefixed(const kpc_key_prefix *pre, const kpc_source *src, int with_cwd_wanted,
-                             kpc_key *out)
+                             const kpc_key *no_cwd, kpc_key *out)
 {
     /* the size of what follows the prefix; a request that would not fit takes the
      * serializer (one strlen more per small field than the fast path: only there) */
@@ -219,6 +221,10 @@ static bool compute_prefixed(const kpc_key_prefix *pre, const kpc_source *src, i
     }
     uint8_t cwd[16];
     bool with_cwd = with_cwd_wanted != 0 && key_cwd(src, pre->options, cwd);
+    if (!with_cwd && no_cwd) {
+        *out = *no_cwd;
+        return true;
+    }
     size_t need = pre->len + 9 + 9 + (src->name ? strlen(src->name) : 0) + 9 + 16 + 9 + 9 +
                   (with_cwd ? 9 + sizeof cwd : 0);
     /* the options' lengths, measured once (a hit with 8 options spent a third of its
@@ -264,13 +270,19 @@ static bool compute_prefixed(const kpc_key_prefix *pre, const kpc_source *src, i
 
 kpc_status kpc_key_compute_prefixed(const kpc_key_prefix *pre, const kpc_source *src, kpc_key *out)
 {
-    compute_prefixed(pre, src, -1, out);
+    compute_prefixed(pre, src, -1, NULL, out);
     return KPC_OK;
+}
+
+void kpc_key_compute_after_no_cwd(const kpc_key_prefix *pre, const kpc_source *src, const kpc_key *no_cwd,
+                                  kpc_key *out)
+{
+    compute_prefixed(pre, src, -1, no_cwd, out);
 }
 
 bool kpc_key_compute_no_cwd(const kpc_key_prefix *pre, const kpc_source *src, kpc_key *out)
 {
-    return pre->len != SIZE_MAX && compute_prefixed(pre, src, 0, out);
+    return pre->len != SIZE_MAX && compute_prefixed(pre, src, 0, NULL, out);
 }
 
 kpc_status kpc_key_compute(const uint8_t compiler_id[16], const char *platform, const char *target,

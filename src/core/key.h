@@ -31,6 +31,11 @@ kpc_status kpc_key_compute_prefixed(const kpc_key_prefix *pre, const kpc_source 
  * path. The map's hit path uses it: a program is stored under such a key only by a
  * request that was found not to depend on it (the same options, so the same finding). */
 bool kpc_key_compute_no_cwd(const kpc_key_prefix *pre, const kpc_source *src, kpc_key *out);
+/* kpc_key_compute_prefixed for a request whose kpc_key_compute_no_cwd key is no_cwd: where
+ * the working directory does not count, that is its key, and the source is not hashed
+ * again (a miss of the map's hit path). */
+void kpc_key_compute_after_no_cwd(const kpc_key_prefix *pre, const kpc_source *src, const kpc_key *no_cwd,
+                                  kpc_key *out);
 /* The 16 bytes keys hash for a compiler identity: it with the values of pf->key_env now. */
 void kpc_key_identity(const kpc_platform *pf, const uint8_t compiler_id[16], uint8_t key_id[16]);
 

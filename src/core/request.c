@@ -93,17 +93,19 @@ static void count_hit(kpc_cache *cache)
                               memory_order_relaxed);
 }
 
-/* The hit path: KPC_OK with *out, or KPC_E_NOT_FOUND to take the whole path. */
-static kpc_status quick_hit(kpc_context *ctx, const kpc_source *src, kpc_program **out)
+/* The hit path: KPC_OK with *out, or KPC_E_NOT_FOUND to take the whole path (with
+ * *no_cwd the key it computed, if any: kpc_key_compute_no_cwd's). */
+static kpc_status quick_hit(kpc_context *ctx, const kpc_source *src, kpc_program **out, kpc_key *key,
+                            bool *no_cwd)
 {
-    kpc_key key;
-    if (!kpc_key_compute_no_cwd(&ctx->key_prefix, src, &key) || !kpc_map_hit(ctx->map, &key, out))
+    *no_cwd = kpc_key_compute_no_cwd(&ctx->key_prefix, src, key);
+    if (!*no_cwd || !kpc_map_hit(ctx->map, key, out))
         return KPC_E_NOT_FOUND;
     if ((*out)->deps == NULL || kpc_manifest_deps_match((*out)->deps)) {
         count_hit(ctx->cache);
         return KPC_OK;
     }
-    kpc_map_forget(ctx->map, &key, *out); /* a file changed: the whole path misses */
+    kpc_map_forget(ctx->map, key, *out); /* a file changed: the whole path misses */
     kpc_program_release(*out);
     *out = NULL;
     return KPC_E_NOT_FOUND;
@@ -143,10 +145,10 @@ void kpc_request_publish(kpc_context *ctx, const kpc_key *key, kpc_map_entry *en
         kpc_map_forget(ctx->map, key, prog); /* shared with the waiters, kept by no one */
 }
 
-void kpc_request_key(const kpc_context *ctx, const kpc_source *src, kpc_key *key)
+void kpc_request_key(const kpc_context *ctx, const kpc_source *src, const kpc_key *no_cwd, kpc_key *key)
 {
     if (ctx->key_prefix.len != SIZE_MAX)
-        kpc_key_compute_prefixed(&ctx->key_prefix, src, key);
+        kpc_key_compute_after_no_cwd(&ctx->key_prefix, src, no_cwd, key);
     else
         kpc_key_compute(ctx->key_id, ctx->cache->platform->name, ctx->target, src, key);
 }
@@ -162,13 +164,15 @@ kpc_status kpc_program_get(kpc_context *ctx, const kpc_source *src, kpc_program 
     kpc_status s = kpc_cache_check_process(ctx->cache, "kpc_program_get");
     if (s != KPC_OK)
         return s;
-    if ((s = check_pointers(src)) != KPC_OK || (s = quick_hit(ctx, src, out)) != KPC_E_NOT_FOUND)
+    kpc_key key, no_cwd;
+    bool have_no_cwd = false;
+    if ((s = check_pointers(src)) != KPC_OK ||
+        (s = quick_hit(ctx, src, out, &no_cwd, &have_no_cwd)) != KPC_E_NOT_FOUND)
         return s;
     s = kpc_request_check_source(src);
     if (s != KPC_OK)
         return s;
-    kpc_key key;
-    kpc_request_key(ctx, src, &key);
+    kpc_request_key(ctx, src, have_no_cwd ? &no_cwd : NULL, &key);
 
     kpc_map_entry *entry;
     s = kpc_request_acquire(ctx, &key, out, &entry);

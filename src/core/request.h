@@ -10,8 +10,9 @@
 
 /* Check a request as kpc_program_get does: KPC_OK or KPC_E_INVALID (logged). */
 kpc_status kpc_request_check_source(const kpc_source *src);
-/* The key of a checked request on ctx. */
-void kpc_request_key(const kpc_context *ctx, const kpc_source *src, kpc_key *key);
+/* The key of a checked request on ctx; no_cwd: its kpc_key_compute_no_cwd key where that
+ * was computed already (else NULL). */
+void kpc_request_key(const kpc_context *ctx, const kpc_source *src, const kpc_key *no_cwd, kpc_key *key);
 /* The context's map for key, as every request path asks it: a hit on a program whose
  * files from disk changed is dropped and misses; counted (hit, wait or miss).
  * KPC_E_NOT_FOUND: *entry is held, to be resolved and given to kpc_request_publish. */
