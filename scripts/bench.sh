@@ -11,7 +11,9 @@
 #
 #   scripts/bench.sh                    the full run (7 to 15 min on 2 cores)
 #   scripts/bench.sh --quick            fewer repeats and smaller sizes: a smoke test; it
-#                                       prints the table but leaves docs/ alone
+#                                       prints the table but leaves docs/ and
+#                                       tests/bench/results/ alone (its JSON goes to
+#                                       build-bench/bench-quick.json)
 #   scripts/bench.sh --only storm,disk  some of: hit xproc storm index disk ccache cluster manifest
 #                                       comgr (--only comgr alone writes its own section
 #                                       of docs/benchmarks.md, "comgr")
@@ -243,4 +245,6 @@ echo "bench: all done in $(($(date +%s) - start)) s; load average now $(cut -d' 
 section=local json=tests/bench/results/bench.json
 # comgr alone: a section of its own, run where comgr has a cache (sid's ROCm, scripts/matrix.sh)
 [ "$only" = comgr ] && section=comgr json=tests/bench/results/bench-comgr.json
+# a smoke test's figures are not results: they stay beside its log, out of the tracked tree
+((quick)) && json=$root/$build/bench-quick.json
 render "$KPC_BENCH_ROWS" "$(machine_text)" "$command_line" "$section" "$json"
