@@ -1,7 +1,7 @@
 /*
  * test_core_compile.c - the core library through real compiles: the
  * compile path (targets, options, headers, name expressions, lowered names, logs), the
- * key over every input, the compiler identity.
+ * key over every input (and a miss's reuse of the hit path's key), the compiler identity.
  */
 #define _GNU_SOURCE
 #include "support.h"
@@ -221,6 +221,32 @@ START_TEST(key_covers_every_input)
 }
 END_TEST
 
+/* A miss takes the key its hit path computed without the working directory only where
+ * the directory does not count: a request with a relative -I gets a key of its own. */
+START_TEST(key_after_no_cwd_only_where_the_directory_does_not_count)
+{
+    uint8_t id[16] = {1};
+    kpc_key_prefix pre;
+    kpc_key_prefix_init(&pre, id, "amd", "gfx90a");
+    const char *abs[] = {"-I/abs/headers"}, *rel[] = {"-I./headers"};
+    kpc_source s = ts_src("#include \"h.h\"\ncode", "n.hip");
+    kpc_key no_cwd, full, after, marker;
+    memset(marker.bytes, 0xa5, sizeof marker.bytes);
+    s.options = abs, s.num_options = 1;
+    ck_assert(kpc_key_compute_no_cwd(&pre, &s, &no_cwd));
+    kpc_key_compute_prefixed(&pre, &s, &full);
+    ck_assert_mem_eq(no_cwd.bytes, full.bytes, 16); /* what the reuse rests on */
+    kpc_key_compute_after_no_cwd(&pre, &s, &marker, &after);
+    ck_assert_mem_eq(after.bytes, marker.bytes, 16); /* taken, not hashed again */
+    s.options = rel;
+    ck_assert(kpc_key_compute_no_cwd(&pre, &s, &no_cwd));
+    kpc_key_compute_prefixed(&pre, &s, &full);
+    ck_assert(memcmp(no_cwd.bytes, full.bytes, 16) != 0); /* the directory counts */
+    kpc_key_compute_after_no_cwd(&pre, &s, &no_cwd, &after);
+    ck_assert_mem_eq(after.bytes, full.bytes, 16);
+}
+END_TEST
+
 #ifndef KPC_PLATFORM_NVIDIA
 START_TEST(identity_is_real)
 {
@@ -275,6 +301,7 @@ int main(void)
     const TTest *tests[] = {compiles_real_code_objects, memory_hit_returns_the_same_program,
                             options_and_headers_change_the_object, lowered_names_of_templates,
                             compile_error_gives_the_log, key_covers_every_input,
+                            key_after_no_cwd_only_where_the_directory_does_not_count,
 #ifndef KPC_PLATFORM_NVIDIA
                             identity_is_real,
 #endif
