@@ -1,7 +1,8 @@
 /*
  * test_house_tiers.c - the storage tiers' seam: a read-only tier
  * back-filled into the disk tree; a coordinating tier's begin answers and its lease
- * finished exactly once with the right outcome (fake tiers).
+ * finished exactly once with the right outcome (fake tiers); a back-fill answers for the
+ * host disk.
  */
 #define _GNU_SOURCE
 #include "support.h"
@@ -428,11 +429,48 @@ START_TEST(coordinating_tier_failures)
 }
 END_TEST
 
+/* A back-fill's status is the host disk's: the host slot's READY promises the record is on
+ * this host's disk, so a writable tier that refuses the copy (a read-only shared
+ * directory) does not turn READY into ABANDON; a disk that refuses it does. */
+static kpc_status write_ok(kpc_tier *t, const kpc_record *rec, const void *a, const void *b)
+{
+    (void)t, (void)rec, (void)a, (void)b;
+    return KPC_OK;
+}
+
+static kpc_status write_refused(kpc_tier *t, const kpc_record *rec, const void *a, const void *b)
+{
+    (void)t, (void)rec, (void)a, (void)b;
+    return KPC_E_IO;
+}
+
+START_TEST(backfill_status_is_the_host_disks)
+{
+    static const kpc_tier_ops ok_ops = {.write = write_ok}, refused_ops = {.write = write_refused},
+                              none = {0};
+    kpc_tier disk = {.ops = &ok_ops, .flags = KPC_TIER_WRITABLE | KPC_TIER_HOST_DISK},
+             shared = {.ops = &refused_ops, .flags = KPC_TIER_WRITABLE},
+             cluster = {.ops = &none, .flags = KPC_TIER_COORDINATES};
+    kpc_tiers ts = {.t = {&disk, &shared, &cluster}, .n = 3};
+    char payload[16] = "code";
+    kpc_record rec = {.kind = KPC_RECORD_CODE, .payload = payload, .code_size = sizeof payload};
+    ck_assert_int_eq(kpc_tier_backfill(&ts, &cluster, &rec), KPC_OK);
+    ck_assert_uint_eq(atomic_load(&disk.n.backfills), 1);
+    ck_assert_uint_eq(atomic_load(&shared.n.errors), 1); /* counted, not the answer */
+    disk.ops = &refused_ops;
+    shared.ops = &ok_ops;
+    ck_assert_int_eq(kpc_tier_backfill(&ts, &cluster, &rec), KPC_E_IO);
+    ck_assert_uint_eq(atomic_load(&disk.n.errors), 1);
+    ck_assert_uint_eq(atomic_load(&shared.n.backfills), 1);
+}
+END_TEST
+
 int main(void)
 {
     const TTest *tests[] = {read_only_tier_hit_is_backfilled, coordinating_tier_hit_answers_before_the_copy,
                             coordinating_tier_copy_made_by_close,
                             coordinating_tier_build_publishes_once,
-                            coordinating_tier_hit_and_failed, coordinating_tier_failures, NULL};
+                            coordinating_tier_hit_and_failed, coordinating_tier_failures,
+                            backfill_status_is_the_host_disks, NULL};
     return ts_main_case("house", "tiers", 0, setup, teardown, tests);
 }

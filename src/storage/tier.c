@@ -113,7 +113,7 @@ kpc_status kpc_tier_write(kpc_tiers *ts, const kpc_tier *upto, const kpc_record 
 
 kpc_status kpc_tier_backfill(kpc_tiers *ts, const kpc_tier *from, const kpc_record *rec)
 {
-    kpc_status result = KPC_OK;
+    kpc_status result = KPC_OK; /* the host's disk's: what a host slot's READY promises */
     for (size_t i = 0; i < ts->n && ts->t[i] != from; i++) {
         kpc_tier *t = ts->t[i];
         if (!(t->flags & KPC_TIER_WRITABLE) || t->ops->write == NULL)
@@ -126,7 +126,8 @@ kpc_status kpc_tier_backfill(kpc_tiers *ts, const kpc_tier *from, const kpc_reco
             kpc_tier_count_add(t, &t->n.backfills);
         } else {
             kpc_tier_count_add(t, &t->n.errors);
-            result = s;
+            if (t->flags & KPC_TIER_HOST_DISK)
+                result = s;
         }
     }
     return result;

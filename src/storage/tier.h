@@ -205,7 +205,9 @@ kpc_status kpc_tier_read(kpc_tiers *ts, const kpc_key *key, const char *target, 
 kpc_status kpc_tier_write(kpc_tiers *ts, const kpc_tier *upto, const kpc_record *rec,
                           const void *first, const void *second);
 /* Copy rec (as read or begun from tier `from`: payload whole) into every writable tier
- * above `from`. KPC_OK when every one stored it (or there is none); else the last failure. */
+ * above `from`. The status is the host's disk's (KPC_OK where it is not above `from`):
+ * a host slot's READY means the record is on this host's disk, whatever another tier
+ * (a read-only shared directory, say) did with it; their failures are counted. */
 kpc_status kpc_tier_backfill(kpc_tiers *ts, const kpc_tier *from, const kpc_record *rec);
 /* remove_same on every writable tier; the status of the first (the disk) decides. */
 kpc_status kpc_tier_remove_same(kpc_tiers *ts, const kpc_key *key, const char *target,
