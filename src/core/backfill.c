@@ -37,16 +37,21 @@ struct kpc_backfill_job {
     kpc_program *prog;
 };
 
+void kpc_backfill_copy(kpc_tiers *tiers, kpc_tier *from, kpc_claim *claim, kpc_record *head)
+{
+    kpc_status s = kpc_tier_backfill(tiers, from, head);
+    head->payload = NULL; /* the program's */
+    head->request = NULL;
+    head->request_size = 0;
+    if (s == KPC_OK)
+        kpc_claim_finish(claim, KPC_CLAIM_READY, head, NULL, NULL);
+    else
+        kpc_claim_finish(claim, KPC_CLAIM_ABANDON, NULL, NULL, NULL);
+}
+
 static void copy_one(kpc_backfill *bf, kpc_backfill_job *j)
 {
-    kpc_status s = kpc_tier_backfill(bf->tiers, j->from, &j->head);
-    j->head.payload = NULL; /* the program's */
-    j->head.request = NULL;
-    j->head.request_size = 0;
-    if (s == KPC_OK)
-        kpc_claim_finish(&j->claim, KPC_CLAIM_READY, &j->head, NULL, NULL);
-    else
-        kpc_claim_finish(&j->claim, KPC_CLAIM_ABANDON, NULL, NULL, NULL);
+    kpc_backfill_copy(bf->tiers, j->from, &j->claim, &j->head);
     kpc_program_release(j->prog);
     free(j);
 }

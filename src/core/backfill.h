@@ -31,12 +31,16 @@ typedef struct kpc_backfill {
 void kpc_backfill_start(kpc_backfill *bf, kpc_tiers *tiers);
 /* Hand over the copy of head (a record from tier `from`; its payload is prog's code
  * buffer: code, names, request) with the claim (moved: *claim is left holding nothing).
- * The thread copies it into every writable tier above `from`, then finishes the claim
- * READY (ABANDON when no tier stored it), then releases the reference to prog it was
- * given here. KPC_OK handed over; anything else: nothing taken, the caller copies. */
+ * The thread makes the copy (kpc_backfill_copy), then releases the reference to prog it
+ * was given here. KPC_OK handed over; anything else: nothing taken, the caller copies. */
 kpc_status kpc_backfill_defer(kpc_backfill *bf, kpc_tier *from, kpc_claim *claim, const kpc_record *head,
                               kpc_program *prog);
-/* Until every copy handed over so far is made (tests; the close). */
+/* The copy itself, on the caller's thread: head (from tier `from`) into every writable tier
+ * above it, then the claim finished READY with the record once it is on this host's disk
+ * (ABANDON when the disk could not store it). head's payload and request are the
+ * program's: they are cleared, never freed. */
+void kpc_backfill_copy(kpc_tiers *tiers, kpc_tier *from, kpc_claim *claim, kpc_record *head);
+/* Until every copy handed over so far is made (the tests'). */
 void kpc_backfill_wait(kpc_backfill *bf);
 /* Make every copy handed over, then end the thread. Not in a fork child (no thread there):
  * the caller checks. */

@@ -330,18 +330,16 @@ static kpc_status take_record(kpc_context *ctx, const kpc_key *key, kpc_claim *c
     (*out)->deps = deps;
     atomic_fetch_add_explicit(&ctx->cache->disk_hits, 1, memory_order_relaxed);
     *from_disk = true;
-    kpc_claim_outcome how = KPC_CLAIM_READY;
-    if (from) {
+    if (from) { /* from the cluster: copied to this host's tiers, then the slot finished */
         head.payload = (*out)->code; /* code, names, request: the record's payload */
-        if (kpc_backfill_defer(&ctx->cache->fill, from, claim, &head, *out) == KPC_OK)
-            return KPC_OK;
-        if (kpc_tier_backfill(&ctx->cache->tiers, from, &head) != KPC_OK)
-            how = KPC_CLAIM_ABANDON; /* READY means on this host's disk */
+        if (kpc_backfill_defer(&ctx->cache->fill, from, claim, &head, *out) != KPC_OK)
+            kpc_backfill_copy(&ctx->cache->tiers, from, claim, &head);
+        return KPC_OK;
     }
     head.payload = NULL;
     head.request = NULL; /* it pointed into the payload */
     head.request_size = 0;
-    kpc_claim_finish(claim, how, how == KPC_CLAIM_READY && !deps ? &head : NULL, NULL, NULL);
+    kpc_claim_finish(claim, KPC_CLAIM_READY, !deps ? &head : NULL, NULL, NULL);
     return KPC_OK;
 }
 
