@@ -36,6 +36,7 @@
 #include "base/util.h"
 #include "platform/depfile.h"
 #include "platform/identity.h"
+#include "platform/options.h"
 
 #include <pthread.h>
 
@@ -89,12 +90,11 @@ static bool hip_headers_of_runtime(void)
 
 static void find_hip_headers(void)
 {
-    static const char *const system_dirs[] = {"/usr/local/include", "/usr/include"};
     if (hip_headers_of_runtime())
         return;
-    for (size_t i = 0; i < sizeof system_dirs / sizeof system_dirs[0]; i++) {
+    for (size_t i = 0; i < KPC_SYSTEM_INCLUDE_DIRS; i++) {
         char header[256], real[PATH_MAX];
-        snprintf(header, sizeof header, "%s/hip/hip_runtime.h", system_dirs[i]);
+        snprintf(header, sizeof header, "%s/hip/hip_runtime.h", kpc_system_include_dirs[i]);
         if (realpath(header, real) != NULL) {
             *strrchr(real, '/') = '\0';
             snprintf(hip_headers, sizeof hip_headers, "%s/", real);

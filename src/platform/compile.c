@@ -49,10 +49,6 @@ static char *message(const kpc_compiler *c, const char *what, int r)
     return strdup(msg);
 }
 
-/* The system directories every clang searches after the request's own: a header found
- * there is shadowed by one of that name in any of the request's directories. */
-static const char *const system_dirs[] = {"/usr/local/include", "/usr/include"};
-
 /* p = dir + "/" + rest (rest without its leading slashes), or NULL. */
 static const char *under(const char *p, const char *dir)
 {
@@ -83,8 +79,8 @@ static kpc_status missed_lookups(const kpc_option_table *t, const kpc_source *sr
 {
     const char *dirs[256 + 2];
     size_t nd = kpc_options_search_dirs(t, src->options, src->num_options, dirs, 256);
-    for (size_t i = 0; i < sizeof system_dirs / sizeof system_dirs[0]; i++)
-        dirs[nd++] = system_dirs[i];
+    for (size_t i = 0; i < KPC_SYSTEM_INCLUDE_DIRS; i++)
+        dirs[nd++] = kpc_system_include_dirs[i];
     size_t cap = 0;
     for (size_t f = 0; f < b->num_deps; f++)
         for (size_t k = 1; k < nd; k++) {

@@ -20,6 +20,8 @@
 #include <string.h>
 #include <strings.h>
 
+const char *const kpc_system_include_dirs[KPC_SYSTEM_INCLUDE_DIRS] = {"/usr/local/include", "/usr/include"};
+
 enum form { EXACT, PREFIX, SEP, ANY };
 
 typedef struct row {

@@ -60,6 +60,11 @@ void kpc_option_classify_path(const kpc_option_table *t, const char *const *opts
 /* True if opt names the target under any compiler kpc knows: a request may not. */
 bool kpc_option_sets_target(const char *opt);
 
+/* The system directories every clang searches after the request's own, in order: a
+ * header found there is shadowed by one of that name in any of the request's directories. */
+#define KPC_SYSTEM_INCLUDE_DIRS 2
+extern const char *const kpc_system_include_dirs[KPC_SYSTEM_INCLUDE_DIRS];
+
 /* The directories searched for includes, in search order (quote, angle, system, after;
  * the order given within a group): up to max paths into dirs, pointing into opts. */
 size_t kpc_options_search_dirs(const kpc_option_table *t, const char *const *opts, size_t n,
