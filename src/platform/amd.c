@@ -18,7 +18,6 @@
 #include "platform/amd_deps.h"
 #include "platform/compile.h"
 #include "platform/identity.h"
-#include "base/fault.h"
 #include "base/log.h"
 
 #include <dlfcn.h>

@@ -164,7 +164,6 @@ void kpc_comgr_identity_add_hip_headers(XXH3_state_t *st, kpc_identity_files *fi
 }
 
 /* ---- targets ------------------------------------------------------------------------ */
-#define ISA_PREFIX "amdgcn-amd-amdhsa--"
 
 /* Canonical form: processor, then sramecc, then xnack, each feature once with + or -.
  * A processor is lowercase letters and digits, in words joined by single dashes: comgr's
@@ -174,8 +173,8 @@ static kpc_status canonical_target(const char *in, char *out, size_t cap)
 {
     char proc[32] = "", sramecc = 0, xnack = 0;
     const char *p = in;
-    if (strncmp(p, ISA_PREFIX, strlen(ISA_PREFIX)) == 0)
-        p += strlen(ISA_PREFIX);
+    if (strncmp(p, KPC_COMGR_ISA_PREFIX, strlen(KPC_COMGR_ISA_PREFIX)) == 0)
+        p += strlen(KPC_COMGR_ISA_PREFIX);
     size_t len = strcspn(p, ":");
     if (len == 0 || len >= sizeof proc)
         return KPC_E_INVALID;
@@ -220,8 +219,8 @@ static void log_supported(const char *target)
     for (size_t i = 0; i < n; i++) {
         const char *name = NULL;
         if (comgr.isa_name(i, &name) == 0 && name) {
-            if (strncmp(name, ISA_PREFIX, strlen(ISA_PREFIX)) == 0)
-                name += strlen(ISA_PREFIX);
+            if (strncmp(name, KPC_COMGR_ISA_PREFIX, strlen(KPC_COMGR_ISA_PREFIX)) == 0)
+                name += strlen(KPC_COMGR_ISA_PREFIX);
             size_t used = strlen(list), len = strlen(name);
             bool wrap = line + 1 + len > 80;
             snprintf(list + used, sizeof list - used, "%s%s", wrap ? "\n    " : " ", name);
@@ -253,12 +252,12 @@ kpc_status kpc_comgr_target_normalize(const kpc_root *root, const char *platform
         const char *name = NULL;
         if (comgr.isa_name(i, &name) != 0 || name == NULL)
             continue;
-        if (strncmp(name, ISA_PREFIX, strlen(ISA_PREFIX)) == 0)
-            name += strlen(ISA_PREFIX);
+        if (strncmp(name, KPC_COMGR_ISA_PREFIX, strlen(KPC_COMGR_ISA_PREFIX)) == 0)
+            name += strlen(KPC_COMGR_ISA_PREFIX);
         listed = strlen(name) == plen && strncmp(name, out, plen) == 0;
     }
     char full[128];
-    snprintf(full, sizeof full, ISA_PREFIX "%s", out);
+    snprintf(full, sizeof full, KPC_COMGR_ISA_PREFIX "%s", out);
     amd_comgr_metadata_node_t meta;
     if (!listed || comgr.isa_metadata(full, &meta) != 0) {
         log_supported(target);

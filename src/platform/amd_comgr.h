@@ -14,6 +14,9 @@
 #include <stddef.h>
 #include <stdint.h>
 
+/* The prefix of comgr's ISA names ("amdgcn-amd-amdhsa--gfx90a"). */
+#define KPC_COMGR_ISA_PREFIX "amdgcn-amd-amdhsa--"
+
 /* comgr's handle (for the caller's own dlsym), loaded on the first call: a comgr already
  * in the process first, then by soname, the newest generation first; for the comgr
  * platform only the major of the header it was built against. KPC_E_UNAVAILABLE

@@ -103,8 +103,8 @@ static kpc_status load_symbols(void)
 static void load(void) { cg.status = load_symbols(); }
 static kpc_status need_comgr(void) { return pthread_once(&cg_once, load), cg.status; }
 
+#define DEFAULT_NAME "kpc_source.hip" /* a source without a name of its own */
 /* ---- the options: hipRTC 5.2's, with its in-memory runtime header taken from disk --- */
-#define ISA_PREFIX "amdgcn-amd-amdhsa--"
 /* Source to bitcode (the request's options come after these), the device libraries'
  * variant, code generation. The last of each is wave64's, which hipRTC 5.2 builds for
  * every processor; here only for those before gfx10, whose HIP headers refuse wave64
@@ -180,7 +180,7 @@ static int cg_create(void **out, const char *code, const char *name, const kpc_s
     p->code = strdup(code);
     /* comgr writes the source to <its temporary dir>/input/<name>: the base name alone */
     const char *base = strrchr(name, '/') ? strrchr(name, '/') + 1 : name;
-    p->name = strdup(strcmp(base, "") && strcmp(base, ".") && strcmp(base, "..") ? base : "kpc_source.hip");
+    p->name = strdup(strcmp(base, "") && strcmp(base, ".") && strcmp(base, "..") ? base : DEFAULT_NAME);
     if (p->code == NULL || p->name == NULL) {
         free(p->code);
         free(p->name);
@@ -427,8 +427,8 @@ static int cg_compile(void *prog, int num_options, const char **options)
     char isa[128] = "";
     for (int i = 0; i < num_options; i++)
         if (strncmp(options[i], "--offload-arch=", 15) == 0)
-            snprintf(isa, sizeof isa, ISA_PREFIX "%s", options[i] + 15);
-    const char *proc = isa + strlen(ISA_PREFIX) + 3; /* after "gfx" */
+            snprintf(isa, sizeof isa, KPC_COMGR_ISA_PREFIX "%s", options[i] + 15);
+    const char *proc = isa + strlen(KPC_COMGR_ISA_PREFIX) + 3; /* after "gfx" */
     size_t wave32 = isa[0] && proc[0] == '1' && strcspn(proc, ":") >= 4, n = 0; /* gfx10 on */
     for (size_t i = 0; i < ncompile - wave32; i++)
         opts[n++] = compile_options[i];
@@ -533,7 +533,7 @@ static const char *cg_error(int r)
 static const kpc_compiler comgr_compiler = {
     .name = "comgr",
     .arch_option = "--offload-arch=",
-    .default_name = "kpc_source.hip",
+    .default_name = DEFAULT_NAME,
     .lock = &compile_lock,
     .create = cg_create,
     .add_name = cg_add_name,
