@@ -75,7 +75,6 @@ static kpc_status nv_identity(const kpc_root *root, uint8_t id[16], char *desc, 
 /* Targets are judged by platform/nvrtc_target.c over the real NVRTC; one it refuses is
  * forwarded (KPC_E_INVALID), and the real NVRTC answers for it. */
 static kpc_nvrtc_calls real_calls; /* set once by load_real_calls */
-static bool real_calls_ok;
 
 static void load_real_calls(void)
 {
@@ -88,14 +87,13 @@ static void load_real_calls(void)
     real_calls.create = r->create;
     real_calls.compile = r->compile;
     real_calls.destroy = r->destroy;
-    real_calls_ok = real_calls.version && real_calls.num_archs && real_calls.archs;
 }
 
 static const kpc_nvrtc_calls *real_nvrtc(void)
 {
     static pthread_once_t once = PTHREAD_ONCE_INIT;
     pthread_once(&once, load_real_calls);
-    return real_calls_ok ? &real_calls : NULL;
+    return real_calls.version && real_calls.num_archs && real_calls.archs ? &real_calls : NULL;
 }
 
 static const kpc_nvrtc_targets real_targets = {
