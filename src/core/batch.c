@@ -118,6 +118,16 @@ static void pass2(batch *b, size_t i)
     settle(b, it, it->entry, s, prog, log);
 }
 
+/* Whether item i has work in this pass: pass 1 the new requests, pass 2 those left
+ * pending with a host claim kept, pass 3 those left pending without one. */
+static bool due(const batch *b, size_t i)
+{
+    const item *it = &b->items[i];
+    if (b->pass == 1)
+        return it->state == ITEM_TODO;
+    return it->state == ITEM_PENDING && kpc_claim_held(&it->held) == (b->pass == 2);
+}
+
 static void *worker(void *arg)
 {
     batch *b = arg;
@@ -126,18 +136,23 @@ static void *worker(void *arg)
         if (i >= b->n)
             return NULL;
         /* one thread owns item i in this pass: the cursor hands each index out once */
-        if (b->pass == 1 && b->items[i].state == ITEM_TODO)
-            pass1(b, i);
-        else if (b->pass > 1 && b->items[i].state == ITEM_PENDING &&
-                 kpc_claim_held(&b->items[i].held) == (b->pass == 2))
-            pass2(b, i);
+        if (due(b, i))
+            (b->pass == 1 ? pass1 : pass2)(b, i);
     }
 }
 
-/* Run one pass over the items on up to threads threads (this one included). */
+/* Run one pass over the items on up to threads threads (this one included), no more
+ * threads than items with work in it (none: no pass at all, as for every hit). */
 static void run_pass(batch *b, int pass, size_t threads)
 {
     b->pass = pass;
+    size_t work = 0;
+    for (size_t i = 0; i < b->n; i++)
+        work += due(b, i);
+    if (work == 0)
+        return;
+    if (threads > work)
+        threads = work;
     atomic_store(&b->cursor, 0);
     pthread_t tid[64];
     size_t started = 0;
