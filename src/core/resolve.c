@@ -427,6 +427,8 @@ static kpc_status obtain(kpc_context *ctx, const kpc_key *key, const kpc_source 
     *from_disk = false;
     watch_state watch = {0};
     kpc_tier *coord = kpc_tier_coordinator(tiers);
+    /* a request whose options name a directory or file to read: its manifest first */
+    bool manifest_first = kpc_manifest_expected(src, ctx->key_prefix.options);
     if (!nowait && cache->index && coord && coord->ops->peek && coord->watch_ns)
         watch.flags = KPC_INDEX_SLICE;
     for (int round = 0; round < MAX_ROUNDS; round++) {
@@ -467,8 +469,7 @@ static kpc_status obtain(kpc_context *ctx, const kpc_key *key, const kpc_source 
             kpc_record rec;
             kpc_deps *deps = NULL;
             /* behind a manifest: the outcome of the entry whose files match now; looked
-             * for first where one is expected (core/manifest.h) */
-            bool manifest_first = kpc_manifest_expected(src, ctx->key_prefix.options);
+             * for first where one is expected (manifest_first) */
             kpc_status via = manifest_first ? read_via_manifest(ctx, key, &rec, &deps) : KPC_E_NOT_FOUND;
             if (via != KPC_OK) {
                 if (kpc_tier_read(tiers, key, ctx->target, KPC_RECORD_CODE, &rec) == KPC_OK)
