@@ -353,7 +353,7 @@ static enum kpc_remote_verdict begin_key(kpc_remote *r, const kpc_key *key, cons
         verdict = KPC_REMOTE_HIT;
         break;
     case GOT_ERROR:
-        kpc_remote_conn_put(r, b.cn, true);
+        kpc_remote_conn_put(b.cn, true);
         return KPC_REMOTE_OFF;
     case GOT_REFUSED:
         skip = 1;
@@ -364,7 +364,7 @@ static enum kpc_remote_verdict begin_key(kpc_remote *r, const kpc_key *key, cons
     if (verdict == 0 && r->has_old) {
         enum got g = get_record(r, b.cn, true, key, target, compiler_id, KPC_RECORD_CODE, rec);
         if (g == GOT_ERROR) {
-            kpc_remote_conn_put(r, b.cn, true);
+            kpc_remote_conn_put(b.cn, true);
             return KPC_REMOTE_OFF;
         }
         verdict = g == GOT_RECORD ? KPC_REMOTE_HIT : 0;
@@ -434,7 +434,7 @@ static enum kpc_remote_verdict begin_key(kpc_remote *r, const kpc_key *key, cons
         if (verdict == 0)
             skip = 0; /* a new record may have replaced a refused one */
         if (verdict == 0 && b.sleep_ms) {
-            kpc_remote_conn_put(r, b.cn, false);
+            kpc_remote_conn_put(b.cn, false);
             b.cn = NULL;
             kpc_remote_sleep_ms(b.sleep_ms);
             b.sleep_ms = 0;
@@ -443,7 +443,7 @@ static enum kpc_remote_verdict begin_key(kpc_remote *r, const kpc_key *key, cons
     if (verdict == KPC_REMOTE_HIT)
         kpc_remote_count(r, KPC_RC_HITS);
     /* a failure said already: its connection may be mid-reply */
-    kpc_remote_conn_put(r, b.cn, verdict == KPC_REMOTE_OFF && !kpc_remote_on(r));
+    kpc_remote_conn_put(b.cn, verdict == KPC_REMOTE_OFF && !kpc_remote_on(r));
     if (waited_out)
         *waited_out = b.waited;
     return (enum kpc_remote_verdict)verdict;
@@ -482,7 +482,7 @@ static void end_lease(kpc_remote *r, const char *value, const char *lname, const
         size_t val_size;
         void *val = kpc_remote_seal(r, name, bytes, size, &val_size);
         if (val == NULL) {
-            kpc_remote_conn_put(r, cn, false);
+            kpc_remote_conn_put(cn, false);
             return;
         }
         const char *keys[2] = {name, lname};
@@ -498,7 +498,7 @@ static void end_lease(kpc_remote *r, const char *value, const char *lname, const
     }
     if (rep == NULL) {
         kpc_remote_failed(r, bytes ? "publish" : "release", why);
-        kpc_remote_conn_put(r, cn, true);
+        kpc_remote_conn_put(cn, true);
         return;
     }
     if (bytes && kind == KPC_RECORD_CODE)
@@ -506,7 +506,7 @@ static void end_lease(kpc_remote *r, const char *value, const char *lname, const
     if (bytes && value[0] && rep->type == REDIS_REPLY_INTEGER && rep->integer == 0)
         KPC_LOG(KPC_LOG_INFO, "remote tier: published %s after its lease had expired", name);
     freeReplyObject(rep);
-    kpc_remote_conn_put(r, cn, false);
+    kpc_remote_conn_put(cn, false);
 }
 
 void kpc_remote_publish(kpc_remote *r, kpc_remote_lease *lease, const kpc_key *key, uint32_t kind,
@@ -540,7 +540,7 @@ kpc_status kpc_remote_renew(kpc_remote *r, kpc_remote_lease *lease)
     if (cn == NULL)
         return KPC_E_UNAVAILABLE;
     int held = extend(r, cn, lease);
-    kpc_remote_conn_put(r, cn, held < 0);
+    kpc_remote_conn_put(cn, held < 0);
     return held > 0 ? KPC_OK : held == 0 ? KPC_E_NOT_FOUND : KPC_E_UNAVAILABLE;
 }
 
@@ -561,7 +561,7 @@ kpc_status kpc_remote_read(kpc_remote *r, const kpc_key *key, const char *target
     enum got g = get_record(r, cn, false, key, target, compiler_id, kind, rec);
     if (g == GOT_NONE && r->has_old)
         g = get_record(r, cn, true, key, target, compiler_id, kind, rec);
-    kpc_remote_conn_put(r, cn, g == GOT_ERROR);
+    kpc_remote_conn_put(cn, g == GOT_ERROR);
     switch (g) {
     case GOT_RECORD:
         kpc_remote_count(r, KPC_RC_HITS);

@@ -442,9 +442,8 @@ struct kpc_remote_conn *kpc_remote_conn_get(kpc_remote *r)
     return cn;
 }
 
-void kpc_remote_conn_put(kpc_remote *r, struct kpc_remote_conn *cn, bool broken)
+void kpc_remote_conn_put(struct kpc_remote_conn *cn, bool broken)
 {
-    (void)r;
     if (cn == NULL)
         return;
     if (!broken && cn->c->fd >= 0) { /* every reply read: nothing is lost by a reset */

@@ -117,7 +117,7 @@ static void flush_counters(kpc_remote *r)
         if (rep)
             freeReplyObject(rep);
     }
-    kpc_remote_conn_put(r, cn, broken);
+    kpc_remote_conn_put(cn, broken);
 }
 
 /* ---- open / close ------------------------------------------------------------------------------- */

@@ -74,8 +74,9 @@ void kpc_remote_sleep_ms(unsigned ms);
  * (waiting a moment for one when all are taken); NULL after kpc_remote_failed. put
  * closes it (broken: it may be mid-reply) and frees the slot. */
 struct kpc_remote_conn *kpc_remote_conn_get(kpc_remote *r);
-void kpc_remote_conn_put(kpc_remote *r, struct kpc_remote_conn *cn, bool broken);
-/* A new connection outside the pool (NULL and *why on failure). */
+void kpc_remote_conn_put(struct kpc_remote_conn *cn, bool broken);
+/* A new connection, with no slot taken (NULL and *why on failure): conn_get holds one
+ * around it; the cluster counters (`kpc stats`) and `kpc remote` take none. */
 redisContext *kpc_remote_connect(kpc_remote *r, const char **why);
 /* One command; NULL and *why on a transport error or an error reply (said plainly:
  * a cluster redirect, a replica, a refused password). No command blocks on the server:
