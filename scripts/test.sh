@@ -183,11 +183,13 @@ skip_pass() {
   skips+=("skipped: the ${pass_title[$current]} pass: $1")
 }
 
-# build_tree DIR CMAKE-ARGS...: configure and build a tree quietly (its log on failure)
+# build_tree DIR CMAKE-ARGS...: configure and build a tree quietly (its log on failure);
+# build_targets, where set, names the targets to build (default: all)
 build_tree() {
   local dir=$1; shift
   local log=$logs/build-$current.log
-  if cmake -S . -B "$dir" "$@" >"$log" 2>&1 && cmake --build "$dir" -j"$jobs" >>"$log" 2>&1; then
+  if cmake -S . -B "$dir" "$@" >"$log" 2>&1 &&
+     cmake --build "$dir" -j"$jobs" ${build_targets:+--target $build_targets} >>"$log" 2>&1; then
     rm -f "$log"; return 0
   fi
   tail -n 60 "$log"; rm -f "$log"
@@ -239,16 +241,8 @@ pass_comgr() {
   fi
   echo "== build-comgr/: the comgr platform (HIP through comgr alone, no hipRTC)"
   # only what its tests run: the library, the tool and test_comgr
-  local log=$logs/build-comgr.log
-  if ! { cmake -S . -B build-comgr -DKPC_PLATFORM=comgr -DCMAKE_BUILD_TYPE=RelWithDebInfo \
-           -DKPC_BUILD_BENCH=OFF -DKPC_BUILD_MAN=OFF >"$log" 2>&1 &&
-         cmake --build build-comgr -j"$jobs" --target kpc_tool kpc-shm-reset test_comgr >>"$log" 2>&1; }; then
-    tail -n 60 "$log"; rm -f "$log"
-    total_failed=$((total_failed + 1))
-    summary+=("comgr: build failed")
-    return 0
-  fi
-  rm -f "$log"
+  build_targets="kpc_tool kpc-shm-reset test_comgr" build_tree build-comgr -DKPC_PLATFORM=comgr \
+    -DCMAKE_BUILD_TYPE=RelWithDebInfo -DKPC_BUILD_BENCH=OFF -DKPC_BUILD_MAN=OFF || return 0
   run_ctest build-comgr -L comgr
 }
 
