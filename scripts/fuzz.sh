@@ -4,7 +4,7 @@
 # seeds the target writes from the library's own writer at start). Exits non-zero when a
 # target finds a crash, a leak, a timeout or a wrong answer; the input is kept under
 # build-fuzz/artifacts/. Skipped (exit 0) without clang-14. Used by scripts/test.sh.
-#   KPC_FUZZ_SECONDS  seconds per target (default 20)
+#   KPC_FUZZ_SECONDS  seconds per target (default 15)
 #   KPC_FUZZ_MERGE=1  merge what the run found back into tests/fuzz/corpus/ (minimized)
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -13,16 +13,16 @@ if [ -z "$cc" ]; then
   echo "fuzz: clang-14 not found: skipped"
   exit 0
 fi
-seconds=${KPC_FUZZ_SECONDS:-20}
+seconds=${KPC_FUZZ_SECONDS:-15}
 CC=$cc cmake -S . -B build-fuzz -DCMAKE_BUILD_TYPE=RelWithDebInfo -DKPC_FUZZ=ON \
   -DKPC_SANITIZE=address,undefined -DKPC_BUILD_TESTS=OFF -DKPC_BUILD_BENCH=OFF >/dev/null
-cmake --build build-fuzz -j"$(nproc)" --target fuzz_record fuzz_segment >/dev/null
+cmake --build build-fuzz -j"$(nproc)" --target fuzz_record fuzz_segment fuzz_manifest >/dev/null
 mkdir -p build-fuzz/artifacts
 # tmpfs when there is one: the record target writes a file per input
 work=$(mktemp -d -p /dev/shm kpc-fuzz.XXXXXX 2>/dev/null || mktemp -d)
 trap 'rm -rf "$work"' EXIT
 rc=0
-for name in record segment; do
+for name in record segment manifest; do
   mkdir -p "$work/$name/corpus" "$work/$name/tmp"
   cp tests/fuzz/corpus/$name/* "$work/$name/corpus/"
   # TMPDIR: the target's scratch cache dir lives (and dies) in the work dir

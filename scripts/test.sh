@@ -24,7 +24,7 @@
 #   -h, --help  this text; runs nothing
 # environment: KPC_TEST_PASSES="plain tsan" runs only those passes (the verdict names
 # what ran); KPC_LEAK_CHECK=1 turns LeakSanitizer on in the asan pass; KPC_FUZZ_SECONDS
-# the seconds per fuzz target (default 20).
+# the seconds per fuzz target (default 15).
 set -uo pipefail
 cd "$(dirname "$0")/.."
 root=$PWD
@@ -250,7 +250,7 @@ pass_fuzz() {
   if ! command -v clang-14 >/dev/null; then
     skip_pass "no clang-14"; return 0
   fi
-  echo "== build-fuzz/: libFuzzer on the record and segment parsers (${KPC_FUZZ_SECONDS:-20} s each)"
+  echo "== build-fuzz/: libFuzzer on the record, segment and manifest parsers (${KPC_FUZZ_SECONDS:-15} s each)"
   if scripts/fuzz.sh; then
     total_passed=$((total_passed + 2))
     summary+=("fuzz")

@@ -1,17 +1,13 @@
 /*
- * test_manifest.c - the manifest module alone: dependency files parsed, dependency lists
- * recorded and checked against the file system (edits, deletions, symlinks, the race
- * rule), manifests encoded, decoded (and refused when damaged), their entry lists, the
- * object key, which options make the working directory part of the key, the include
- * scan NVRTC needs, and threads hitting a program whose header changes.
+ * test_manifest.c - the manifest module alone: dependency lists recorded and checked
+ * against the file system (edits, deletions, symlinks, the race rule), manifests
+ * encoded, decoded (and refused when damaged), their entry lists, the object key, which
+ * options make the working directory part of the key, and threads hitting a program
+ * whose header changes. How the platforms learn the files (dependency files, the include
+ * scan): test_manifest_scan.c.
  */
 #define _GNU_SOURCE
 #include "core/manifest.h"
-#ifndef KPC_PLATFORM_NVIDIA
-#include "platform/amd_deps.h" /* built on the AMD platform only */
-#endif
-#include "platform/depfile.h"
-#include "platform/include_scan.h"
 #include "support.h"
 
 #include <fcntl.h>
@@ -50,74 +46,24 @@ static uint64_t later(void)
     return kpc__wall_ns() + 2 * SEC;
 }
 
-/* ---- dependency files ------------------------------------------------------------- */
-START_TEST(depfile_real_shape)
-{
-    /* what hipRTC 5.2 writes with kpc's options (6.4 names the input by the source's name) */
-    const char *text = "kpc-deps: /tmp/comgr-311493/input/CompileSource \\\n"
-                       "  /tmp/comgr-311493/include/hiprtc_runtime.h headers/test_header1.h \\\n"
-                       "  headers/nested.h /tmp/comgr-311493/include/mem.h\n";
-    char *target, **paths;
-    size_t n;
-    ck_assert_int_eq(kpc_depfile_parse(text, strlen(text), &target, &paths, &n), KPC_OK);
-    ck_assert_str_eq(target, "kpc-deps");
-    ck_assert_uint_eq(n, 5);
-    ck_assert_str_eq(paths[0], "/tmp/comgr-311493/input/CompileSource");
-    ck_assert_str_eq(paths[2], "headers/test_header1.h");
-    ck_assert_str_eq(paths[4], "/tmp/comgr-311493/include/mem.h");
-    free(target);
-    kpc_depfile_paths_free(paths, n);
-
-#ifndef KPC_PLATFORM_NVIDIA
-    /* the platform's filter keeps what lies outside comgr's directory */
-    char path[4200];
-    put("dep.d", text, path, sizeof path);
-    ck_assert_int_eq(kpc_amd_deps_collect(path, &paths, &n), KPC_OK);
-    ck_assert_uint_eq(n, 2);
-    ck_assert_str_eq(paths[0], "headers/test_header1.h");
-    ck_assert_str_eq(paths[1], "headers/nested.h");
-    kpc_depfile_paths_free(paths, n);
-    ck_assert_int_ne(access(path, F_OK), 0); /* removed */
-#endif
-}
-END_TEST
-
-START_TEST(depfile_escapes)
-{
-    /* clang: ' ' -> "\ " (backslashes before it doubled), '#' -> "\#", '$' -> "$$" */
-    const char *text = "out.o: a\\ b.h c\\#d.h e$$f.h g\\\\\\ h.h \\\n i.h\n"
-                       "phony.h:\n";
-    char *target, **paths;
-    size_t n;
-    ck_assert_int_eq(kpc_depfile_parse(text, strlen(text), &target, &paths, &n), KPC_OK);
-    ck_assert_str_eq(target, "out.o");
-    ck_assert_uint_eq(n, 5);
-    ck_assert_str_eq(paths[0], "a b.h");
-    ck_assert_str_eq(paths[1], "c#d.h");
-    ck_assert_str_eq(paths[2], "e$f.h");
-    ck_assert_str_eq(paths[3], "g\\ h.h");
-    ck_assert_str_eq(paths[4], "i.h"); /* the first rule only: phony.h is another */
-    free(target);
-    kpc_depfile_paths_free(paths, n);
-
-    ck_assert_int_eq(kpc_depfile_parse("", 0, &target, &paths, &n), KPC_E_CORRUPT);
-    ck_assert_int_eq(kpc_depfile_parse("a b c", 5, &target, &paths, &n), KPC_E_CORRUPT);
-#ifndef KPC_PLATFORM_NVIDIA
-    /* an empty file (clang stopped on a fatal error): dependencies unknown */
-    char path[4200];
-    put("empty.d", "", path, sizeof path);
-    ck_assert_int_eq(kpc_amd_deps_collect(path, &paths, &n), KPC_E_NOT_FOUND);
-    /* a shape that is not comgr's: unknown too, never a guess */
-    put("odd.d", "x.o: y.h z.h\n", path, sizeof path);
-    ck_assert_int_eq(kpc_amd_deps_collect(path, &paths, &n), KPC_E_NOT_FOUND);
-    /* comgr's shape under another target than kpc's: not the file kpc asked for */
-    put("other.d", "/tmp/comgr-1/output/a.bc: /tmp/comgr-1/input/a.hip h.h\n", path, sizeof path);
-    ck_assert_int_eq(kpc_amd_deps_collect(path, &paths, &n), KPC_E_NOT_FOUND);
-#endif
-}
-END_TEST
-
 /* ---- recording and checking ------------------------------------------------------- */
+/* File i of d, read back out of its bytes. */
+static kpc_manifest_file file_at(const kpc_deps *d, size_t i)
+{
+    kpc_manifest_file f;
+    size_t off = 0;
+    for (size_t j = 0; j <= i; j++)
+        ck_assert(kpc_manifest_deps_next(d, &off, &f));
+    return f;
+}
+
+/* f's path (not NUL-terminated) is s. */
+#define ck_assert_path_is(f, s)                                                                     \
+    do {                                                                                           \
+        ck_assert_uint_eq((f).path_len, strlen(s));                                                \
+        ck_assert_mem_eq((f).path, (s), strlen(s));                                                \
+    } while (0)
+
 static kpc_deps *record1(const char *path)
 {
     kpc_deps *d = NULL;
@@ -137,8 +83,12 @@ START_TEST(record_and_match)
     kpc_deps *d = NULL;
     ck_assert_int_eq(kpc_manifest_deps_record(paths, 2, NULL, 0, dir, later(), &d), KPC_OK);
     ck_assert_uint_eq(d->count, 2);
-    ck_assert_str_eq(d->files[0].path, a);
-    ck_assert_uint_eq(d->files[0].size, strlen("typedef float real;\n"));
+    ck_assert_path_is(file_at(d, 0), a);
+    ck_assert_uint_eq(file_at(d, 0).size, strlen("typedef float real;\n"));
+    ck_assert_path_is(file_at(d, 1), b);
+    size_t off = d->size;
+    kpc_manifest_file past;
+    ck_assert(!kpc_manifest_deps_next(d, &off, &past)); /* two files, then the end */
     ck_assert(kpc_manifest_deps_match(d));
 
     /* same size, other bytes: caught (the ctime moved, so it is re-hashed) */
@@ -149,7 +99,7 @@ START_TEST(record_and_match)
     ck_assert(kpc_manifest_deps_match(d));
     /* other bytes with the old mtime put back: the ctime still tells */
     ts_write_file(a, "typedef doubl real;\n", strlen("typedef doubl real;\n"));
-    struct timespec times[2] = {{0, UTIME_OMIT}, {d->files[0].mtime_ns / SEC, d->files[0].mtime_ns % SEC}};
+    struct timespec times[2] = {{0, UTIME_OMIT}, {file_at(d, 0).mtime_ns / SEC, file_at(d, 0).mtime_ns % SEC}};
     ck_assert_int_eq(utimensat(AT_FDCWD, a, times, 0), 0);
     ck_assert(!kpc_manifest_deps_match(d));
     ts_write_file(a, "typedef float real;\n", strlen("typedef float real;\n"));
@@ -202,7 +152,7 @@ START_TEST(symlinked_header)
     snprintf(link, sizeof link, "%s/v.h", dir);
     ck_assert_int_eq(symlink(a, link), 0);
     kpc_deps *d = record1(link);
-    ck_assert_str_eq(d->files[0].path, link); /* the link's path, not its target's */
+    ck_assert_path_is(file_at(d, 0), link); /* the link's path, not its target's */
     ck_assert(kpc_manifest_deps_match(d));
     /* re-pointed at other bytes: a mismatch */
     ck_assert_int_eq(unlink(link), 0);
@@ -234,6 +184,23 @@ START_TEST(encode_decode)
     kpc_manifest_object_key(&req, db, &ob);
     ck_assert_mem_ne(oa.bytes, ob.bytes, 16);
     ck_assert_mem_ne(oa.bytes, req.bytes, 16);
+    /* the object key's bytes, as docs/file-format.md spells them (caches written before
+     * stay readable): the tag with its NUL, the request key, each path with its NUL and
+     * the XXH3-128 of the file's content */
+    uint8_t spelled[4400], digest[16];
+    size_t n = 0;
+    memcpy(spelled, "kpc-object-1", 13);
+    n += 13;
+    memcpy(spelled + n, req.bytes, 16);
+    n += 16;
+    memcpy(spelled + n, a, strlen(a) + 1);
+    n += strlen(a) + 1;
+    XXH128_canonicalFromHash((XXH128_canonical_t *)digest, XXH3_128bits("one\n", 4));
+    memcpy(spelled + n, digest, 16);
+    n += 16;
+    kpc_key expect;
+    XXH128_canonicalFromHash((XXH128_canonical_t *)expect.bytes, XXH3_128bits(spelled, n));
+    ck_assert_mem_eq(oa.bytes, expect.bytes, 16);
     kpc_key same;
     kpc_manifest_object_key(&req, NULL, &same);
     ck_assert_mem_eq(same.bytes, req.bytes, 16);
@@ -249,9 +216,26 @@ START_TEST(encode_decode)
     ck_assert_uint_eq(back.count, 2);
     ck_assert_mem_eq(back.entries[0].object.bytes, ob.bytes, 16); /* newest first */
     ck_assert_uint_eq(back.entries[0].outcome, KPC_MANIFEST_LOG);
-    ck_assert_str_eq(back.entries[1].deps->files[0].path, a);
-    ck_assert_mem_eq(back.entries[1].deps->files[0].digest, da->files[0].digest, 16);
-    ck_assert_int_eq(back.entries[1].deps->files[0].mtime_ns, da->files[0].mtime_ns);
+    ck_assert_path_is(file_at(&back.entries[1].deps, 0), a);
+    ck_assert_mem_eq(file_at(&back.entries[1].deps, 0).digest, file_at(da, 0).digest, 16);
+    ck_assert_int_eq(file_at(&back.entries[1].deps, 0).mtime_ns, file_at(da, 0).mtime_ns);
+    /* the entries' files read in place give the same object keys */
+    kpc_key again;
+    kpc_manifest_object_key(&req, &back.entries[1].deps, &again);
+    ck_assert_mem_eq(again.bytes, oa.bytes, 16);
+    /* and encode to the very same bytes */
+    void *buf2;
+    size_t size2;
+    ck_assert_int_eq(kpc_manifest_encode(&back, &buf2, &size2), KPC_OK);
+    ck_assert_uint_eq(size2, size);
+    ck_assert_mem_eq(buf2, buf, size);
+    free(buf2);
+    /* an entry taken out of a manifest of two is a copy that outlives it */
+    kpc_deps *taken = kpc_manifest_take(&back, &back.entries[1]);
+    ck_assert_ptr_nonnull(taken);
+    ck_assert_ptr_null(taken->block);
+    ck_assert_uint_eq(taken->count, da->count);
+    ck_assert_mem_eq(taken->files, da->files, da->size);
     /* both match: the newest wins */
     ck_assert_ptr_eq(kpc_manifest_match(&back), &back.entries[0]);
     /* b changes: a's entry answers */
@@ -260,6 +244,25 @@ START_TEST(encode_decode)
     ts_write_file(a, "ONE\n", 4);
     ck_assert_ptr_null(kpc_manifest_match(&back));
     kpc_manifest_free(&back);
+    ck_assert(!kpc_manifest_deps_match(taken)); /* a's bytes changed; the copy still reads */
+    kpc_manifest_deps_free(taken);
+
+    /* a manifest of one entry hands its own bytes over whole: nothing copied */
+    kpc_manifest one = {0};
+    ck_assert_int_eq(kpc_manifest_add(&one, &oa, KPC_MANIFEST_CODE, da), KPC_OK);
+    void *obuf;
+    size_t osize;
+    ck_assert_int_eq(kpc_manifest_encode(&one, &obuf, &osize), KPC_OK);
+    kpc_manifest_free(&one);
+    ck_assert_int_eq(kpc_manifest_decode(obuf, osize, &one), KPC_OK);
+    one.bytes = obuf;
+    taken = kpc_manifest_take(&one, &one.entries[0]);
+    ck_assert_ptr_eq(taken->block, obuf);
+    ck_assert_ptr_null(one.bytes);
+    kpc_manifest_free(&one);
+    kpc_manifest_object_key(&req, taken, &again);
+    ck_assert_mem_eq(again.bytes, oa.bytes, 16);
+    kpc_manifest_deps_free(taken);
 
     /* every truncation and a flipped byte in the header are refused, never misread */
     for (size_t cut = 0; cut < size; cut++)
@@ -354,74 +357,6 @@ START_TEST(needs_cwd)
     ck_assert(!kpc_manifest_needs_cwd(&s, nv));
     s = ts_src("#include \"h.h\"\nx", "/abs/k.cu");
     ck_assert(!kpc_manifest_needs_cwd(&s, nv));
-}
-END_TEST
-
-
-/* ---- the include scan (NVRTC has no dependency output) ----------------------------- */
-static bool listed(char **paths, size_t n, const char *path)
-{
-    for (size_t i = 0; i < n; i++)
-        if (strcmp(paths[i], path) == 0)
-            return true;
-    return false;
-}
-
-START_TEST(include_scan)
-{
-    char p[4200], inc[4200], sub[4200];
-    snprintf(inc, sizeof inc, "%s/inc", dir);
-    snprintf(sub, sizeof sub, "%s/inc/sub", dir);
-    ck_assert_int_eq(kpc__mkdir_p(sub, 0700), 0);
-    put("inc/a.h", "#pragma once\n  #  include \"sub/b.h\"\n#include <mem.h>\n", p, sizeof p);
-    put("inc/sub/b.h", "#include \"c.h\"\n#include <absent.h>\n", p, sizeof p);
-    put("inc/sub/c.h", "#include \"../a.h\"\n", p, sizeof p); /* a cycle back to a.h */
-    put("inc/pre.h", "#define PRE 1\n", p, sizeof p);
-    put("mem.h", "on disk but given in memory\n", p, sizeof p);
-    char opt_i[4300], opt_pre[4300];
-    snprintf(opt_i, sizeof opt_i, "-I%s", inc);
-    snprintf(opt_pre, sizeof opt_pre, "--pre-include=%s/pre.h", inc);
-    const char *opts[] = {opt_i, opt_pre};
-    const char *hn[] = {"mem.h"}, *hs[] = {"#include \"a.h\"\n"};
-    kpc_source s = ts_src("#include \"a.h\"\n__global__ void k() {}\n", "k.cu");
-    s.options = opts;
-    s.num_options = 2;
-    s.header_names = hn;
-    s.header_sources = hs;
-    s.num_headers = 1;
-    char **paths;
-    size_t n;
-    bool unresolved;
-    ck_assert_int_eq(kpc_include_scan(&s, &paths, &n, &unresolved), KPC_OK);
-    ck_assert(unresolved); /* absent.h */
-    char a[4300], b[4300], c[4300], pre[4300];
-    snprintf(a, sizeof a, "%s/a.h", inc);
-    snprintf(b, sizeof b, "%s/sub/b.h", inc);
-    snprintf(c, sizeof c, "%s/sub/c.h", inc);
-    snprintf(pre, sizeof pre, "%s/pre.h", inc);
-    ck_assert(listed(paths, n, a));
-    ck_assert(listed(paths, n, b)); /* nested, through the includer's directory */
-    ck_assert(listed(paths, n, c));
-    ck_assert(listed(paths, n, pre));
-    /* c.h's "../a.h" is a.h by another path: listed (a path can be re-pointed), read once */
-    snprintf(pre, sizeof pre, "%s/sub/../a.h", inc);
-    ck_assert(listed(paths, n, pre));
-    ck_assert_uint_eq(n, 5); /* mem.h is in memory, absent.h nowhere, each path once */
-    kpc_depfile_paths_free(paths, n);
-
-    /* a computed include: unknown, so not cached */
-    kpc_source m = ts_src("#define H \"a.h\"\n#include H\n", "k.cu");
-    ck_assert_int_eq(kpc_include_scan(&m, &paths, &n, &unresolved), KPC_E_NOT_FOUND);
-    /* nothing included: no files */
-    kpc_source none = ts_src("__global__ void k() {}\n", "k.cu");
-    ck_assert_int_eq(kpc_include_scan(&none, &paths, &n, &unresolved), KPC_OK);
-    ck_assert_uint_eq(n, 0);
-    ck_assert(!unresolved);
-    /* every include found (on disk or in memory): nothing unresolved */
-    put("inc/sub/b.h", "#include \"c.h\"\n", p, sizeof p);
-    ck_assert_int_eq(kpc_include_scan(&s, &paths, &n, &unresolved), KPC_OK);
-    ck_assert(!unresolved);
-    kpc_depfile_paths_free(paths, n);
 }
 END_TEST
 
@@ -574,15 +509,12 @@ static Suite *suite(void)
     Suite *s = suite_create("manifest");
     TCase *tc = tcase_create("manifest");
     tcase_add_checked_fixture(tc, setup, teardown);
-    tcase_add_test(tc, depfile_real_shape);
-    tcase_add_test(tc, depfile_escapes);
     tcase_add_test(tc, record_and_match);
     tcase_add_test(tc, record_refuses_recent);
     tcase_add_test(tc, symlinked_header);
     tcase_add_test(tc, encode_decode);
     tcase_add_test(tc, entries_replace_and_cap);
     tcase_add_test(tc, needs_cwd);
-    tcase_add_test(tc, include_scan);
     tcase_add_test(tc, threads_see_a_header_change);
     suite_add_tcase(s, tc);
     return s;

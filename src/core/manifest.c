@@ -4,8 +4,9 @@
  * system. The rules (what a match is, the one-second race rule) are in manifest.h; the
  * bytes of a manifest in manifest_codec.c.
  *
- * Invariants: a kpc_deps is one allocation whose paths point into itself, immutable
- * once returned, so a program can carry it and any thread can check it without a lock.
+ * Invariants: a kpc_deps holds its files as bytes it owns (its own tail, or a manifest's
+ * bytes it took), immutable once returned, so a program can carry it and any thread can
+ * check it without a lock.
  * Every file is opened through kpc_open_regular (never blocking on a FIFO) and every
  * system call goes through the fault seam, where a failure is a mismatch: a miss, never
  * a stale hit.
@@ -92,30 +93,22 @@ static int stat_and_hash(int dirfd, const char *name, struct stat *st, uint8_t d
 }
 
 /* ---- dependency lists --------------------------------------------------------------- */
-kpc_deps *kpc_manifest_deps_alloc(size_t count, size_t path_bytes)
-{
-    if (count > KPC_MANIFEST_MAX_FILES)
-        return NULL;
-    kpc_deps *d = malloc(sizeof *d + count * sizeof d->files[0] + path_bytes);
-    if (d)
-        d->count = count;
-    return d;
-}
-
-char *kpc_manifest_deps_strings(kpc_deps *d)
-{
-    return (char *)&d->files[d->count];
-}
-
-void kpc_manifest_deps_finish(kpc_deps *d)
-{
-    for (size_t i = 0; i < d->count; i++)
-        d->files[i].dir_len = (uint32_t)(strrchr(d->files[i].path, '/') - d->files[i].path);
-}
-
 void kpc_manifest_deps_free(kpc_deps *deps)
 {
+    if (deps)
+        free(deps->block);
     free(deps);
+}
+
+/* A list of count files whose bytes are at files: one allocation. */
+static kpc_deps *deps_of_bytes(size_t count, const uint8_t *files, size_t size)
+{
+    kpc_deps *d = malloc(sizeof *d + size);
+    if (d == NULL)
+        return NULL;
+    memcpy(d + 1, files, size);
+    *d = (kpc_deps){.count = count, .size = size, .files = (const uint8_t *)(d + 1)};
+    return d;
 }
 
 kpc_deps *kpc_manifest_deps_copy(const kpc_deps *deps, bool *ok)
@@ -123,22 +116,8 @@ kpc_deps *kpc_manifest_deps_copy(const kpc_deps *deps, bool *ok)
     *ok = true;
     if (deps == NULL)
         return NULL;
-    size_t bytes = 0;
-    for (size_t i = 0; i < deps->count; i++)
-        bytes += strlen(deps->files[i].path) + 1;
-    kpc_deps *d = kpc_manifest_deps_alloc(deps->count, bytes);
-    if (d == NULL) {
-        *ok = false;
-        return NULL;
-    }
-    char *s = kpc_manifest_deps_strings(d);
-    for (size_t i = 0; i < deps->count; i++) {
-        d->files[i] = deps->files[i];
-        size_t len = strlen(deps->files[i].path) + 1;
-        memcpy(s, deps->files[i].path, len);
-        d->files[i].path = s;
-        s += len;
-    }
+    kpc_deps *d = deps_of_bytes(deps->count, deps->files, deps->size);
+    *ok = d != NULL;
     return d;
 }
 
@@ -205,19 +184,21 @@ kpc_status kpc_manifest_deps_record(const char *const *paths, size_t n, const ch
         }
         bytes += strlen(p) + 1 + (p[0] == '/' ? 0 : cwd_len + 1);
     }
-    kpc_deps *d = kpc_manifest_deps_alloc(total, bytes);
-    if (d == NULL)
+    /* the files as the recorder fills them, with their absolute paths: only until encoded */
+    kpc_manifest_file *files = malloc(total * sizeof *files + bytes);
+    if (files == NULL)
         return KPC_E_NOMEM;
-    char *s = kpc_manifest_deps_strings(d);
+    char *s = (char *)&files[total];
     size_t kept = 0;
     for (size_t i = 0; i < total; i++) {
         const char *p = i < n ? paths[i] : absent[i - n];
-        kpc_manifest_file *f = &d->files[kept];
+        kpc_manifest_file *f = &files[kept];
         int len = p[0] == '/' ? sprintf(s, "%s", p) : sprintf(s, "%s/%s", cwd, p);
         f->path = s;
+        f->path_len = (size_t)len;
         int keep = i < n ? (record_file(f, compile_start_ns) ? 1 : -1) : record_absent(f, compile_start_ns);
         if (keep < 0) {
-            free(d);
+            free(files);
             return KPC_E_NOT_FOUND;
         }
         if (keep > 0) {
@@ -225,35 +206,41 @@ kpc_status kpc_manifest_deps_record(const char *const *paths, size_t n, const ch
             kept++;
         }
     }
-    d->count = kept; /* the strings stay where they are: only the tail of files[] is unused */
-    kpc_manifest_deps_finish(d);
-    *out = d;
-    return KPC_OK;
+    kpc_status st = kpc_manifest_deps_encode(files, kept, out);
+    if (st == KPC_E_INVALID)
+        KPC_LOG(KPC_LOG_WARN, "a dependency's path is longer than a manifest holds: the outcome is not "
+                "cached");
+    free(files);
+    return st;
 }
 
-/* The directories opened during one check: a file's is found by its path prefix. */
+/* The directories opened during one check: a file's is found by its path prefix, the
+ * last one used first (a list names the files of one directory together). */
 typedef struct dir_cache {
     int fd[DIR_SLOTS], err[DIR_SLOTS];
     const char *path[DIR_SLOTS];
     uint32_t len[DIR_SLOTS];
-    unsigned next;
+    unsigned next, last;
 } dir_cache;
 
-/* The directory of f, opened once per check: its fd (AT_FDCWD with *name the whole path
- * where the directory is too long to copy), or -1 with errno. */
-static int dir_of(dir_cache *c, const kpc_manifest_file *f, const char **name)
+static bool dir_is(const dir_cache *c, unsigned i, const kpc_manifest_file *f)
 {
-    *name = f->path + f->dir_len + 1;
-    for (unsigned i = 0; i < DIR_SLOTS; i++)
-        if (c->path[i] && c->len[i] == f->dir_len && memcmp(c->path[i], f->path, f->dir_len) == 0) {
-            errno = c->err[i];
-            return c->fd[i];
-        }
-    char dir[PATH_MAX];
-    if (f->dir_len >= sizeof dir) {
-        *name = f->path;
-        return AT_FDCWD;
+    return c->path[i] && c->len[i] == f->dir_len && memcmp(c->path[i], f->path, f->dir_len) == 0;
+}
+
+/* The directory of f, opened once per check: its fd, or -1 with errno. */
+static int dir_of(dir_cache *c, const kpc_manifest_file *f)
+{
+    unsigned i = c->last;
+    if (!dir_is(c, i, f))
+        for (i = 0; i < DIR_SLOTS && !dir_is(c, i, f); i++)
+            ;
+    if (i < DIR_SLOTS) {
+        c->last = i;
+        errno = c->err[i];
+        return c->fd[i];
     }
+    char dir[PATH_MAX]; /* the codec bounds a path below PATH_MAX */
     memcpy(dir, f->path, f->dir_len);
     dir[f->dir_len] = '\0';
     unsigned slot = c->next++ % DIR_SLOTS;
@@ -264,6 +251,7 @@ static int dir_of(dir_cache *c, const kpc_manifest_file *f, const char **name)
     c->err[slot] = fd < 0 ? errno : 0;
     c->path[slot] = f->path;
     c->len[slot] = f->dir_len;
+    c->last = slot;
     errno = c->err[slot];
     return fd;
 }
@@ -275,12 +263,25 @@ static void dir_cache_close(dir_cache *c)
             close(c->fd[i]);
 }
 
+/* The stat of f relative to its directory: 0, or -1 with errno. */
+static int stat_file(dir_cache *c, const kpc_manifest_file *f, char name[NAME_MAX + 1], struct stat *st)
+{
+    size_t len = f->path_len - f->dir_len - 1;
+    if (len > NAME_MAX) { /* no file system here holds such a name */
+        errno = ENAMETOOLONG;
+        return -1;
+    }
+    memcpy(name, f->path + f->dir_len + 1, len);
+    name[len] = '\0';
+    int at = dir_of(c, f);
+    return at == -1 ? -1 : stat_at(at, name, st);
+}
+
 static bool file_matches(dir_cache *c, const kpc_manifest_file *f, int64_t now_ns)
 {
-    const char *name;
-    int at = dir_of(c, f, &name);
+    char name[NAME_MAX + 1];
     struct stat st;
-    int r = at == -1 ? -1 : stat_at(at, name, &st);
+    int r = stat_file(c, f, name, &st);
     if (f->absent) /* a lookup that missed must miss still */
         return r != 0 && (errno == ENOENT || errno == ENOTDIR);
     if (r != 0 || !S_ISREG(st.st_mode) || (uint64_t)st.st_size != f->size)
@@ -289,7 +290,7 @@ static bool file_matches(dir_cache *c, const kpc_manifest_file *f, int64_t now_n
         ts_ns(st.st_mtim) == f->mtime_ns && ts_ns(st.st_ctim) == f->ctime_ns && !recent(&st, now_ns))
         return true; /* the identity vouches for the content: no re-hash */
     uint8_t digest[16];
-    if (stat_and_hash(at, name, &st, digest) != 0 || (uint64_t)st.st_size != f->size)
+    if (stat_and_hash(c->fd[c->last], name, &st, digest) != 0 || (uint64_t)st.st_size != f->size)
         return false;
     return memcmp(digest, f->digest, sizeof digest) == 0;
 }
@@ -301,14 +302,18 @@ bool kpc_manifest_deps_match(const kpc_deps *deps)
     int64_t now = (int64_t)kpc__wall_ns();
     dir_cache c = {.next = 0};
     bool ok = true;
-    for (size_t i = 0; ok && i < deps->count; i++)
-        if (!file_matches(&c, &deps->files[i], now)) {
-            KPC_LOG(KPC_LOG_DEBUG, "dependency %s %s", deps->files[i].path,
-                    deps->files[i].absent ? "appeared" : "changed");
+    kpc_manifest_file f;
+    size_t off = 0, seen = 0;
+    for (; ok && kpc_manifest_deps_next(deps, &off, &f); seen++)
+        if (!file_matches(&c, &f, now)) {
+            KPC_LOG(KPC_LOG_DEBUG, "dependency %.*s %s", (int)f.path_len, f.path,
+                    f.absent ? "appeared" : "changed");
             ok = false;
         }
     dir_cache_close(&c);
-    return ok;
+    /* a list that ends early (it cannot: its bytes were checked when it was made) has
+     * files nobody looked at: no match */
+    return ok && seen == deps->count && off == deps->size;
 }
 
 void kpc_manifest_object_key(const kpc_key *request, const kpc_deps *deps, kpc_key *out)
@@ -321,12 +326,14 @@ void kpc_manifest_object_key(const kpc_key *request, const kpc_deps *deps, kpc_k
     XXH3_128bits_reset(&st);
     XXH3_128bits_update(&st, OBJECT_KEY_TAG, sizeof OBJECT_KEY_TAG);
     XXH3_128bits_update(&st, request->bytes, sizeof request->bytes);
-    for (size_t i = 0; i < deps->count; i++) {
-        if (deps->files[i].absent)
+    kpc_manifest_file f;
+    for (size_t off = 0; kpc_manifest_deps_next(deps, &off, &f);) {
+        if (f.absent)
             continue; /* a missed lookup changes no byte the compiler read */
         /* the path with its NUL: no two lists hash alike by shifting bytes between fields */
-        XXH3_128bits_update(&st, deps->files[i].path, strlen(deps->files[i].path) + 1);
-        XXH3_128bits_update(&st, deps->files[i].digest, 16);
+        XXH3_128bits_update(&st, f.path, f.path_len);
+        XXH3_128bits_update(&st, "", 1);
+        XXH3_128bits_update(&st, f.digest, 16);
     }
     XXH128_canonicalFromHash((XXH128_canonical_t *)out->bytes, XXH3_128bits_digest(&st));
 }
@@ -337,25 +344,49 @@ void kpc_manifest_free(kpc_manifest *m)
     if (m == NULL)
         return;
     for (size_t i = 0; i < m->count; i++)
-        free(m->entries[i].deps);
+        free(m->entries[i].deps.block);
     m->count = 0;
+    free(m->bytes);
+    m->bytes = NULL;
 }
 
 const kpc_manifest_entry *kpc_manifest_match(const kpc_manifest *m)
 {
     for (size_t i = 0; i < m->count; i++)
-        if (kpc_manifest_deps_match(m->entries[i].deps))
+        if (kpc_manifest_deps_match(&m->entries[i].deps))
             return &m->entries[i];
     return NULL;
+}
+
+kpc_deps *kpc_manifest_take(kpc_manifest *m, const kpc_manifest_entry *e)
+{
+    const kpc_deps *from = &e->deps;
+    /* a manifest of one entry (the usual one) is kept whole rather than copied: a new
+     * process's hit then makes no allocation of the size of its files */
+    if (e->deps.block == NULL && m->bytes && m->count == 1) {
+        kpc_deps *d = malloc(sizeof *d);
+        if (d == NULL)
+            return NULL;
+        *d = *from;
+        d->block = m->bytes;
+        m->bytes = NULL;
+        return d;
+    }
+    return deps_of_bytes(from->count, from->files, from->size);
 }
 
 kpc_status kpc_manifest_add(kpc_manifest *m, const kpc_key *object, uint32_t outcome,
                             const kpc_deps *deps)
 {
-    bool ok;
-    kpc_deps *copy = kpc_manifest_deps_copy(deps, &ok);
-    if (!ok)
-        return KPC_E_NOMEM;
+    kpc_deps copy = {0};
+    if (deps && deps->size) {
+        if ((copy.block = malloc(deps->size)) == NULL)
+            return KPC_E_NOMEM;
+        memcpy(copy.block, deps->files, deps->size);
+        copy.files = copy.block;
+        copy.count = deps->count;
+        copy.size = deps->size;
+    }
     /* drop an entry for the same object, or the oldest when full */
     size_t drop = m->count;
     for (size_t i = 0; i < m->count; i++)
@@ -364,7 +395,7 @@ kpc_status kpc_manifest_add(kpc_manifest *m, const kpc_key *object, uint32_t out
     if (drop == m->count && m->count == KPC_MANIFEST_MAX_ENTRIES)
         drop = m->count - 1;
     if (drop < m->count) {
-        free(m->entries[drop].deps);
+        free(m->entries[drop].deps.block);
         memmove(&m->entries[drop], &m->entries[drop + 1], (m->count - drop - 1) * sizeof m->entries[0]);
         m->count--;
     }

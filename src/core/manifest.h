@@ -55,9 +55,11 @@
 #define KPC_MANIFEST_MAX_BYTES (64u << 20)   /* an encoded manifest */
 
 /* One file a compile read, as it was when the outcome was recorded, or one lookup that
- * missed (absent: only the path means anything). */
+ * missed (absent: only the path means anything): what the recorder fills and what
+ * kpc_manifest_deps_next reads back out of a list's bytes. */
 typedef struct kpc_manifest_file {
-    const char *path;  /* absolute, as the compiler opened it; points into the kpc_deps block */
+    const char *path;  /* absolute, as the compiler opened it; NOT NUL-terminated when read back */
+    size_t path_len;
     uint32_t dir_len;  /* path[dir_len] is its last '/': the directory the check opens */
     bool absent;       /* a lookup that missed: nothing may stand at path */
     uint64_t dev, ino; /* the identity: with the size and the times below */
@@ -66,10 +68,20 @@ typedef struct kpc_manifest_file {
     uint8_t digest[16]; /* XXH3-128 of the content, canonical (big-endian) bytes */
 } kpc_manifest_file;
 
-/* The files of one outcome, in the compiler's order: one allocation (kpc_manifest_deps_free). */
+/*
+ * The files of one outcome, in the compiler's order, kept as their bytes in a manifest
+ * (docs/file-format.md, the files of an entry): the check reads each file's fields in
+ * place, so a list found through a manifest is that manifest's own bytes, with nothing
+ * decoded, copied or allocated per file. Every list is checked when it is made
+ * (recorded, decoded), so its bytes are well formed. One allocation with its bytes after
+ * it, or, for a list taken out of a manifest, the manifest's bytes in block
+ * (kpc_manifest_deps_free frees both).
+ */
 typedef struct kpc_deps {
-    size_t count;
-    kpc_manifest_file files[];
+    size_t count;         /* files, read and absent */
+    size_t size;          /* bytes at files */
+    const uint8_t *files; /* count encoded files */
+    void *block;          /* owned bytes other than this struct's tail (NULL: none) */
 } kpc_deps;
 
 /* Outcome kinds an entry leads to (the record kinds of the store). */
@@ -78,11 +90,12 @@ enum kpc_manifest_outcome { KPC_MANIFEST_CODE = 1, KPC_MANIFEST_LOG = 2 };
 typedef struct kpc_manifest_entry {
     kpc_key object;   /* the key of the outcome's record */
     uint32_t outcome; /* enum kpc_manifest_outcome */
-    kpc_deps *deps;   /* owned */
+    kpc_deps deps;    /* its files: in the manifest's bytes, or (added) in deps.block */
 } kpc_manifest_entry;
 
 typedef struct kpc_manifest {
-    size_t count;                                        /* newest first */
+    size_t count; /* newest first */
+    void *bytes;  /* the decoded bytes the entries point into, when the manifest owns them */
     kpc_manifest_entry entries[KPC_MANIFEST_MAX_ENTRIES];
 } kpc_manifest;
 
@@ -113,19 +126,24 @@ void kpc_manifest_object_key(const kpc_key *request, const kpc_deps *deps, kpc_k
 /* Serialize a manifest (the payload of a KPC_RECORD_MANIFEST record; format in
  * docs/file-format.md; core/manifest_codec.c). *buf is malloc'd. */
 kpc_status kpc_manifest_encode(const kpc_manifest *m, void **buf, size_t *size);
-/* Parse and check one; KPC_E_CORRUPT for anything malformed (never reads past size);
- * KPC_E_NOT_FOUND for a manifest of an older format (its entries lack the identities
- * and the absent entries this check relies on: a miss, rewritten by the next build). */
+/* Parse and check one; its entries point into buf, which must outlive them (or be handed
+ * to the manifest: out->bytes, freed with it). KPC_E_CORRUPT for anything malformed
+ * (never reads past size); KPC_E_NOT_FOUND for a manifest of an older format (its
+ * entries lack the identities and the absent entries this check relies on: a miss,
+ * rewritten by the next build). On failure *out is empty (out->bytes NULL). */
 kpc_status kpc_manifest_decode(const void *buf, size_t size, kpc_manifest *out);
 void kpc_manifest_free(kpc_manifest *m);
-/* For the codec: a list of count files whose paths take path_bytes (their NULs
- * included), the paths to be placed from kpc_manifest_deps_strings; NULL past the limit
- * or on ENOMEM. kpc_manifest_deps_finish sets each dir_len once the paths are in. */
-kpc_deps *kpc_manifest_deps_alloc(size_t count, size_t path_bytes);
-char *kpc_manifest_deps_strings(kpc_deps *d);
-void kpc_manifest_deps_finish(kpc_deps *d);
+/* The list of n files in one allocation (KPC_E_INVALID for a relative path, one longer
+ * than a manifest holds, too many files). */
+kpc_status kpc_manifest_deps_encode(const kpc_manifest_file *files, size_t n, kpc_deps **out);
+/* The file of d at *off (0 for the first), *off moved to the next; false past the last. */
+bool kpc_manifest_deps_next(const kpc_deps *d, size_t *off, kpc_manifest_file *f);
 /* The first entry (newest first) whose files all match now; NULL if none. */
 const kpc_manifest_entry *kpc_manifest_match(const kpc_manifest *m);
+/* Entry e's files as a list of their own, for a program to keep: the manifest's bytes
+ * themselves when the entry is most of them (then m only to be freed), else a copy.
+ * NULL on ENOMEM. */
+kpc_deps *kpc_manifest_take(kpc_manifest *m, const kpc_manifest_entry *e);
 /* Put (object, outcome, a copy of deps) first; an entry with the same object key is
  * replaced, and past KPC_MANIFEST_MAX_ENTRIES the oldest is dropped. */
 kpc_status kpc_manifest_add(kpc_manifest *m, const kpc_key *object, uint32_t outcome,

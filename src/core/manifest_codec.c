@@ -24,46 +24,37 @@
 #define FILE_ABSENT 1u
 #define PATH_MAX_BYTES 4095u
 
-kpc_status kpc_manifest_encode(const kpc_manifest *m, void **buf, size_t *size)
+/* The bytes of one file: what kpc_manifest_deps_next reads back. */
+static void put_file(kpc__writer *w, const kpc_manifest_file *f)
 {
-    kpc__writer w;
-    kpc__writer_grow(&w, KPC_MANIFEST_MAX_BYTES);
-    kpc__put_bytes(&w, MANIFEST_MAGIC, 8);
-    kpc__put_u32(&w, MANIFEST_VERSION);
-    kpc__put_u32(&w, (uint32_t)m->count);
-    for (size_t i = 0; i < m->count; i++) {
-        const kpc_manifest_entry *e = &m->entries[i];
-        size_t nf = e->deps ? e->deps->count : 0;
-        kpc__put_bytes(&w, e->object.bytes, 16);
-        kpc__put_u32(&w, (uint32_t)e->outcome);
-        kpc__put_u32(&w, (uint32_t)nf);
-        for (size_t j = 0; j < nf; j++) {
-            const kpc_manifest_file *f = &e->deps->files[j];
-            kpc__put_lstr(&w, 4, f->path, strlen(f->path));
-            kpc__put_u32(&w, f->absent ? FILE_ABSENT : FILE_READ);
-            if (f->absent)
-                continue;
-            kpc__put_u64(&w, f->dev);
-            kpc__put_u64(&w, f->ino);
-            kpc__put_u64(&w, f->size);
-            kpc__put_u64(&w, (uint64_t)f->mtime_ns);
-            kpc__put_u64(&w, (uint64_t)f->ctime_ns);
-            kpc__put_bytes(&w, f->digest, 16);
-        }
-    }
-    return kpc__writer_finish(&w, buf, size); /* past KPC_MANIFEST_MAX_BYTES: invalid */
+    kpc__put_lstr(w, 4, f->path, f->path_len);
+    kpc__put_u32(w, f->absent ? FILE_ABSENT : FILE_READ);
+    if (f->absent)
+        return;
+    kpc__put_u64(w, f->dev);
+    kpc__put_u64(w, f->ino);
+    kpc__put_u64(w, f->size);
+    kpc__put_u64(w, (uint64_t)f->mtime_ns);
+    kpc__put_u64(w, (uint64_t)f->ctime_ns);
+    kpc__put_bytes(w, f->digest, 16);
 }
 
-/* One file's fields after its path; false when malformed. */
-static bool read_file(kpc__reader *r, kpc_manifest_file *f)
+/* One file read at r, its path in place; false when malformed (a path that is empty,
+ * relative, too long or holds a NUL; an unknown kind; fields past the end). */
+static bool get_file(kpc__reader *r, kpc_manifest_file *f)
 {
+    f->path = kpc__get_lstr(r, 4, PATH_MAX_BYTES, &f->path_len);
     uint32_t kind = kpc__get_u32(r);
-    if (kind != FILE_READ && kind != FILE_ABSENT)
-        kpc__reader_fail(r);
-    memset(&f->dev, 0, sizeof *f - offsetof(kpc_manifest_file, dev));
+    if (r->bad || f->path_len == 0 || f->path[0] != '/' || memchr(f->path, '\0', f->path_len) ||
+        (kind != FILE_READ && kind != FILE_ABSENT))
+        return false;
+    /* its directory: path[0] is a '/' */
+    f->dir_len = (uint32_t)((const char *)memrchr(f->path, '/', f->path_len) - f->path);
     f->absent = kind == FILE_ABSENT;
-    if (f->absent || r->bad)
-        return !r->bad;
+    if (f->absent) {
+        memset(&f->dev, 0, sizeof *f - offsetof(kpc_manifest_file, dev));
+        return true;
+    }
     f->dev = kpc__get_u64(r);
     f->ino = kpc__get_u64(r);
     f->size = kpc__get_u64(r);
@@ -73,49 +64,77 @@ static bool read_file(kpc__reader *r, kpc_manifest_file *f)
     return !r->bad;
 }
 
-/* One entry list: a first pass bounds every length, a second fills the block. */
-static kpc_status decode_deps(kpc__reader *r, uint32_t nf, kpc_deps **out)
+bool kpc_manifest_deps_next(const kpc_deps *d, size_t *off, kpc_manifest_file *f)
+{
+    if (d == NULL || *off >= d->size)
+        return false;
+    kpc__reader r;
+    kpc__reader_init(&r, d->files, d->size);
+    r.off = *off;
+    if (!get_file(&r, f))
+        return false; /* not reached: every list was checked when it was made */
+    *off = r.off;
+    return true;
+}
+
+kpc_status kpc_manifest_deps_encode(const kpc_manifest_file *files, size_t n, kpc_deps **out)
 {
     *out = NULL;
-    if (nf > KPC_MANIFEST_MAX_FILES)
-        return KPC_E_CORRUPT;
-    kpc__reader scan = *r;
-    size_t bytes = 0, read = 0;
-    for (uint32_t j = 0; j < nf; j++) {
-        size_t len;
-        const char *path = kpc__get_lstr(&scan, 4, PATH_MAX_BYTES, &len);
-        kpc_manifest_file f;
-        if (path == NULL || len == 0 || path[0] != '/' || memchr(path, '\0', len) ||
-            !read_file(&scan, &f))
-            return KPC_E_CORRUPT;
-        bytes += len + 1;
-        read += !f.absent;
+    if (n > KPC_MANIFEST_MAX_FILES)
+        return KPC_E_INVALID;
+    size_t bytes = 0;
+    for (size_t i = 0; i < n; i++) {
+        if (files[i].path_len == 0 || files[i].path_len > PATH_MAX_BYTES || files[i].path[0] != '/')
+            return KPC_E_INVALID;
+        bytes += 8 + files[i].path_len + (files[i].absent ? 0 : 5 * 8 + 16);
     }
-    if (read == 0) /* an entry is there for the files a compile read */
-        return KPC_E_CORRUPT;
-    kpc_deps *d = kpc_manifest_deps_alloc(nf, bytes);
+    kpc_deps *d = malloc(sizeof *d + bytes);
     if (d == NULL)
         return KPC_E_NOMEM;
-    char *s = kpc_manifest_deps_strings(d);
-    for (uint32_t j = 0; j < nf; j++) { /* the scan proved every read below */
-        kpc_manifest_file *f = &d->files[j];
-        size_t len;
-        const char *path = kpc__get_lstr(r, 4, PATH_MAX_BYTES, &len);
-        memcpy(s, path, len);
-        s[len] = '\0';
-        f->path = s;
-        /* its directory: the scan proved path[0] is a '/' */
-        f->dir_len = (uint32_t)((const char *)memrchr(s, '/', len) - s);
-        s += len + 1;
-        read_file(r, f);
-    }
+    kpc__writer w;
+    kpc__writer_fixed(&w, d + 1, bytes);
+    for (size_t i = 0; i < n; i++)
+        put_file(&w, &files[i]);
+    *d = (kpc_deps){.count = n, .size = bytes, .files = (const uint8_t *)(d + 1)};
     *out = d;
     return KPC_OK;
+}
+
+kpc_status kpc_manifest_encode(const kpc_manifest *m, void **buf, size_t *size)
+{
+    kpc__writer w;
+    kpc__writer_grow(&w, KPC_MANIFEST_MAX_BYTES);
+    kpc__put_bytes(&w, MANIFEST_MAGIC, 8);
+    kpc__put_u32(&w, MANIFEST_VERSION);
+    kpc__put_u32(&w, (uint32_t)m->count);
+    for (size_t i = 0; i < m->count; i++) {
+        const kpc_manifest_entry *e = &m->entries[i];
+        kpc__put_bytes(&w, e->object.bytes, 16);
+        kpc__put_u32(&w, e->outcome);
+        kpc__put_u32(&w, (uint32_t)e->deps.count);
+        kpc__put_bytes(&w, e->deps.files, e->deps.size); /* the files' bytes as they are */
+    }
+    return kpc__writer_finish(&w, buf, size); /* past KPC_MANIFEST_MAX_BYTES: invalid */
+}
+
+/* One entry's nf files at r, checked and passed over: their bytes become e's list. */
+static bool get_files(kpc__reader *r, uint32_t nf, kpc_deps *d)
+{
+    size_t start = r->off, read = 0;
+    for (uint32_t j = 0; j < nf; j++) {
+        kpc_manifest_file f;
+        if (!get_file(r, &f))
+            return false;
+        read += !f.absent;
+    }
+    *d = (kpc_deps){.count = nf, .size = r->off - start, .files = r->p + start};
+    return read > 0; /* an entry is there for the files a compile read */
 }
 
 kpc_status kpc_manifest_decode(const void *buf, size_t size, kpc_manifest *out)
 {
     out->count = 0;
+    out->bytes = NULL;
     kpc__reader r;
     kpc__reader_init(&r, buf, size);
     const uint8_t *magic = kpc__get_bytes(&r, 8);
@@ -130,21 +149,17 @@ kpc_status kpc_manifest_decode(const void *buf, size_t size, kpc_manifest *out)
         kpc_manifest_entry *e = &out->entries[i];
         const uint8_t *key = kpc__get_bytes(&r, 16);
         uint32_t outcome = kpc__get_u32(&r), nf = kpc__get_u32(&r);
-        if (r.bad || (outcome != KPC_MANIFEST_CODE && outcome != KPC_MANIFEST_LOG) || nf == 0) {
-            kpc_manifest_free(out);
+        if (r.bad || (outcome != KPC_MANIFEST_CODE && outcome != KPC_MANIFEST_LOG) || nf == 0 ||
+            nf > KPC_MANIFEST_MAX_FILES || !get_files(&r, nf, &e->deps)) {
+            out->count = 0;
             return KPC_E_CORRUPT;
         }
         memcpy(e->object.bytes, key, 16);
         e->outcome = outcome;
-        kpc_status s = decode_deps(&r, nf, &e->deps);
-        if (s != KPC_OK) {
-            kpc_manifest_free(out);
-            return s;
-        }
         out->count++;
     }
     if (!kpc__reader_done(&r)) { /* trailing bytes: not a manifest this code wrote */
-        kpc_manifest_free(out);
+        out->count = 0;
         return KPC_E_CORRUPT;
     }
     return KPC_OK;

@@ -105,11 +105,15 @@ static char *log_text(const kpc_record *rec)
 static void read_manifest(kpc_context *ctx, const kpc_key *key, kpc_manifest *m)
 {
     m->count = 0;
+    m->bytes = NULL;
     kpc_record rec;
     if (kpc_tier_read(&ctx->cache->tiers, key, ctx->target, KPC_RECORD_MANIFEST, &rec) != KPC_OK)
         return;
     kpc_status s = kpc_manifest_decode(rec.payload, rec.code_size, m);
-    if (s == KPC_E_NOT_FOUND)
+    if (s == KPC_OK) {
+        m->bytes = rec.payload; /* the entries point into it: the manifest keeps it */
+        rec.payload = NULL;
+    } else if (s == KPC_E_NOT_FOUND)
         KPC_LOG(KPC_LOG_DEBUG, "a manifest of an older format for %s: a miss, rewritten by the next "
                 "build", ctx->target);
     else if (s != KPC_OK) {
@@ -129,14 +133,14 @@ static kpc_status read_via_manifest(kpc_context *ctx, const kpc_key *key, kpc_re
 {
     kpc_manifest m;
     read_manifest(ctx, key, &m);
-    kpc_manifest_entry *e = (kpc_manifest_entry *)kpc_manifest_match(&m);
+    const kpc_manifest_entry *e = kpc_manifest_match(&m);
     kpc_status s = KPC_E_NOT_FOUND;
     if (e) {
         uint32_t kind = e->outcome == KPC_MANIFEST_LOG ? KPC_RECORD_LOG : KPC_RECORD_CODE;
         s = kpc_tier_read(&ctx->cache->tiers, &e->object, ctx->target, kind, rec);
-        if (s == KPC_OK) {
-            *deps = e->deps; /* taken: the manifest is freed below */
-            e->deps = NULL;
+        if (s == KPC_OK && (*deps = kpc_manifest_take(&m, e)) == NULL) {
+            kpc_record_free(rec);
+            s = KPC_E_NOMEM;
         }
     }
     kpc_manifest_free(&m);

@@ -1,0 +1,131 @@
+/*
+ * fuzz_manifest.c - libFuzzer target for the manifest decoder (the payload of a .mf
+ * record).
+ *
+ * A manifest's bytes are not copied into structures: a program keeps the matched entry's
+ * bytes and every later check reads its files' fields in place (core/manifest.h). So the
+ * decoder's checks are all that stands between a damaged file and those reads. Each input
+ * is one payload. Oracle: nothing crashes, leaks or reads out of bounds (ASan/UBSan); a
+ * manifest is either refused, or every entry's files read back one by one to exactly
+ * the count and the bytes the decoder gave that entry, each path absolute with its
+ * directory inside it, and encoding the decoded manifest gives back the input byte for
+ * byte. A list taken out of it, and its copy, give the entry's object key computation
+ * the same files.
+ *
+ * Seeds: a manifest the library itself writes (two entries, read files and a missed
+ * lookup) is generated at start-up into $KPC_FUZZ_SEED_DIR when it is set;
+ * tests/fuzz/corpus/manifest/ keeps a copy.
+ */
+#define _GNU_SOURCE
+#include "fuzz_common.h"
+
+#include "core/manifest.h"
+
+#include <stdlib.h>
+#include <string.h>
+
+static char dir[4096];
+
+static void write_seed(void)
+{
+    char a[4200], b[4200], gone[4200];
+    snprintf(a, sizeof a, "%s/a.h", dir);
+    snprintf(b, sizeof b, "%s/b.h", dir);
+    snprintf(gone, sizeof gone, "%s/inc/a.h", dir);
+    fuzz_write_file(a, "#define A 1\n", 12);
+    fuzz_write_file(b, "#define B 2\n", 12);
+    const char *one[] = {a}, *two[] = {a, b}, *absent[] = {gone};
+    uint64_t later = kpc__wall_ns() + 2000000000ull; /* the files are "old" */
+    kpc_deps *d1, *d2;
+    if (kpc_manifest_deps_record(one, 1, absent, 1, NULL, later, &d1) != KPC_OK ||
+        kpc_manifest_deps_record(two, 2, NULL, 0, NULL, later, &d2) != KPC_OK)
+        abort();
+    kpc_manifest m = {0};
+    kpc_key o1 = {{1}}, o2 = {{2}};
+    void *buf;
+    size_t size;
+    if (kpc_manifest_add(&m, &o1, KPC_MANIFEST_CODE, d1) != KPC_OK ||
+        kpc_manifest_add(&m, &o2, KPC_MANIFEST_LOG, d2) != KPC_OK ||
+        kpc_manifest_encode(&m, &buf, &size) != KPC_OK)
+        abort();
+    char path[4200];
+    snprintf(path, sizeof path, "%s/seed.mf", dir);
+    fuzz_write_file(path, buf, size);
+    fuzz_copy_seed(path, "manifest");
+    free(buf);
+    kpc_manifest_free(&m);
+    kpc_manifest_deps_free(d1);
+    kpc_manifest_deps_free(d2);
+}
+
+int LLVMFuzzerInitialize(int *argc, char ***argv)
+{
+    (void)argc, (void)argv;
+    fuzz_quiet();
+    fuzz_tmpdir(dir, sizeof dir);
+    if (kpc__mkdir_p(dir, 0700) != 0)
+        abort();
+    write_seed();
+    return 0;
+}
+
+/* Every file of d read back: count files, ending exactly at its size, each well formed. */
+static void check_list(const kpc_deps *d)
+{
+    kpc_manifest_file f;
+    size_t off = 0, n = 0;
+    while (kpc_manifest_deps_next(d, &off, &f)) {
+        if (f.path_len == 0 || f.path[0] != '/' || f.dir_len >= f.path_len || f.path[f.dir_len] != '/' ||
+            memchr(f.path, '\0', f.path_len) || f.path < (const char *)d->files ||
+            f.path + f.path_len > (const char *)d->files + d->size)
+            abort();
+        n++;
+    }
+    if (n != d->count || off != d->size)
+        abort();
+}
+
+int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
+{
+    /* a copy of its own, as the store hands a payload over: the manifest may keep it */
+    uint8_t *bytes = malloc(size ? size : 1);
+    if (bytes == NULL)
+        return 0;
+    memcpy(bytes, data, size);
+    kpc_manifest m;
+    if (kpc_manifest_decode(bytes, size, &m) != KPC_OK) {
+        if (m.count != 0 || m.bytes != NULL)
+            abort();
+        free(bytes);
+        return 0;
+    }
+    m.bytes = bytes;
+    for (size_t i = 0; i < m.count; i++)
+        check_list(&m.entries[i].deps);
+    void *again;
+    size_t again_size;
+    if (kpc_manifest_encode(&m, &again, &again_size) != KPC_OK || again_size != size ||
+        memcmp(again, data, size) != 0)
+        abort();
+    free(again);
+    if (m.count) {
+        kpc_key request = {{7}}, before, after;
+        kpc_manifest_object_key(&request, &m.entries[0].deps, &before);
+        kpc_deps *taken = kpc_manifest_take(&m, &m.entries[0]);
+        bool ok;
+        kpc_deps *copy = kpc_manifest_deps_copy(taken, &ok);
+        if (taken == NULL || !ok)
+            abort();
+        kpc_manifest_free(&m); /* the taken list outlives the manifest */
+        check_list(taken);
+        check_list(copy);
+        kpc_manifest_object_key(&request, copy, &after);
+        if (memcmp(before.bytes, after.bytes, 16) != 0)
+            abort();
+        kpc_manifest_deps_free(taken);
+        kpc_manifest_deps_free(copy);
+        return 0;
+    }
+    kpc_manifest_free(&m);
+    return 0;
+}
