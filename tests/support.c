@@ -359,6 +359,20 @@ int ts_tmp_entries(const char *d)
     return n < 0 ? 0 : n;
 }
 
+void ts_tmp_domain(const char *dir, char out[17])
+{
+    kpc_root *r;
+    ck_assert_int_eq(kpc_root_open(dir, &r), KPC_OK);
+    kpc_key k = {{0}};
+    char path[4400];
+    ck_assert_int_eq(kpc_root_tmp_path(r, &k, path, sizeof path), 0);
+    const char *name = strrchr(path, '/') + 1;
+    ck_assert_int_eq(name[49], '.');
+    memcpy(out, name + 33, 16);
+    out[16] = '\0';
+    kpc_root_close(r);
+}
+
 void *ts_read_file(const char *path, size_t *size)
 {
     int fd = open(path, O_RDONLY | O_CLOEXEC);

@@ -90,6 +90,9 @@ void ts_record_path(const char *dir, const char *target, const kpc_key *key, con
  * dir>/v1/tmp (staging), 0 when there is no such directory. */
 int ts_count_entries(const char *path);
 int ts_tmp_entries(const char *dir);
+/* The domain (16 hex) this process writes in the staging names of the cache at dir, as
+ * the store spells it (base/root.h): a planted name in it is judged by its writer. */
+void ts_tmp_domain(const char *dir, char out[17]);
 /* Whole-file helpers: read (malloc'd, NULL if absent) and write-over (fails the test). */
 void *ts_read_file(const char *path, size_t *size);
 void ts_write_file(const char *path, const void *data, size_t size);

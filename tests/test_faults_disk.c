@@ -20,6 +20,7 @@
 #include <errno.h>
 #include <fcntl.h>
 #include <grp.h>
+#include <sched.h>
 #include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -338,10 +339,10 @@ END_TEST
 
 /* ---- 12: dead writers' temp files -------------------------------------------------------- */
 
-/* A temp name as the store makes them: <32 hex>.<pid>.<start time>.<seq>.tmp */
-static void temp_name(char *out, size_t cap, pid_t pid, uint64_t start, unsigned seq)
+/* A temp name as the store makes them: <32 hex>.<domain>.<pid>.<start time>.<seq>.tmp */
+static void temp_name(char *out, size_t cap, const char *domain, pid_t pid, uint64_t start, unsigned seq)
 {
-    snprintf(out, cap, "0123456789abcdef0123456789abcdef.%d.%llu.%u.tmp", (int)pid,
+    snprintf(out, cap, "0123456789abcdef0123456789abcdef.%s.%d.%llu.%u.tmp", domain, (int)pid,
              (unsigned long long)start, seq);
 }
 
@@ -388,19 +389,32 @@ START_TEST(dead_writers_temp_files_are_swept_at_open_and_by_prune)
     char *tmp = path_in(root, "v1/tmp");
     uint64_t dstart, mystart = kpc__proc_start_time(getpid());
     pid_t dead = dead_writer(&dstart);
-    char dead1[128], dead2[128], live[128], reused[128];
-    temp_name(dead1, sizeof dead1, dead, dstart, 0);
-    temp_name(dead2, sizeof dead2, dead, dstart, 7);
-    temp_name(live, sizeof live, getpid(), mystart, 0);
+    char me[17], other[17] = "0000000000000000", dead1[128], dead2[128], live[128], reused[128];
+    char elsewhere[128], elsewhere_old[128], older_kpc[128];
+    ts_tmp_domain(dir, me);
+    if (strcmp(me, other) == 0)
+        other[0] = '1';
+    temp_name(dead1, sizeof dead1, me, dead, dstart, 0);
+    temp_name(dead2, sizeof dead2, me, dead, dstart, 7);
+    temp_name(live, sizeof live, me, getpid(), mystart, 0);
     /* our pid with another start time: a process that had our pid before us */
-    temp_name(reused, sizeof reused, getpid(), mystart - 1, 0);
+    temp_name(reused, sizeof reused, me, getpid(), mystart - 1, 0);
+    /* a dead pid of another domain: another node's writer, alive or not, by its age only */
+    temp_name(elsewhere, sizeof elsewhere, other, dead, dstart, 0);
+    temp_name(elsewhere_old, sizeof elsewhere_old, other, dead, dstart, 1);
+    /* the kpc before domains: <32 hex>.<pid>.<start>.<seq>.tmp, by its age only */
+    snprintf(older_kpc, sizeof older_kpc, "0123456789abcdef0123456789abcdef.%d.%llu.0.tmp", (int)dead,
+             (unsigned long long)dstart);
     make_file(tmp, dead1, 0);
     make_file(tmp, dead2, 0);
     make_file(tmp, live, 0);
     make_file(tmp, reused, 0);
+    make_file(tmp, elsewhere, 0);
+    make_file(tmp, elsewhere_old, 2 * 3600);
+    make_file(tmp, older_kpc, 0);
     make_file(tmp, "0123456789abcdef0123456789abcdef.1.2.tmp", 0);        /* another kpc's name, fresh */
     make_file(tmp, "0123456789abcdef0123456789abcdef.1.3.tmp", 2 * 3600); /* the same, 2 h old */
-    ck_assert_int_eq(ts_tmp_entries(dir), 6);
+    ck_assert_int_eq(ts_tmp_entries(dir), 9);
 
     /* open sweeps the dead writers' files */
     c = ts_open(dir, 0, 0);
@@ -409,10 +423,14 @@ START_TEST(dead_writers_temp_files_are_swept_at_open_and_by_prune)
     ck_assert(!exists(p = path_in(tmp, dead2))), free(p);
     ck_assert_msg(!exists(p = path_in(tmp, reused)), "a reused pid's temp file survived"), free(p);
     ck_assert_msg(exists(p = path_in(tmp, live)), "a live writer's temp file was removed"), free(p);
+    ck_assert_msg(exists(p = path_in(tmp, elsewhere)), "another domain's temp file was judged by its pid"),
+        free(p);
+    ck_assert(exists(p = path_in(tmp, elsewhere_old))), free(p); /* open judges no age */
+    ck_assert(exists(p = path_in(tmp, older_kpc))), free(p);
     kpc_cache_close(c);
 
     /* and so does prune (the tool), with the old rule for names without a start time */
-    temp_name(dead1, sizeof dead1, dead, dstart, 1);
+    temp_name(dead1, sizeof dead1, me, dead, dstart, 1);
     make_file(tmp, dead1, 0);
     make_file(tmp, "0123456789abcdef0123456789abcdef.1.4.tmp", 600); /* 10 minutes old */
     const char *argv[] = {getenv("KPC_TOOL"), "prune", "--cache-dir", dir, "--json", NULL};
@@ -423,6 +441,9 @@ START_TEST(dead_writers_temp_files_are_swept_at_open_and_by_prune)
     ck_assert(!exists(p = path_in(tmp, "0123456789abcdef0123456789abcdef.1.3.tmp"))), free(p);
     ck_assert(exists(p = path_in(tmp, "0123456789abcdef0123456789abcdef.1.2.tmp"))), free(p);
     ck_assert(exists(p = path_in(tmp, live))), free(p);
+    ck_assert_msg(exists(p = path_in(tmp, elsewhere)), "prune removed another domain's young temp file"),
+        free(p);
+    ck_assert(!exists(p = path_in(tmp, elsewhere_old))), free(p); /* 2 h old */
     ck_assert_msg(exists(p = path_in(tmp, "0123456789abcdef0123456789abcdef.1.4.tmp")),
                   "a temp file younger than an hour was pruned"), free(p);
     /* KPC_STALE_TMP_MS shortens the age */
@@ -442,12 +463,61 @@ START_TEST(dead_writers_temp_files_are_swept_at_open_and_by_prune)
 }
 END_TEST
 
+/* A process of another pid namespace on this node (a container sharing the cache
+ * directory) opens the cache: this process's pid means nothing there (kill says no such
+ * process), so its live writer's temp file must be left alone. */
+START_TEST(a_sweep_in_another_pid_namespace_spares_this_ones_writers)
+{
+    if (geteuid() != 0) {
+        ts_skip("a new pid namespace needs root");
+        return;
+    }
+    kpc_cache *c = ts_open(dir, 0, 0); /* makes the tree */
+    kpc_cache_close(c);
+    char root[4096], me[17], live[128];
+    ck_assert_ptr_nonnull(realpath(dir, root));
+    char *tmp = path_in(root, "v1/tmp");
+    ts_tmp_domain(dir, me);
+    temp_name(live, sizeof live, me, getpid(), kpc__proc_start_time(getpid()), 0);
+    make_file(tmp, live, 0);
+    pid_t tester = getpid();
+    pid_t child = fork();
+    ck_assert_int_ge(child, 0);
+    if (child == 0) {
+        if (unshare(CLONE_NEWPID) != 0)
+            _exit(3);
+        pid_t first = fork(); /* pid 1 of the new namespace */
+        if (first == 0) {
+            kpc_store *st;
+            bool alone = kill(tester, 0) != 0; /* the test's pid names no process here */
+            _exit(kpc_store_open(dir, 1ull << 30, &st) == KPC_OK ? (alone ? 0 : 4) : 1);
+        }
+        int st;
+        _exit(first > 0 && waitpid(first, &st, 0) == first && WIFEXITED(st) ? WEXITSTATUS(st) : 2);
+    }
+    int st;
+    ck_assert_int_eq(waitpid(child, &st, 0), child);
+    ck_assert(WIFEXITED(st));
+    if (WEXITSTATUS(st) == 3) {
+        ts_skip("unshare(CLONE_NEWPID) refused here: %s", "no pid namespaces");
+        free(tmp);
+        return;
+    }
+    ck_assert_int_eq(WEXITSTATUS(st), 0);
+    char *p = path_in(tmp, live);
+    ck_assert_msg(exists(p), "a cache opened in another pid namespace removed a live writer's temp file");
+    free(p);
+    free(tmp);
+}
+END_TEST
+
 int main(void)
 {
     const TTest *tests[] = {a_cache_dir_under_a_directory_others_may_write_is_refused,
                             a_sticky_or_private_ancestor_is_accepted,
                             a_renamed_away_cache_dir_never_serves_a_look_alike,
                             a_damaged_record_that_cannot_be_removed_is_not_logged_removed,
-                            dead_writers_temp_files_are_swept_at_open_and_by_prune, NULL};
+                            dead_writers_temp_files_are_swept_at_open_and_by_prune,
+                            a_sweep_in_another_pid_namespace_spares_this_ones_writers, NULL};
     return ts_main_case("faults", "disk", 0, setup, teardown, tests);
 }

@@ -324,13 +324,15 @@ START_TEST(missing_shared_dir_is_not_created)
 }
 END_TEST
 
-/* A staging file named as a writer of another host names it (a pid not alive here). */
+/* A staging file named as this node's writers name theirs, with a pid not alive here: in
+ * the shared directory, the name another host's live writer may have. */
 static void plant_tmp(const char *dir, time_t age, char *path, size_t cap)
 {
-    char real[4096], tmp[4200];
+    char real[4096], tmp[4200], domain[17];
     ck_assert(realpath(dir, real) != NULL);
+    ts_tmp_domain(dir, domain);
     snprintf(tmp, sizeof tmp, "%s/v1/tmp", real);
-    snprintf(path, cap, "%s/0123456789abcdef0123456789abcdef.999999999.12345.0.tmp", tmp);
+    snprintf(path, cap, "%s/0123456789abcdef0123456789abcdef.%s.999999999.12345.0.tmp", tmp, domain);
     ts_write_file(path, "partial", 7);
     struct timespec t[2] = {{time(NULL) - age, 0}, {time(NULL) - age, 0}};
     ck_assert_int_eq(utimensat(AT_FDCWD, path, t, 0), 0);

@@ -23,6 +23,7 @@
 #include <string.h>
 #include <sys/file.h>
 #include <sys/stat.h>
+#include <sys/utsname.h>
 #include <unistd.h>
 #include <xxhash.h>
 
@@ -33,10 +34,11 @@ struct kpc_root {
     size_t v1_len;
     int fd, v1_fd;         /* held open for the life of the root */
     atomic_uint tmp_seq;   /* staging names unique within the process */
-    /* this process in staging names: pid and start time, so that a sweep can tell a
-     * dead writer's file (base/root.h); recomputed in a fork child */
+    /* this process in staging names: its domain, pid and start time, so that a sweep can
+     * tell a dead writer's file (base/root.h); recomputed in a fork child (which may be
+     * in a new pid namespace) */
     _Atomic int tmp_pid;
-    _Atomic uint64_t tmp_start;
+    _Atomic uint64_t tmp_start, tmp_domain;
     int tree_errno; /* why v1/ or v1/tmp could not be made at open; 0: both there */
 };
 
@@ -252,32 +254,82 @@ int kpc_root_target_dir(const kpc_root *r, const char *target, char *out, size_t
     return n > 0 && (size_t)n < cap ? 0 : -1;
 }
 
+/* Where this process's pids mean something: XXH3-64 of the kernel's boot id (the node,
+ * this boot; its host name where there is no boot id) and of its pid namespace. Nodes
+ * that share a cache directory, and containers of one node that do not share their pids,
+ * have different domains. */
+static uint64_t writer_domain(void)
+{
+    char node[128] = "";
+    ssize_t n = -1;
+    int fd = open("/proc/sys/kernel/random/boot_id", O_RDONLY | O_CLOEXEC); /* bare: not kpc's file */
+    if (fd >= 0) {
+        n = read(fd, node, sizeof node - 1);
+        close(fd);
+    }
+    if (n <= 0) {
+        struct utsname u;
+        n = uname(&u) == 0 ? snprintf(node, sizeof node, "%s", u.nodename) : 0;
+    }
+    uint64_t ns[2] = {0, 0};
+    struct stat st;
+    if (stat("/proc/self/ns/pid", &st) == 0) { /* bare: not kpc's file */
+        ns[0] = (uint64_t)st.st_dev;
+        ns[1] = (uint64_t)st.st_ino;
+    }
+    return XXH3_64bits_withSeed(ns, sizeof ns, XXH3_64bits(node, n > 0 ? (size_t)n : 0));
+}
+
+/* This process's domain and start time, computed once per process. */
+static void this_writer(kpc_root *r, int *pid, uint64_t *start, uint64_t *domain)
+{
+    *pid = (int)getpid();
+    *start = atomic_load(&r->tmp_start);
+    *domain = atomic_load(&r->tmp_domain);
+    if (atomic_load(&r->tmp_pid) != *pid || *start == 0) {
+        *start = kpc__proc_start_time(*pid);
+        *domain = writer_domain();
+        atomic_store(&r->tmp_start, *start);
+        atomic_store(&r->tmp_domain, *domain);
+        atomic_store(&r->tmp_pid, *pid);
+    }
+}
+
 int kpc_root_tmp_path(kpc_root *r, const kpc_key *key, char *out, size_t cap)
 {
     char hex[KPC_KEY_HEX];
     kpc__hex(key->bytes, sizeof key->bytes, hex);
-    int pid = (int)getpid();
-    uint64_t start = atomic_load(&r->tmp_start);
-    if (atomic_load(&r->tmp_pid) != pid || start == 0) {
-        start = kpc__proc_start_time(pid);
-        atomic_store(&r->tmp_start, start);
-        atomic_store(&r->tmp_pid, pid);
-    }
-    int n = snprintf(out, cap, "%s/%s.%d.%llu.%u.tmp", r->tmp, hex, pid, (unsigned long long)start,
-                     atomic_fetch_add(&r->tmp_seq, 1));
+    int pid;
+    uint64_t start, domain;
+    this_writer(r, &pid, &start, &domain);
+    int n = snprintf(out, cap, "%s/%s.%016llx.%d.%llu.%u.tmp", r->tmp, hex, (unsigned long long)domain, pid,
+                     (unsigned long long)start, atomic_fetch_add(&r->tmp_seq, 1));
     return n > 0 && (size_t)n < cap ? 0 : -1;
 }
 
-bool kpc_root_tmp_writer(const char *name, int *pid, uint64_t *start)
+static bool all_hex(const char *s, int n)
 {
-    /* <32 hex>.<pid>.<start>.<seq>.tmp, every part whole */
-    size_t len = strlen(name);
-    if (len < 33 || name[32] != '.' || len < 4 || strcmp(name + len - 4, ".tmp") != 0)
-        return false;
-    for (int i = 0; i < 32; i++)
-        if (!((name[i] >= '0' && name[i] <= '9') || (name[i] >= 'a' && name[i] <= 'f')))
+    for (int i = 0; i < n; i++)
+        if (!((s[i] >= '0' && s[i] <= '9') || (s[i] >= 'a' && s[i] <= 'f')))
             return false;
-    const char *p = name + 33;
+    return true;
+}
+
+bool kpc_root_tmp_writer(kpc_root *r, const char *name, int *pid, uint64_t *start)
+{
+    /* <32 hex>.<16 hex>.<pid>.<start>.<seq>.tmp, every part whole */
+    size_t len = strlen(name);
+    if (len < 50 || name[32] != '.' || name[49] != '.' || strcmp(name + len - 4, ".tmp") != 0 ||
+        !all_hex(name, 32) || !all_hex(name + 33, 16))
+        return false;
+    int me;
+    uint64_t my_start, domain;
+    this_writer(r, &me, &my_start, &domain);
+    char mine[17];
+    snprintf(mine, sizeof mine, "%016llx", (unsigned long long)domain);
+    if (memcmp(name + 33, mine, 16) != 0)
+        return false; /* another node's, or another pid namespace's: its pid means nothing here */
+    const char *p = name + 50;
     char *end;
     unsigned long long v[3];
     for (int i = 0; i < 3; i++) {

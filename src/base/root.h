@@ -67,13 +67,17 @@ int kpc_root_record_path(const kpc_root *r, const kpc_key *key, const char *targ
 /* <root>/v1/<target>: a target's directory. */
 int kpc_root_target_dir(const kpc_root *r, const char *target, char *out, size_t cap);
 /* <root>/v1/tmp, and a fresh staging name in it for key:
- * <32 hex>.<pid>.<start time>.<seq>.tmp (the writer's pid and start time, in clock ticks
- * since boot as kpc__proc_start_time gives it: a sweep removes a dead writer's files). */
+ * <32 hex>.<domain>.<pid>.<start time>.<seq>.tmp: where the writer's pid means something
+ * (16 hex: its node's boot and its pid namespace), its pid and start time (in clock ticks
+ * since boot as kpc__proc_start_time gives it): a sweep removes a dead writer's files,
+ * and judges only those of its own domain by their writer. */
 const char *kpc_root_tmp_dir(const kpc_root *r);
 int kpc_root_tmp_path(kpc_root *r, const kpc_key *key, char *out, size_t cap);
-/* The writer of a staging file name made by kpc_root_tmp_path; false for any other name
- * (an older kpc's <32 hex>.<pid>.<seq>.tmp among them). */
-bool kpc_root_tmp_writer(const char *name, int *pid, uint64_t *start);
+/* The writer of a staging file name made by kpc_root_tmp_path in this process's domain;
+ * false for any other name: another domain's (another node sharing the directory, a
+ * container with pids of its own), an older kpc's (<32 hex>.<pid>.<start>.<seq>.tmp,
+ * <32 hex>.<pid>.<seq>.tmp). */
+bool kpc_root_tmp_writer(kpc_root *r, const char *name, int *pid, uint64_t *start);
 /* <root>/v1/<name>.lock, opened (created 0600) and flock'ed: exclusive, waiting unless
  * nowait (EINTR retried). The fd to close (which unlocks), or -1 with errno (EWOULDBLOCK:
  * another holds it) and *call the call that failed ("open" or "flock"); path (may be

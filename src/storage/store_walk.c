@@ -331,13 +331,14 @@ uint64_t kpc_store_sweep_tmp(kpc_store *st, bool by_age)
         int pid;
         uint64_t start;
         bool stale;
-        if (!st->shared && kpc_root_tmp_writer(e->d_name, &pid, &start))
+        if (!st->shared && kpc_root_tmp_writer(st->root, e->d_name, &pid, &start))
             /* the writer renames its file within seconds, or dies: a dead writer's (pid
              * and start time: a reused pid is not the writer) is never renamed */
             stale = !kpc__proc_alive(pid, start);
         else {
-            /* another kpc's name, or a tree other hosts write (their pids mean nothing
-             * here): by its age alone, and only where asked (prune) or shared */
+            /* another kpc's name, another node's or pid namespace's, or a tree other
+             * hosts write (their pids mean nothing here): by its age alone, and only
+             * where asked (prune) or shared */
             struct stat sb;
             stale = (by_age || st->shared) && kpc__fstatat(dirfd(d), e->d_name, &sb, AT_SYMLINK_NOFOLLOW) == 0 &&
                     (uint64_t)sb.st_mtim.tv_sec * 1000000000ull + stale_ns < now;
