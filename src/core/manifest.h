@@ -141,8 +141,8 @@ bool kpc_manifest_deps_next(const kpc_deps *d, size_t *off, kpc_manifest_file *f
 /* The first entry (newest first) whose files all match now; NULL if none. */
 const kpc_manifest_entry *kpc_manifest_match(const kpc_manifest *m);
 /* Entry e's files as a list of their own, for a program to keep: the manifest's bytes
- * themselves when the entry is most of them (then m only to be freed), else a copy.
- * NULL on ENOMEM. */
+ * themselves when e is its only entry as decoded (then m is only to be freed), else a
+ * copy of e's. NULL on ENOMEM. */
 kpc_deps *kpc_manifest_take(kpc_manifest *m, const kpc_manifest_entry *e);
 /* Put (object, outcome, a copy of deps) first; an entry with the same object key is
  * replaced, and past KPC_MANIFEST_MAX_ENTRIES the oldest is dropped. */
