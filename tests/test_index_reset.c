@@ -1,6 +1,6 @@
 /*
  * test_index_reset.c - the host index (shm/index.c): kpc-shm-reset against attached,
- * exited and killed processes.
+ * exited and killed processes, and a process of another pid namespace.
  */
 #define _GNU_SOURCE
 #include "support.h"
@@ -10,6 +10,7 @@
 #include <errno.h>
 #include <fcntl.h>
 #include <pthread.h>
+#include <sched.h>
 #include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -146,9 +147,72 @@ START_TEST(shm_reset_after_exit_and_after_kill)
 }
 END_TEST
 
+/* Pid 1 of a new pid namespace opens the cache, writes its segment's name into sh->log[0]
+ * and removes that segment (this test's to remove: the parent cannot name it). */
+static int open_in_new_pid_namespace(void)
+{
+    if (unshare(CLONE_NEWPID) != 0)
+        return 3;
+    pid_t first = fork();
+    if (first == 0) {
+        kpc_config cfg = {.struct_size = sizeof cfg, .cache_dir = dir};
+        kpc_cache *c;
+        if (kpc_cache_open(&cfg, &c) != KPC_OK || c->index == NULL)
+            _exit(10);
+        kpc_cache_close(c);
+        char *root = root_of(dir);
+        kpc_index_segment_name(root, sh->log[0], LOGCAP);
+        kpc_index_unlink(root);
+        free(root);
+        _exit(0);
+    }
+    int st;
+    return first > 0 && waitpid(first, &st, 0) == first && WIFEXITED(st) ? WEXITSTATUS(st) : 2;
+}
+
+/* A process of another pid namespace that shares /dev/shm (a container of the same pod)
+ * sees none of this namespace's pids: in the same segment it would take the attached
+ * process for a dead one and sweep its row, and kpc-shm-reset would then remove the
+ * segment under it. Each pid namespace keeps an index of its own. */
+START_TEST(another_pid_namespace_keeps_its_own_index)
+{
+    if (geteuid() != 0) {
+        ts_skip("a new pid namespace needs root");
+        return;
+    }
+    attach_arg one = {.caches = 1};
+    pid_t p = start_attached(&one);
+    pid_t q = fork();
+    ck_assert_int_ge(q, 0);
+    if (q == 0)
+        _exit(open_in_new_pid_namespace());
+    int st;
+    ck_assert_int_eq(waitpid(q, &st, 0), q);
+    if (WIFEXITED(st) && WEXITSTATUS(st) == 3) {
+        atomic_store(&sh->go, 1);
+        reap(p);
+        ts_skip("unshare(CLONE_NEWPID) refused here: no pid namespaces");
+        return;
+    }
+    ck_assert_msg(WIFEXITED(st) && WEXITSTATUS(st) == 0, "the process in a new pid namespace: %d", st);
+    char *root = root_of(dir), mine[KPC_INDEX_NAME_MAX];
+    kpc_index_segment_name(root, mine, sizeof mine);
+    free(root);
+    ck_assert_msg(strcmp(sh->log[0], mine) != 0, "one segment for two pid namespaces: %s", mine);
+    char *out, pidtext[32];
+    snprintf(pidtext, sizeof pidtext, "pid %d", (int)p);
+    int rc = run_reset(false, &out);
+    ck_assert_msg(rc == 1 && strstr(out, pidtext) != NULL,
+                  "the attached process was lost from the table: kpc-shm-reset exit %d: %s", rc, out);
+    free(out);
+    atomic_store(&sh->go, 1);
+    assert_exited_0(reap(p), "the attached child");
+}
+END_TEST
+
 int main(void)
 {
     const TTest *tests[] = {shm_reset_refuses_while_attached, shm_reset_after_exit_and_after_kill,
-                            NULL};
+                            another_pid_namespace_keeps_its_own_index, NULL};
     return index_main("reset", 60, tests);
 }

@@ -254,6 +254,19 @@ int kpc_root_target_dir(const kpc_root *r, const char *target, char *out, size_t
     return n > 0 && (size_t)n < cap ? 0 : -1;
 }
 
+/* This process's pid namespace (the device and inode of /proc/self/ns/pid), hashed: 0
+ * where it cannot be known. */
+static uint64_t pid_namespace(void)
+{
+    uint64_t ns[2] = {0, 0};
+    struct stat st;
+    if (stat("/proc/self/ns/pid", &st) == 0) { /* bare: not kpc's file */
+        ns[0] = (uint64_t)st.st_dev;
+        ns[1] = (uint64_t)st.st_ino;
+    }
+    return ns[1] ? XXH3_64bits(ns, sizeof ns) : 0;
+}
+
 /* Where this process's pids mean something: XXH3-64 of the kernel's boot id (the node,
  * this boot; its host name where there is no boot id) and of its pid namespace. Nodes
  * that share a cache directory, and containers of one node that do not share their pids,
@@ -271,13 +284,7 @@ static uint64_t writer_domain(void)
         struct utsname u;
         n = uname(&u) == 0 ? snprintf(node, sizeof node, "%s", u.nodename) : 0;
     }
-    uint64_t ns[2] = {0, 0};
-    struct stat st;
-    if (stat("/proc/self/ns/pid", &st) == 0) { /* bare: not kpc's file */
-        ns[0] = (uint64_t)st.st_dev;
-        ns[1] = (uint64_t)st.st_ino;
-    }
-    return XXH3_64bits_withSeed(ns, sizeof ns, XXH3_64bits(node, n > 0 ? (size_t)n : 0));
+    return XXH3_64bits_withSeed(node, n > 0 ? (size_t)n : 0, pid_namespace());
 }
 
 /* This process's domain and start time, computed once per process. */
@@ -414,6 +421,9 @@ int kpc_root_unlink_memo(const kpc_root *r, const char *name)
 
 void kpc_root_segment_name(const char *root_path, char *out, size_t cap)
 {
+    /* the pid namespace too: the index judges its builders and attached processes by pid,
+     * and a pid of another namespace names another process or none here, so processes
+     * that share /dev/shm but not their pids (containers of one pod) keep an index each */
     snprintf(out, cap, "/kpc-%u-%016llx", (unsigned)geteuid(),
-             (unsigned long long)XXH3_64bits(root_path, strlen(root_path)));
+             (unsigned long long)XXH3_64bits_withSeed(root_path, strlen(root_path), pid_namespace()));
 }

@@ -94,8 +94,9 @@ FILE *kpc_root_read_memo(const kpc_root *r, const char *name);
 int kpc_root_rename_memo(const kpc_root *r, const char *from, const char *to);
 int kpc_root_unlink_memo(const kpc_root *r, const char *name);
 
-/* The directory's part of the host-index segment name of a root's realpath:
- * "/kpc-<uid>-<16 hex>" (shm/ appends its layout: kpc_index_segment_name). */
+/* The directory's part of the host-index segment name of a root's realpath, in this
+ * process's pid namespace: "/kpc-<uid>-<16 hex>" (shm/ appends its layout:
+ * kpc_index_segment_name). */
 void kpc_root_segment_name(const char *root_path, char *out, size_t cap);
 
 #endif /* KPC_BASE_ROOT_H */
