@@ -49,6 +49,7 @@ if(MPI_C_FOUND AND MPIEXEC_EXECUTABLE)
       "OMPI_MCA_btl=self,tcp;OMPI_MCA_btl_tcp_if_include=lo;OMPI_MCA_oob_tcp_if_include=lo"
       "OMPI_MCA_pml=ob1;OMPI_MCA_plm_rsh_agent=false;OMPI_MCA_rmaps_base_oversubscribe=1")
   endif()
+  list(APPEND _kpc_cl_env "HWLOC_COMPONENTS=-pci") # why: tests/cmake/mpi.cmake
   if(KPC_SANITIZE MATCHES "address")
     list(APPEND _kpc_cl_env "ASAN_OPTIONS=detect_leaks=0:abort_on_error=1:use_sigaltstack=0")
   endif()
