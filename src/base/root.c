@@ -322,37 +322,37 @@ static bool all_hex(const char *s, int n)
     return true;
 }
 
-bool kpc_root_tmp_writer(kpc_root *r, const char *name, int *pid, uint64_t *start)
+enum kpc_tmp_writer kpc_root_tmp_writer(kpc_root *r, const char *name, int *pid, uint64_t *start)
 {
     /* <32 hex>.<16 hex>.<pid>.<start>.<seq>.tmp, every part whole */
     size_t len = strlen(name);
     if (len < 50 || name[32] != '.' || name[49] != '.' || strcmp(name + len - 4, ".tmp") != 0 ||
         !all_hex(name, 32) || !all_hex(name + 33, 16))
-        return false;
+        return KPC_TMP_UNKNOWN;
+    const char *p = name + 50;
+    char *end;
+    unsigned long long v[3];
+    for (int i = 0; i < 3; i++) {
+        if (*p < '0' || *p > '9')
+            return KPC_TMP_UNKNOWN;
+        errno = 0;
+        v[i] = strtoull(p, &end, 10);
+        if (errno != 0 || *end != '.')
+            return KPC_TMP_UNKNOWN;
+        p = end + 1;
+    }
+    if (p != name + len - 3 || v[0] == 0 || v[0] > INT_MAX)
+        return KPC_TMP_UNKNOWN;
     int me;
     uint64_t my_start, domain;
     this_writer(r, &me, &my_start, &domain);
     char mine[17];
     snprintf(mine, sizeof mine, "%016llx", (unsigned long long)domain);
     if (memcmp(name + 33, mine, 16) != 0)
-        return false; /* another node's, or another pid namespace's: its pid means nothing here */
-    const char *p = name + 50;
-    char *end;
-    unsigned long long v[3];
-    for (int i = 0; i < 3; i++) {
-        if (*p < '0' || *p > '9')
-            return false;
-        errno = 0;
-        v[i] = strtoull(p, &end, 10);
-        if (errno != 0 || *end != '.')
-            return false;
-        p = end + 1;
-    }
-    if (p != name + len - 3 || v[0] == 0 || v[0] > INT_MAX)
-        return false;
+        return KPC_TMP_FOREIGN;
     *pid = (int)v[0];
     *start = v[1];
-    return true;
+    return KPC_TMP_OURS;
 }
 
 int kpc_root_lock(const kpc_root *r, const char *name, bool nowait, const char **call, char *path,

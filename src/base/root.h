@@ -73,11 +73,13 @@ int kpc_root_target_dir(const kpc_root *r, const char *target, char *out, size_t
  * and judges only those of its own domain by their writer. */
 const char *kpc_root_tmp_dir(const kpc_root *r);
 int kpc_root_tmp_path(kpc_root *r, const kpc_key *key, char *out, size_t cap);
-/* The writer of a staging file name made by kpc_root_tmp_path in this process's domain;
- * false for any other name: another domain's (another node sharing the directory, a
- * container with pids of its own), an older kpc's (<32 hex>.<pid>.<start>.<seq>.tmp,
- * <32 hex>.<pid>.<seq>.tmp). */
-bool kpc_root_tmp_writer(kpc_root *r, const char *name, int *pid, uint64_t *start);
+/* Whose staging file a name is: KPC_TMP_OURS, a name kpc_root_tmp_path made in this
+ * process's domain (*pid and *start its writer's); KPC_TMP_FOREIGN, one made in another
+ * domain (another node sharing the directory, a container with pids of its own: its pid
+ * means nothing here); KPC_TMP_UNKNOWN, any other name (an older kpc's
+ * <32 hex>.<pid>.<start>.<seq>.tmp or <32 hex>.<pid>.<seq>.tmp among them). */
+enum kpc_tmp_writer { KPC_TMP_OURS, KPC_TMP_FOREIGN, KPC_TMP_UNKNOWN };
+enum kpc_tmp_writer kpc_root_tmp_writer(kpc_root *r, const char *name, int *pid, uint64_t *start);
 /* <root>/v1/<name>.lock, opened (created 0600) and flock'ed: exclusive, waiting unless
  * nowait (EINTR retried). The fd to close (which unlocks), or -1 with errno (EWOULDBLOCK:
  * another holds it) and *call the call that failed ("open" or "flock"); path (may be

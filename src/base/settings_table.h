@@ -45,7 +45,7 @@ KPC_SETTING(DISABLE, FLAG, 0, 0, 0, "0",
 KPC_SETTING(KEEP_SOURCES, FLAG, 1, 0, 0, "1",
     "0: records keep no request (source, options, headers), so `kpc replay` cannot rebuild them")
 KPC_SETTING(STALE_TMP_MS, MS, 3600000, 60000, 604800000, "3600000 (an hour)",
-    "how old a file in v1/tmp whose writer is not known here (not named as kpc names its temp files, named by another node or pid namespace, or in KPC_SHARED_DIR, where it may be another host's) must be before it is removed (by a prune; in KPC_SHARED_DIR also when a cache opens)")
+    "how old a file in v1/tmp whose writer is not known here (not named as kpc names its temp files, named by another node or pid namespace, or in KPC_SHARED_DIR, where it may be another host's) must be before it is removed (by a prune; also when a cache opens, in KPC_SHARED_DIR or for a file another node or pid namespace named)")
 KPC_SETTING(PACK_PATH, PATHS, 0, 0, 0, "",
     "pack files and directories (their *.kpack files) read after the disk tree and before a compile; a hit is copied into the disk tree")
 KPC_SETTING(SHARED_DIR, PATH, 0, 0, 0, "",

@@ -331,16 +331,18 @@ uint64_t kpc_store_sweep_tmp(kpc_store *st, bool by_age)
         int pid;
         uint64_t start;
         bool stale;
-        if (!st->shared && kpc_root_tmp_writer(st->root, e->d_name, &pid, &start))
+        enum kpc_tmp_writer whose = kpc_root_tmp_writer(st->root, e->d_name, &pid, &start);
+        if (!st->shared && whose == KPC_TMP_OURS)
             /* the writer renames its file within seconds, or dies: a dead writer's (pid
              * and start time: a reused pid is not the writer) is never renamed */
             stale = !kpc__proc_alive(pid, start);
         else {
-            /* another kpc's name, another node's or pid namespace's, or a tree other
-             * hosts write (their pids mean nothing here): by its age alone, and only
-             * where asked (prune) or shared */
+            /* another node's or pid namespace's, a tree other hosts write (their pids
+             * mean nothing here), or another kpc's name: by its age alone; the last
+             * only where asked (prune), as the files of an older kpc were before */
             struct stat sb;
-            stale = (by_age || st->shared) && kpc__fstatat(dirfd(d), e->d_name, &sb, AT_SYMLINK_NOFOLLOW) == 0 &&
+            stale = (by_age || st->shared || whose == KPC_TMP_FOREIGN) &&
+                    kpc__fstatat(dirfd(d), e->d_name, &sb, AT_SYMLINK_NOFOLLOW) == 0 &&
                     (uint64_t)sb.st_mtim.tv_sec * 1000000000ull + stale_ns < now;
         }
         if (!stale)
