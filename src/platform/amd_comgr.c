@@ -165,6 +165,13 @@ void kpc_comgr_identity_add_hip_headers(XXH3_state_t *st, kpc_identity_files *fi
 
 /* ---- targets ------------------------------------------------------------------------ */
 
+/* name without comgr's ISA prefix, when it has one ("amdgcn-amd-amdhsa--gfx90a": "gfx90a"). */
+static const char *without_isa_prefix(const char *name)
+{
+    size_t n = strlen(KPC_COMGR_ISA_PREFIX);
+    return strncmp(name, KPC_COMGR_ISA_PREFIX, n) == 0 ? name + n : name;
+}
+
 /* Canonical form: processor, then sramecc, then xnack, each feature once with + or -.
  * A processor is lowercase letters and digits, in words joined by single dashes: comgr's
  * generic targets (gfx9-4-generic, gfx10-3-generic, gfx11-generic) are processors too,
@@ -172,9 +179,7 @@ void kpc_comgr_identity_add_hip_headers(XXH3_state_t *st, kpc_identity_files *fi
 static kpc_status canonical_target(const char *in, char *out, size_t cap)
 {
     char proc[32] = "", sramecc = 0, xnack = 0;
-    const char *p = in;
-    if (strncmp(p, KPC_COMGR_ISA_PREFIX, strlen(KPC_COMGR_ISA_PREFIX)) == 0)
-        p += strlen(KPC_COMGR_ISA_PREFIX);
+    const char *p = without_isa_prefix(in);
     size_t len = strcspn(p, ":");
     if (len == 0 || len >= sizeof proc)
         return KPC_E_INVALID;
@@ -219,8 +224,7 @@ static void log_supported(const char *target)
     for (size_t i = 0; i < n; i++) {
         const char *name = NULL;
         if (comgr.isa_name(i, &name) == 0 && name) {
-            if (strncmp(name, KPC_COMGR_ISA_PREFIX, strlen(KPC_COMGR_ISA_PREFIX)) == 0)
-                name += strlen(KPC_COMGR_ISA_PREFIX);
+            name = without_isa_prefix(name);
             size_t used = strlen(list), len = strlen(name);
             bool wrap = line + 1 + len > 80;
             snprintf(list + used, sizeof list - used, "%s%s", wrap ? "\n    " : " ", name);
@@ -252,8 +256,7 @@ kpc_status kpc_comgr_target_normalize(const kpc_root *root, const char *platform
         const char *name = NULL;
         if (comgr.isa_name(i, &name) != 0 || name == NULL)
             continue;
-        if (strncmp(name, KPC_COMGR_ISA_PREFIX, strlen(KPC_COMGR_ISA_PREFIX)) == 0)
-            name += strlen(KPC_COMGR_ISA_PREFIX);
+        name = without_isa_prefix(name);
         listed = strlen(name) == plen && strncmp(name, out, plen) == 0;
     }
     char full[128];
