@@ -263,8 +263,10 @@ static void dir_cache_close(dir_cache *c)
             close(c->fd[i]);
 }
 
-/* The stat of f relative to its directory: 0, or -1 with errno. */
-static int stat_file(dir_cache *c, const kpc_manifest_file *f, char name[NAME_MAX + 1], struct stat *st)
+/* The stat of f relative to its directory (*at, the descriptor the stat used): 0, or -1
+ * with errno. */
+static int stat_file(dir_cache *c, const kpc_manifest_file *f, char name[NAME_MAX + 1], int *at,
+                     struct stat *st)
 {
     size_t len = f->path_len - f->dir_len - 1;
     if (len > NAME_MAX) { /* no file system here holds such a name */
@@ -273,15 +275,15 @@ static int stat_file(dir_cache *c, const kpc_manifest_file *f, char name[NAME_MA
     }
     memcpy(name, f->path + f->dir_len + 1, len);
     name[len] = '\0';
-    int at = dir_of(c, f);
-    return at == -1 ? -1 : stat_at(at, name, st);
+    *at = dir_of(c, f);
+    return *at == -1 ? -1 : stat_at(*at, name, st);
 }
 
 static bool file_matches(dir_cache *c, const kpc_manifest_file *f, int64_t now_ns)
 {
     char name[NAME_MAX + 1];
     struct stat st;
-    int r = stat_file(c, f, name, &st);
+    int at = -1, r = stat_file(c, f, name, &at, &st);
     if (f->absent) /* a lookup that missed must miss still */
         return r != 0 && (errno == ENOENT || errno == ENOTDIR);
     if (r != 0 || !S_ISREG(st.st_mode) || (uint64_t)st.st_size != f->size)
@@ -290,7 +292,7 @@ static bool file_matches(dir_cache *c, const kpc_manifest_file *f, int64_t now_n
         ts_ns(st.st_mtim) == f->mtime_ns && ts_ns(st.st_ctim) == f->ctime_ns && !recent(&st, now_ns))
         return true; /* the identity vouches for the content: no re-hash */
     uint8_t digest[16];
-    if (stat_and_hash(c->fd[c->last], name, &st, digest) != 0 || (uint64_t)st.st_size != f->size)
+    if (stat_and_hash(at, name, &st, digest) != 0 || (uint64_t)st.st_size != f->size)
         return false;
     return memcmp(digest, f->digest, sizeof digest) == 0;
 }

@@ -73,9 +73,9 @@ typedef struct kpc_manifest_file {
  * (docs/file-format.md, the files of an entry): the check reads each file's fields in
  * place, so a list found through a manifest is that manifest's own bytes, with nothing
  * decoded, copied or allocated per file. Every list is checked when it is made
- * (recorded, decoded), so its bytes are well formed. One allocation with its bytes after
- * it, or, for a list taken out of a manifest, the manifest's bytes in block
- * (kpc_manifest_deps_free frees both).
+ * (recorded, decoded), so its bytes are well formed. Its bytes follow the struct in one
+ * allocation (a copy), or lie in block (encoded; taken out of a manifest whole):
+ * kpc_manifest_deps_free frees both.
  */
 typedef struct kpc_deps {
     size_t count;         /* files, read and absent */
@@ -133,8 +133,8 @@ kpc_status kpc_manifest_encode(const kpc_manifest *m, void **buf, size_t *size);
  * rewritten by the next build). On failure *out is empty (out->bytes NULL). */
 kpc_status kpc_manifest_decode(const void *buf, size_t size, kpc_manifest *out);
 void kpc_manifest_free(kpc_manifest *m);
-/* The list of n files in one allocation (KPC_E_INVALID for a relative path, one longer
- * than a manifest holds, too many files). */
+/* The list of n files (KPC_E_INVALID for a relative path, one longer than a manifest
+ * holds, too many files or bytes; KPC_E_NOMEM). */
 kpc_status kpc_manifest_deps_encode(const kpc_manifest_file *files, size_t n, kpc_deps **out);
 /* The file of d at *off (0 for the first), *off moved to the next; false past the last. */
 bool kpc_manifest_deps_next(const kpc_deps *d, size_t *off, kpc_manifest_file *f);

@@ -82,20 +82,24 @@ kpc_status kpc_manifest_deps_encode(const kpc_manifest_file *files, size_t n, kp
     *out = NULL;
     if (n > KPC_MANIFEST_MAX_FILES)
         return KPC_E_INVALID;
-    size_t bytes = 0;
-    for (size_t i = 0; i < n; i++) {
+    for (size_t i = 0; i < n; i++)
         if (files[i].path_len == 0 || files[i].path_len > PATH_MAX_BYTES || files[i].path[0] != '/')
             return KPC_E_INVALID;
-        bytes += 8 + files[i].path_len + (files[i].absent ? 0 : 5 * 8 + 16);
-    }
-    kpc_deps *d = malloc(sizeof *d + bytes);
-    if (d == NULL)
-        return KPC_E_NOMEM;
     kpc__writer w;
-    kpc__writer_fixed(&w, d + 1, bytes);
+    kpc__writer_grow(&w, KPC_MANIFEST_MAX_BYTES);
     for (size_t i = 0; i < n; i++)
         put_file(&w, &files[i]);
-    *d = (kpc_deps){.count = n, .size = bytes, .files = (const uint8_t *)(d + 1)};
+    void *bytes;
+    size_t size;
+    kpc_status s = kpc__writer_finish(&w, &bytes, &size); /* past the manifest's bound: invalid */
+    if (s != KPC_OK)
+        return s;
+    kpc_deps *d = malloc(sizeof *d);
+    if (d == NULL) {
+        free(bytes);
+        return KPC_E_NOMEM;
+    }
+    *d = (kpc_deps){.count = n, .size = size, .files = bytes, .block = bytes};
     *out = d;
     return KPC_OK;
 }
