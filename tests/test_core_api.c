@@ -70,12 +70,13 @@ START_TEST(generic_targets_from_the_target_list)
     }
     kpc_cache_close(c);
     /* the compiler's list, as the memo of validated targets holds it */
-    char v1[4096], memo[4400] = "";
+    char v1[4096], memo[4400] = "", prefix[64];
     snprintf(v1, sizeof v1, "%s/v1", dir);
+    snprintf(prefix, sizeof prefix, "targets-%s-", kpc_platform_builtin.name); /* amd or comgr */
     DIR *d = opendir(v1);
     ck_assert_ptr_nonnull(d);
     for (struct dirent *e; (e = readdir(d)) != NULL;)
-        if (strncmp(e->d_name, "targets-amd-", 12) == 0)
+        if (strncmp(e->d_name, prefix, strlen(prefix)) == 0)
             snprintf(memo, sizeof memo, "%s/%s", v1, e->d_name);
     closedir(d);
     ck_assert_msg(memo[0] != '\0', "no target memo in %s", v1);

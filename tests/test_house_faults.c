@@ -1,9 +1,9 @@
 /*
- * test_house_faults.c - the failures that must never be shared: the
- * compile steps map each failure to its status once; a source the compiler refuses before
- * compiling (a first byte of NUL: KPC_E_INVALID, no crash, through real hipRTC) and a
- * compile that fails for a reason of one process's own (an unusable TMPDIR: real hipRTC,
- * and the fake platform).
+ * test_house_faults.c - the failures that must never be shared: the compile steps map
+ * each failure to its status once; a source refused before any compiler runs (a first
+ * byte of NUL: KPC_E_INVALID, no crash; the fake platform, real hipRTC and the tool) and
+ * a compile that fails for a reason of one process's own (an unusable TMPDIR: real
+ * hipRTC, and the fake platform).
  */
 #define _GNU_SOURCE
 #include "support.h"
@@ -60,6 +60,29 @@ START_TEST(local_fault_is_not_shared_fake)
     ck_assert_str_eq(kpc_last_log(), "fake: #error in source\n");
     ck_assert_uint_eq(ts_fake_compiles(), 3);
     kpc_context_destroy(ctx2);
+    kpc_context_destroy(ctx);
+    kpc_cache_close(c);
+}
+END_TEST
+
+/* A first byte of NUL is an empty source to every compiler, whatever code_len says: refused
+ * before any compiler runs, on every platform (comgr, unlike hipRTC, would compile it) */
+START_TEST(nul_first_byte_is_invalid_fake)
+{
+    ts_fake_install();
+    static const char nul_src[] = {'\0', 'x'};
+    kpc_cache *c = ts_open(dir, 0, 0);
+    kpc_context *ctx = ts_context(c);
+    kpc_source src = {.code = nul_src, .code_len = sizeof nul_src, .name = "z.hip"};
+    kpc_program *p = (kpc_program *)1;
+    ts_log_begin(KPC_LOG_ERROR);
+    kpc_status s = kpc_program_get(ctx, &src, &p);
+    char *log = ts_log_end();
+    ck_assert_int_eq(s, KPC_E_INVALID);
+    ck_assert_ptr_null(p);
+    ck_assert_msg(strstr(log, "its first byte is NUL") != NULL, "%s", log);
+    free(log);
+    ck_assert_uint_eq(ts_fake_compiles(), 0);
     kpc_context_destroy(ctx);
     kpc_cache_close(c);
 }
@@ -271,6 +294,7 @@ END_TEST
 int main(void)
 {
     const TTest *tests[] = {compile_steps_map_failures_once, local_fault_is_not_shared_fake,
+                            nul_first_byte_is_invalid_fake,
 #ifndef KPC_PLATFORM_NVIDIA
                             broken_tmpdir_does_not_poison_real, nul_first_byte_is_invalid_real,
                             nul_first_byte_tool_real,

@@ -383,6 +383,11 @@ START_TEST(name_expression_without_lowered_name)
 #ifndef KPC_PLATFORM_NVIDIA
     const char *code = NAMES_CODE;
     const char *exprs[] = {"k<float>", "(void(*)(float*))plain"};
+#ifdef KPC_PLATFORM_COMGR /* comgr alone: the object's symbols name no such function */
+    const char *reason = "NO_SYMBOL: the expression names no function of the code object";
+#else
+    const char *reason = "HIPRTC_ERROR_NAME_EXPRESSION_NOT_VALID";
+#endif
     kpc_source src = ts_src(code, "names.hip");
     src.name_expressions = exprs;
     src.num_name_expressions = 2;
@@ -404,7 +409,7 @@ START_TEST(name_expression_without_lowered_name)
         ck_assert_ptr_null(kpc_program_lowered_reason(p, "k<float>"));
         /* accepted, but no lowered name: "" (kpc.h), and the compiler's reason kept */
         ck_assert_str_eq(kpc_program_lowered_name(p, exprs[1]), "");
-        ck_assert_str_eq(kpc_program_lowered_reason(p, exprs[1]), "HIPRTC_ERROR_NAME_EXPRESSION_NOT_VALID");
+        ck_assert_str_eq(kpc_program_lowered_reason(p, exprs[1]), reason);
         ck_assert_ptr_null(kpc_program_lowered_name(p, "not<given>"));
         kpc_stats st;
         kpc_stats_get(c, &st);
@@ -422,7 +427,7 @@ START_TEST(name_expression_without_lowered_name)
     char *out = NULL, *err = NULL;
     ck_assert_int_eq(ts_exec(argv, NULL, &out, &err), 0);
     ck_assert_msg(strstr(out, "_Z1kIfEvPT_") != NULL, "%s", out);
-    ck_assert_msg(strstr(out, "HIPRTC_ERROR_NAME_EXPRESSION_NOT_VALID") != NULL, "%s", out);
+    ck_assert_msg(strstr(out, reason) != NULL, "%s", out);
     free(out);
     free(err);
 #endif

@@ -38,8 +38,10 @@
 /* The checks without which the key cannot even be computed: no string compared. */
 static kpc_status check_pointers(const kpc_source *src)
 {
-    if (src->code == NULL || (src->code_len == 0 && src->code[0] == '\0')) {
-        KPC_LOG(KPC_LOG_ERROR, "kpc_program_get: the source is NULL or empty");
+    /* every compiler reads the source as a C string: a first byte of NUL is an empty
+     * source whatever code_len says (hipRTC refuses it, comgr would compile nothing) */
+    if (src->code == NULL || src->code[0] == '\0') {
+        KPC_LOG(KPC_LOG_ERROR, "kpc_program_get: the source is NULL or empty (its first byte is NUL)");
         return KPC_E_INVALID;
     }
     if ((src->num_options && src->options == NULL) ||

@@ -9,12 +9,11 @@
  * code generation, the link to an executable. clang's HIP wrapper and <hip/hip_runtime.h>
  * (RTC mode, __HIPCC_RTC__) come from disk, not from libhiprtc: the system's HIP headers
  * are hashed into the identity, and the objects are not hipRTC's ("comgr" is in the key).
- * Traps of comgr 2.4 (ROCm 5.2): a target it does not know crashes it (amd_comgr.c
- * checks every target first); its logs are not NUL-terminated; it is not thread-safe (8
- * threads at once gave objects other than the serial ones), so compiles are serialized.
- * Name expressions are hipRTC's way: each is instantiated by a constant of the source,
- * then found among the executable's symbols by its demangled name.
- */
+ * Traps of comgr 2.4 (ROCm 5.2): a target it does not know crashes it (amd_comgr.c checks
+ * every target first); its logs are not NUL-terminated; it is not thread-safe (8 threads at
+ * once gave objects other than the serial ones), so compiles are serialized.
+ * Name expressions are hipRTC's way: each is instantiated by a constant of the source, then
+ * found among the executable's symbols by its demangled name. */
 #define _GNU_SOURCE
 #include "platform/amd_comgr.h"
 #include "platform/amd_deps.h"
@@ -80,8 +79,7 @@ static kpc_status load_symbols(void)
         SYM(create_set, "amd_comgr_create_data_set"), SYM(destroy_set, "amd_comgr_destroy_data_set"),
         SYM(set_add, "amd_comgr_data_set_add"), SYM(data_count, "amd_comgr_action_data_count"),
         SYM(data_get, "amd_comgr_action_data_get_data"), SYM(create_info, "amd_comgr_create_action_info"),
-        SYM(destroy_info, "amd_comgr_destroy_action_info"),
-        SYM(info_isa, "amd_comgr_action_info_set_isa_name"),
+        SYM(destroy_info, "amd_comgr_destroy_action_info"), SYM(info_isa, "amd_comgr_action_info_set_isa_name"),
         SYM(info_language, "amd_comgr_action_info_set_language"),
         SYM(info_options, "amd_comgr_action_info_set_option_list"),
         SYM(info_logging, "amd_comgr_action_info_set_logging"), SYM(do_action, "amd_comgr_do_action"),
@@ -167,29 +165,10 @@ typedef struct program {
     size_t exe_len;
 } program;
 
-/* the status of a kpc-side failure (out of memory), in comgr's terms */
+/* the status of a kpc-side failure (out of memory), in comgr's terms; kpc's own (comgr's count
+ * up from 0) for an expression naming no function of the object: a reason that says so */
 #define NOMEM AMD_COMGR_STATUS_ERROR_OUT_OF_RESOURCES
-
-static int cg_create(void **out, const char *code, const char *name, const kpc_source *src)
-{
-    program *p = calloc(1, sizeof *p);
-    if (p == NULL)
-        return NOMEM;
-    p->src = src;
-    p->code_len = strlen(code);
-    p->code = strdup(code);
-    /* comgr writes the source to <its temporary dir>/input/<name>: the base name alone */
-    const char *base = strrchr(name, '/') ? strrchr(name, '/') + 1 : name;
-    p->name = strdup(strcmp(base, "") && strcmp(base, ".") && strcmp(base, "..") ? base : DEFAULT_NAME);
-    if (p->code == NULL || p->name == NULL) {
-        free(p->code);
-        free(p->name);
-        free(p);
-        return NOMEM;
-    }
-    *out = p;
-    return AMD_COMGR_STATUS_SUCCESS;
-}
+#define NO_SYMBOL (-2)
 
 static void cg_destroy(void **prog)
 {
@@ -206,6 +185,25 @@ static void cg_destroy(void **prog)
     free(p->exe);
     free(p);
     *prog = NULL;
+}
+
+static int cg_create(void **out, const char *code, const char *name, const kpc_source *src)
+{
+    program *p = calloc(1, sizeof *p);
+    if (p == NULL)
+        return NOMEM;
+    p->src = src;
+    p->code_len = strlen(code);
+    p->code = strdup(code);
+    /* comgr writes the source to <its temporary dir>/input/<name>: the base name alone */
+    const char *base = strrchr(name, '/') ? strrchr(name, '/') + 1 : name;
+    p->name = strdup(strcmp(base, "") && strcmp(base, ".") && strcmp(base, "..") ? base : DEFAULT_NAME);
+    *out = p;
+    if (p->code == NULL || p->name == NULL) {
+        cg_destroy(out);
+        return NOMEM;
+    }
+    return AMD_COMGR_STATUS_SUCCESS;
 }
 
 /* A name expression is instantiated by a constant that takes its value (a template
@@ -516,7 +514,7 @@ static int cg_lowered(void *prog, const char *expr, const char **out)
             *out = p->lowered[i];
             return 0;
         }
-    return AMD_COMGR_STATUS_ERROR;
+    return NO_SYMBOL;
 }
 
 static enum kpc_compile_class cg_classify(int r)
@@ -527,6 +525,8 @@ static enum kpc_compile_class cg_classify(int r)
 static const char *cg_error(int r)
 {
     const char *s = NULL;
+    if (r == NO_SYMBOL)
+        return "NO_SYMBOL: the expression names no function of the code object";
     return cg.status_string((status_t)r, &s) == 0 && s ? s : "unknown comgr status";
 }
 
