@@ -14,6 +14,7 @@
 #include "base/fault.h"
 #include "base/log.h"
 
+#include <bsd/string.h>
 #include <errno.h>
 #include <fcntl.h>
 #include <limits.h>
@@ -273,18 +274,14 @@ static uint64_t pid_namespace(void)
  * have different domains. */
 static uint64_t writer_domain(void)
 {
-    char node[128] = "";
-    ssize_t n = -1;
-    int fd = open("/proc/sys/kernel/random/boot_id", O_RDONLY | O_CLOEXEC); /* bare: not kpc's file */
-    if (fd >= 0) {
-        n = read(fd, node, sizeof node - 1);
-        close(fd);
+    char node[128];
+    size_t n = kpc__boot_id(node, sizeof node);
+    struct utsname u;
+    if (n == 0 && uname(&u) == 0) {
+        strlcpy(node, u.nodename, sizeof node);
+        n = strlen(node);
     }
-    if (n <= 0) {
-        struct utsname u;
-        n = uname(&u) == 0 ? snprintf(node, sizeof node, "%s", u.nodename) : 0;
-    }
-    return XXH3_64bits_withSeed(node, n > 0 ? (size_t)n : 0, pid_namespace());
+    return XXH3_64bits_withSeed(node, n, pid_namespace());
 }
 
 /* This process's domain and start time, computed once per process. */
@@ -317,7 +314,7 @@ int kpc_root_tmp_path(kpc_root *r, const kpc_key *key, char *out, size_t cap)
 static bool all_hex(const char *s, int n)
 {
     for (int i = 0; i < n; i++)
-        if (!((s[i] >= '0' && s[i] <= '9') || (s[i] >= 'a' && s[i] <= 'f')))
+        if (kpc__hex_digit(s[i]) < 0)
             return false;
     return true;
 }

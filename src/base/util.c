@@ -79,6 +79,21 @@ char kpc__proc_state(pid_t pid)
     return p && p[1] == ' ' ? p[2] : 0;
 }
 
+size_t kpc__boot_id(char *out, size_t cap)
+{
+    ssize_t n = -1;
+    int fd = open("/proc/sys/kernel/random/boot_id", O_RDONLY | O_CLOEXEC);
+    if (fd >= 0) {
+        do
+            n = read(fd, out, cap - 1);
+        while (n < 0 && errno == EINTR);
+        close(fd);
+    }
+    out[n > 0 ? n : 0] = '\0';
+    out[strcspn(out, "\n")] = '\0';
+    return strlen(out);
+}
+
 bool kpc__proc_alive(pid_t pid, uint64_t start_time)
 {
     if (pid <= 0)
@@ -219,8 +234,7 @@ void kpc__hex(const uint8_t *bytes, size_t n, char *out)
 bool kpc__unhex(const char *hex, uint8_t *out, size_t n)
 {
     for (size_t i = 0; i < 2 * n; i++) {
-        char c = hex[i];
-        int v = c >= '0' && c <= '9' ? c - '0' : c >= 'a' && c <= 'f' ? c - 'a' + 10 : -1;
+        int v = kpc__hex_digit(hex[i]);
         if (v < 0)
             return false; /* also the NUL of a short string */
         if (i % 2 == 0)

@@ -26,6 +26,9 @@ uint64_t kpc__proc_start_time(pid_t pid);
 bool kpc__proc_alive(pid_t pid, uint64_t start_time);
 /* The state letter of a process (field 3 of /proc/PID/stat: R, S, T, Z...); 0 if gone. */
 char kpc__proc_state(pid_t pid);
+/* The kernel's boot id (/proc/sys/kernel/random/boot_id, its newline dropped): this node,
+ * this boot. Its length, 0 (out "") where there is none. */
+size_t kpc__boot_id(char *out, size_t cap);
 /* Read a whole file with pread into a malloc'd buffer (never mmap: a truncated file
  * would SIGBUS). KPC_E_NOT_FOUND, KPC_E_IO, KPC_E_NOMEM. max bounds the size. */
 kpc_status kpc__read_fd(int fd, size_t max, void **buf, size_t *size);
@@ -50,5 +53,10 @@ char *kpc__strdup(const char *s); /* NULL-safe */
 void kpc__hex(const uint8_t *bytes, size_t n, char *out /* 2n+1 */);
 /* Exactly 2n lowercase hex digits (then the NUL) into n bytes; false if malformed. */
 bool kpc__unhex(const char *hex, uint8_t *out, size_t n);
+/* The value of one lowercase hex digit, -1 for any other char (a NUL among them). */
+static inline int kpc__hex_digit(char c)
+{
+    return c >= '0' && c <= '9' ? c - '0' : c >= 'a' && c <= 'f' ? c - 'a' + 10 : -1;
+}
 
 #endif /* KPC_BASE_UTIL_H */

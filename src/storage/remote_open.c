@@ -10,11 +10,9 @@
  */
 #define _GNU_SOURCE
 #include "storage/remote_private.h"
-#include "base/fault.h"
 #include "base/log.h"
 #include "base/settings.h"
 
-#include <fcntl.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -145,17 +143,11 @@ static void host_identity(char *out, size_t cap)
         snprintf(out, cap, "%s", v);
         return;
     }
-    char host[256] = "unknown", boot[64] = "";
+    char host[256] = "unknown", boot[64];
     if (gethostname(host, sizeof host) != 0)
         snprintf(host, sizeof host, "unknown");
     host[sizeof host - 1] = '\0';
-    int fd = kpc__open("/proc/sys/kernel/random/boot_id", O_RDONLY | O_CLOEXEC, 0);
-    if (fd >= 0) {
-        ssize_t n = kpc__read(fd, boot, sizeof boot - 1);
-        boot[n > 0 ? n : 0] = '\0';
-        boot[strcspn(boot, "\n")] = '\0';
-        close(fd);
-    }
+    kpc__boot_id(boot, sizeof boot);
     snprintf(out, cap, "%s:%s", host, boot);
     for (char *p = out; *p; p++)
         if (*p == ' ' || *p == '\n')
