@@ -242,9 +242,9 @@ KPC_API void kpc_context_destroy(kpc_context *ctx);
  * found), is returned but not cached. A request that reads no file is as fast as before.
  * @param out receives a reference; release it with kpc_program_release().
  * @return KPC_OK; KPC_E_INVALID (NULL argument, empty source or one whose first byte is
- *         NUL, an option that sets the
- *         target, a cache opened by the parent of this fork child, a device context asked
- *         for -fgpu-rdc where hipRTC gives bitcode); KPC_E_COMPILE (*out is NULL, kpc_last_log() holds the compiler's log);
+ *         NUL, an option that sets the target, a cache opened by the parent of this fork
+ *         child, a device context asked for -fgpu-rdc where hipRTC gives bitcode);
+ *         KPC_E_COMPILE (*out is NULL, kpc_last_log() holds the compiler's log);
  *         KPC_E_HIP (the runtime refused a freshly built object); KPC_E_UNAVAILABLE;
  *         KPC_E_NOMEM.
  */

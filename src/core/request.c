@@ -39,7 +39,7 @@
 static kpc_status check_pointers(const kpc_source *src)
 {
     /* every compiler reads the source as a C string: a first byte of NUL is an empty
-     * source whatever code_len says (hipRTC refuses it, comgr would compile nothing) */
+     * source whatever code_len says (hipRTC refused it, comgr failed it as a compile) */
     if (src->code == NULL || src->code[0] == '\0') {
         KPC_LOG(KPC_LOG_ERROR, "kpc_program_get: the source is NULL or empty (its first byte is NUL)");
         return KPC_E_INVALID;
