@@ -55,7 +55,7 @@ START_TEST(a_usage_error_is_one_line_and_a_hint)
     ck_assert_str_eq(err, "kpc compile: compile needs at least one FILE\nsee 'kpc compile --help'\n");
     free(err);
     ck_assert_int_eq(kpc(NULL, &err, "compile", "-j", "lots", "x.hip", NULL), 2);
-    ck_assert_str_eq(err, "kpc compile: -j takes a number from 1 to 1024, not \"lots\"\nsee 'kpc compile --help'\n");
+    ck_assert_str_eq(err, "kpc compile: -j takes a whole number from 1 to 1024, not \"lots\"\nsee 'kpc compile --help'\n");
     free(err);
     ck_assert_int_eq(kpc(NULL, &err, "ls", "--cache-dir", NULL), 2);
     ck_assert_str_eq(err, "kpc ls: option '--cache-dir' needs a value\nsee 'kpc ls --help'\n");
@@ -64,7 +64,8 @@ START_TEST(a_usage_error_is_one_line_and_a_hint)
     ck_assert_str_eq(err, "kpc clear: clear takes no operands, not \"extra\"\nsee 'kpc clear --help'\n");
     free(err);
     ck_assert_int_eq(kpc(NULL, &err, "prune", "--cache-dir", dir, "--max-size", "12Q", NULL), 2);
-    ck_assert_str_eq(err, "kpc prune: --max-size takes a size such as 512M or 2G, not \"12Q\"\n"
+    ck_assert_str_eq(err, "kpc prune: --max-size takes a size in bytes from 0, with an optional K, M, G, T, P "
+                          "or E suffix (binary), such as 512M or 2G, not \"12Q\"\n"
                           "see 'kpc prune --help'\n");
     free(err);
     ck_assert_int_eq(kpc(NULL, &err, "frobnicate", NULL), 2);

@@ -72,27 +72,26 @@ const char *kpc__setting_raw(kpc_setting_id id)
     return (unsigned)id < KPC_SET_COUNT ? getenv(table[id].name) : NULL;
 }
 
+void kpc__number_form(enum kpc_setting_type type, uint64_t min, uint64_t max, char *out, size_t cap)
+{
+    const char *unit = type == KPC_SETTING_MS ? " of milliseconds" : type == KPC_SETTING_SECONDS ? " of seconds" : "";
+    if (type == KPC_SETTING_SIZE)
+        snprintf(out, cap, "a size in bytes from %llu, with an optional K, M, G, T, P or E suffix (binary), such as 512M or 2G",
+                 (unsigned long long)min);
+    else
+        snprintf(out, cap, "a whole number%s from %llu to %llu", unit, (unsigned long long)min,
+                 (unsigned long long)max);
+}
+
 void kpc__setting_form(kpc_setting_id id, char *out, size_t cap)
 {
     const kpc_setting *s = &table[id];
     switch (s->type) {
     case KPC_SETTING_FLAG: snprintf(out, cap, "1 or 0"); break;
     case KPC_SETTING_COUNT:
-        snprintf(out, cap, "a whole number from %llu to %llu", (unsigned long long)s->min,
-                 (unsigned long long)s->max);
-        break;
     case KPC_SETTING_MS:
-        snprintf(out, cap, "a whole number of milliseconds from %llu to %llu", (unsigned long long)s->min,
-                 (unsigned long long)s->max);
-        break;
     case KPC_SETTING_SECONDS:
-        snprintf(out, cap, "a whole number of seconds from %llu to %llu", (unsigned long long)s->min,
-                 (unsigned long long)s->max);
-        break;
-    case KPC_SETTING_SIZE:
-        snprintf(out, cap, "a size in bytes from %llu, with an optional K, M, G, T, P or E suffix (binary), such as 512M or 2G",
-                 (unsigned long long)s->min);
-        break;
+    case KPC_SETTING_SIZE: kpc__number_form(s->type, s->min, s->max, out, cap); break;
     case KPC_SETTING_LEVEL: snprintf(out, cap, "error, warn, info, debug or trace"); break;
     case KPC_SETTING_PATH: snprintf(out, cap, "a path, not empty, under %d bytes", TEXT_MAX); break;
     case KPC_SETTING_PATHS: snprintf(out, cap, "paths separated by colons, under %d bytes", TEXT_MAX); break;
@@ -120,19 +119,6 @@ void kpc__setting_form(kpc_setting_id id, char *out, size_t cap)
     }
 }
 
-static bool parse_whole(const char *v, uint64_t min, uint64_t max, uint64_t *out)
-{
-    if (v[0] < '0' || v[0] > '9')
-        return false; /* strtoull would take a sign or a space */
-    char *end;
-    errno = 0;
-    unsigned long long n = strtoull(v, &end, 10);
-    if (errno != 0 || *end != '\0' || n < min || n > max)
-        return false;
-    *out = n;
-    return true;
-}
-
 kpc_status kpc__parse_size(const char *text, uint64_t *out)
 {
     /* expand_number alone takes "-1" (wrapped around), "5K5", "0x10" and, without a
@@ -143,6 +129,31 @@ kpc_status kpc__parse_size(const char *text, uint64_t *out)
     uint64_t n;
     errno = 0;
     if (expand_number(text, &n) != 0 || errno != 0)
+        return KPC_E_INVALID;
+    *out = n;
+    return KPC_OK;
+}
+
+kpc_status kpc__parse_number(enum kpc_setting_type type, const char *text, uint64_t min, uint64_t max,
+                             uint64_t *out)
+{
+    uint64_t n;
+    if (text == NULL)
+        return KPC_E_INVALID;
+    if (type == KPC_SETTING_SIZE) {
+        if (kpc__parse_size(text, &n) != KPC_OK)
+            return KPC_E_INVALID;
+    } else {
+        if (text[0] < '0' || text[0] > '9')
+            return KPC_E_INVALID; /* strtoull would take a sign or a space */
+        char *end;
+        errno = 0;
+        unsigned long long v = strtoull(text, &end, 10);
+        if (errno != 0 || *end != '\0')
+            return KPC_E_INVALID;
+        n = v;
+    }
+    if (n < min || n > max)
         return KPC_E_INVALID;
     *out = n;
     return KPC_OK;
@@ -162,14 +173,8 @@ static bool parse(const kpc_setting *s, const char *v, uint64_t *num)
         return true;
     case KPC_SETTING_COUNT:
     case KPC_SETTING_MS:
-    case KPC_SETTING_SECONDS: return parse_whole(v, s->min, s->max, num);
-    case KPC_SETTING_SIZE: {
-        uint64_t n;
-        if (kpc__parse_size(v, &n) != KPC_OK || n < s->min || n > s->max)
-            return false;
-        *num = n;
-        return true;
-    }
+    case KPC_SETTING_SECONDS:
+    case KPC_SETTING_SIZE: return kpc__parse_number(s->type, v, s->min, s->max, num) == KPC_OK;
     case KPC_SETTING_LEVEL: {
         int level = kpc__log_parse(v);
         if (level < 0)

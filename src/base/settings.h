@@ -78,5 +78,13 @@ kpc_status kpc__secret_file_read(const char *var, const char *path, void **buf, 
  * libbsd's expand_number reads it; KPC_E_INVALID for anything else or past 2^64 - 1. 0 is
  * a size here (`kpc prune --max-size 0`); a setting's range may refuse it. */
 kpc_status kpc__parse_size(const char *text, uint64_t *out);
+/* The one reader of a number, for the settings and every numeric argument of the tools:
+ * a COUNT, MS or SECONDS value is digits only, a SIZE one kpc__parse_size's form; either
+ * from min to max. KPC_E_INVALID for anything else (NULL, empty, a sign, a space before or
+ * after, other characters, past 2^64 - 1), *out untouched. */
+kpc_status kpc__parse_number(enum kpc_setting_type type, const char *text, uint64_t min, uint64_t max,
+                             uint64_t *out);
+/* The accepted form of such a number in words, as kpc__setting_form says it of a row. */
+void kpc__number_form(enum kpc_setting_type type, uint64_t min, uint64_t max, char *out, size_t cap);
 
 #endif /* KPC_BASE_SETTINGS_H */

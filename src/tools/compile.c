@@ -369,11 +369,10 @@ int kpc_tool_compile_option(kpc_tool *t, int c, const char *arg)
     case KPC_TOOL_OPT_NAME_EXPR: t->exprs[t->num_exprs++] = arg; return KPC_TOOL_OK;
     case 'o': t->out = arg; return KPC_TOOL_OK;
     case 'j': {
-        char *end;
-        errno = 0;
-        t->jobs = strtol(arg, &end, 10);
-        if (errno || end == arg || *end != '\0' || t->jobs < 1 || t->jobs > 1024)
-            return kpc_tool_usage_error(t, "-j takes a number from 1 to 1024, not \"%s\"", arg);
+        uint64_t n;
+        if (kpc_tool_number(t, "-j", arg, KPC_SETTING_COUNT, 1, 1024, &n) != KPC_TOOL_OK)
+            return KPC_TOOL_USAGE;
+        t->jobs = (long)n;
         return KPC_TOOL_OK;
     }
     }

@@ -78,6 +78,16 @@ int kpc_tool_usage_error(const kpc_tool *t, const char *fmt, ...)
     return KPC_TOOL_USAGE;
 }
 
+int kpc_tool_number(const kpc_tool *t, const char *option, const char *arg, enum kpc_setting_type type,
+                    uint64_t min, uint64_t max, uint64_t *out)
+{
+    if (kpc__parse_number(type, arg, min, max, out) == KPC_OK)
+        return KPC_TOOL_OK;
+    char form[160];
+    kpc__number_form(type, min, max, form, sizeof form);
+    return kpc_tool_usage_error(t, "%s takes %s, not \"%s\"", option, form, arg ? arg : "");
+}
+
 /* "955B", "4.4K", "2.0G": humanize_number scales only as far as the width needs, so the
  * width (4 characters) is what asks for the short form; HN_B marks unscaled bytes. */
 void kpc_tool_human(char *buf, size_t len, uint64_t bytes)

@@ -8,7 +8,7 @@
 #include "storage/remote.h"
 #include "tools/tool.h"
 
-#include <errno.h>
+#include <limits.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -116,13 +116,12 @@ int kpc_tool_remote(kpc_tool *t)
                  strcmp(verb, "clear") == 0;
     if (!known)
         return kpc_tool_usage_error(t, "unknown remote command \"%s\" (keygen, stats, ls, prune, clear)", verb);
-    long long max_idle = -1;
+    uint64_t max_idle = 0;
     if (strcmp(verb, "prune") == 0) {
-        char *end = NULL;
-        errno = 0;
-        max_idle = t->max_idle ? strtoll(t->max_idle, &end, 10) : -1;
-        if (t->max_idle == NULL || errno || *end || max_idle < 0)
+        if (t->max_idle == NULL)
             return kpc_tool_usage_error(t, "prune needs --max-idle SECONDS (a whole number)");
+        if (kpc_tool_number(t, "--max-idle", t->max_idle, KPC_SETTING_SECONDS, 0, LLONG_MAX, &max_idle) != KPC_TOOL_OK)
+            return KPC_TOOL_USAGE;
     }
     kpc_remote *r = NULL;
     int rc = open_remote(t, &r);
@@ -138,9 +137,9 @@ int kpc_tool_remote(kpc_tool *t)
         if (rows)
             rc = s == KPC_OK ? kpc_tool_print_json(rows) : (cJSON_Delete(rows), KPC_TOOL_FAIL);
     } else if (strcmp(verb, "prune") == 0) {
-        if ((s = kpc_remote_prune(r, max_idle, &removed)) == KPC_OK)
-            printf("removed %llu %s not read for %lld s\n", (unsigned long long)removed,
-                   kpc_tool_plural(removed, "record", "records"), max_idle);
+        if ((s = kpc_remote_prune(r, (long long)max_idle, &removed)) == KPC_OK)
+            printf("removed %llu %s not read for %llu s\n", (unsigned long long)removed,
+                   kpc_tool_plural(removed, "record", "records"), (unsigned long long)max_idle);
     } else if ((s = kpc_remote_clear(r, &removed)) == KPC_OK)
         printf("removed %llu %s under %s\n", (unsigned long long)removed, kpc_tool_plural(removed, "key", "keys"),
                kpc_remote_prefix(r));

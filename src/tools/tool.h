@@ -8,6 +8,7 @@
 #ifndef KPC_TOOL_H
 #define KPC_TOOL_H
 
+#include "base/settings.h"
 #include "core/config.h"
 #include "storage/store.h"
 
@@ -70,6 +71,12 @@ void kpc_tool_human(char *buf, size_t len, uint64_t bytes);
 int kpc_tool_print_json(cJSON *j);
 const char *kpc_tool_plural(uint64_t n, const char *one, const char *many);
 int kpc_tool_usage_error(const kpc_tool *t, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+/* The one reader of a numeric argument of every subcommand (-j, --max-size, --max-idle):
+ * the settings' own rule (kpc__parse_number: no sign, no space, nothing empty, past the
+ * range or past 2^64 - 1) for a number of the given type from min to max. KPC_TOOL_OK
+ * and *out; else a usage error naming the option and the form it takes (KPC_TOOL_USAGE). */
+int kpc_tool_number(const kpc_tool *t, const char *option, const char *arg, enum kpc_setting_type type,
+                    uint64_t min, uint64_t max, uint64_t *out);
 
 /* The common set-up (src/tools/kpc.c): resolve the settings and the cache dir's realpath;
  * open the store of an existing cache dir; say that the cache dir is absent. */

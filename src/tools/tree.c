@@ -199,12 +199,14 @@ int kpc_tool_prune_option(kpc_tool *t, int c, const char *arg)
 
 int kpc_tool_prune(kpc_tool *t)
 {
+    uint64_t max = 0;
+    if (t->max_size && kpc_tool_number(t, "--max-size", t->max_size, KPC_SETTING_SIZE, 0, UINT64_MAX, &max) != KPC_TOOL_OK)
+        return KPC_TOOL_USAGE;
     int rc = kpc_tool_open(t);
     if (rc != KPC_TOOL_OK)
         return rc;
-    uint64_t max = t->set.disk_max_bytes;
-    if (t->max_size && kpc__parse_size(t->max_size, &max) != KPC_OK)
-        return kpc_tool_usage_error(t, "--max-size takes a size such as 512M or 2G, not \"%s\"", t->max_size);
+    if (t->max_size == NULL)
+        max = t->set.disk_max_bytes;
     kpc_prune_result res = {0};
     kpc_status s = KPC_OK;
     if (!t->root[0] && !t->json)
