@@ -96,19 +96,20 @@ typedef struct kpc_program kpc_program; /* a built code object, and its module o
 
 typedef struct kpc_config {
     size_t struct_size;        /* sizeof(kpc_config): fields past it are treated as unset */
-    const char *cache_dir;     /* NULL: KPC_CACHE_DIR, else $XDG_CACHE_HOME/kpc or ~/.cache/kpc */
+    const char *cache_dir;     /* NULL: KPC_CACHE_DIR, else $XDG_CACHE_HOME/kpc or ~/.cache/kpc;
+                                * either with a control character (a newline, a tab): refused */
     uint64_t disk_max_bytes;   /* 0: KPC_CACHE_MAX_SIZE, else 2G */
     size_t mem_max_programs;   /* 0: KPC_MEM_MAX_PROGRAMS, else 256 (per context) */
     size_t shm_entries;        /* 0: KPC_SHM_ENTRIES, else 65536 (for a newly created index) */
     unsigned flags;            /* KPC_NO_DISK, KPC_NO_SHM, KPC_NO_SOURCES; KPC_DISABLE=1 sets
-                                * the first two */
+                                * the first two; any other bit: KPC_E_INVALID */
     /* NULL: KPC_REMOTE, else no cluster tier. A Redis shared by the hosts of a cluster,
      * redis://[[USER]:PASSWORD@]HOST[:PORT][/DB] or redis+unix:///path: a key is then
      * compiled once per cluster (docs/cluster.md). "" turns it off. */
     const char *remote;
     size_t build_threads;      /* 0: KPC_BUILD_THREADS, else 1: threads kpc_program_get_many
-                                * compiles with, where the compiler builds in parallel inside a
-                                * process (NVRTC; hipRTC 5.2 does not: 1 is used there) */
+                                * compiles with (1 to 256), where the compiler builds in parallel
+                                * inside a process (NVRTC; hipRTC 5.2 does not: 1 is used there) */
 } kpc_config;
 
 /*
@@ -186,7 +187,10 @@ KPC_API const char *kpc_status_str(kpc_status s);
  *             KPC_SHM_ENTRIES, KPC_LOG, KPC_REMOTE and its KPC_REMOTE_* companions) and
  *             then the defaults.
  * @param out  receives the cache.
- * @return KPC_OK; KPC_E_INVALID for a NULL out, a bad struct_size or a malformed
+ * @return KPC_OK; KPC_E_INVALID for a NULL out, a bad struct_size, a config field out
+ *         of its range (flags with a bit not defined here; build_threads, mem_max_programs
+ *         or shm_entries outside their variable's range, such as build_threads 257; a
+ *         cache_dir with a control character), logged naming the field, or a malformed
  *         environment value: every KPC_* variable of kpc(1)'s ENVIRONMENT is checked,
  *         whether this cache reads it or not, and so is the cluster tier's URL
  *         (cfg->remote, else KPC_REMOTE: an unknown scheme, a bad port); each malformed

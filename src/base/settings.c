@@ -93,8 +93,12 @@ void kpc__setting_form(kpc_setting_id id, char *out, size_t cap)
     case KPC_SETTING_SECONDS:
     case KPC_SETTING_SIZE: kpc__number_form(s->type, s->min, s->max, out, cap); break;
     case KPC_SETTING_LEVEL: snprintf(out, cap, "error, warn, info, debug or trace"); break;
-    case KPC_SETTING_PATH: snprintf(out, cap, "a path, not empty, under %d bytes", TEXT_MAX); break;
-    case KPC_SETTING_PATHS: snprintf(out, cap, "paths separated by colons, under %d bytes", TEXT_MAX); break;
+    case KPC_SETTING_PATH:
+        snprintf(out, cap, "a path, not empty, under %d bytes, with no control character", TEXT_MAX);
+        break;
+    case KPC_SETTING_PATHS:
+        snprintf(out, cap, "paths separated by colons, under %d bytes, with no control character", TEXT_MAX);
+        break;
     case KPC_SETTING_URL:
         snprintf(out, cap, "redis://[[USER]:PASSWORD@]HOST[:PORT][/DB] or redis+unix:///PATH[?db=N]");
         break;
@@ -159,6 +163,22 @@ kpc_status kpc__parse_number(enum kpc_setting_type type, const char *text, uint6
     return KPC_OK;
 }
 
+/* A byte below 0x20 or 0x7f: a newline or a tab in a path is a pasted or generated value
+ * gone wrong, and it would split the log line that names it. */
+static bool has_control(const char *v)
+{
+    for (const unsigned char *p = (const unsigned char *)v; *p; p++)
+        if (*p < 0x20 || *p == 0x7f)
+            return true;
+    return false;
+}
+
+kpc_status kpc__path_check(const char *path)
+{
+    return path != NULL && path[0] != '\0' && strlen(path) < TEXT_MAX && !has_control(path) ? KPC_OK
+                                                                                             : KPC_E_INVALID;
+}
+
 /* The value of v for row s into *num (numbers); false when malformed. */
 static bool parse(const kpc_setting *s, const char *v, uint64_t *num)
 {
@@ -182,8 +202,8 @@ static bool parse(const kpc_setting *s, const char *v, uint64_t *num)
         *num = (uint64_t)level;
         return true;
     }
-    case KPC_SETTING_PATH: return v[0] != '\0' && strlen(v) < TEXT_MAX;
-    case KPC_SETTING_PATHS:
+    case KPC_SETTING_PATH: return kpc__path_check(v) == KPC_OK;
+    case KPC_SETTING_PATHS: return strlen(v) < TEXT_MAX && !has_control(v);
     case KPC_SETTING_URL:
     case KPC_SETTING_TEXT: return strlen(v) < TEXT_MAX;
     case KPC_SETTING_NAME: {
@@ -214,8 +234,13 @@ kpc_status kpc__setting_check(kpc_setting_id id, char *why, size_t cap)
     kpc__setting_form(id, form, sizeof form);
     if (s->type == KPC_SETTING_URL)
         snprintf(why, cap, "%s is not %s", s->name, form);
-    else
-        snprintf(why, cap, "%s=\"%.200s%s\" is not %s", s->name, v, strlen(v) > 200 ? "..." : "", form);
+    else { /* a control character shown as \xNN: the line stays one line */
+        char shown[804]; /* 200 bytes of v, each at most \xNN */
+        size_t n = 0;
+        for (const unsigned char *p = (const unsigned char *)v; *p && p - (const unsigned char *)v < 200; p++)
+            n += (size_t)snprintf(shown + n, sizeof shown - n, *p < 0x20 || *p == 0x7f ? "\\x%02x" : "%c", *p);
+        snprintf(why, cap, "%s=\"%s%s\" is not %s", s->name, shown, strlen(v) > 200 ? "..." : "", form);
+    }
     return KPC_E_INVALID;
 }
 

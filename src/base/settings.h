@@ -84,6 +84,9 @@ kpc_status kpc__parse_size(const char *text, uint64_t *out);
  * after, other characters, past 2^64 - 1), *out untouched. */
 kpc_status kpc__parse_number(enum kpc_setting_type type, const char *text, uint64_t min, uint64_t max,
                              uint64_t *out);
+/* The one rule of a path (a PATH setting, kpc_config.cache_dir): not empty, under 4096
+ * bytes, no control character (a byte below 0x20, or 0x7f). KPC_OK or KPC_E_INVALID. */
+kpc_status kpc__path_check(const char *path);
 /* The accepted form of such a number in words, as kpc__setting_form says it of a row. */
 void kpc__number_form(enum kpc_setting_type type, uint64_t min, uint64_t max, char *out, size_t cap);
 

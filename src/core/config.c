@@ -25,6 +25,8 @@
 #define CFG_HAS(cfg, field)                                                                    \
     ((cfg) != NULL && (cfg)->struct_size >= offsetof(kpc_config, field) + sizeof((cfg)->field))
 
+#define KNOWN_FLAGS (KPC_NO_DISK | KPC_NO_SHM | KPC_NO_SOURCES)
+
 static kpc_status default_cache_dir(char *out, size_t cap)
 {
     const char *xdg = getenv("XDG_CACHE_HOME");
@@ -62,10 +64,24 @@ kpc_status kpc_config_check_environment(const kpc_config *cfg)
     return s;
 }
 
-/* A count from the config when set there, else its setting (checked already). */
-static size_t count_of(size_t field, kpc_setting_id id)
+/* A count from the config when set there, else its setting (checked already). A field
+ * outside its setting's range (build_threads 257 or SIZE_MAX where KPC_BUILD_THREADS is 1
+ * to 256) is refused, named in the log, as the variable would be. */
+static kpc_status count_of(const char *field, size_t value, kpc_setting_id id, size_t *out)
 {
-    return field != 0 ? field : (size_t)kpc__setting_number(id);
+    const kpc_setting *row = kpc__setting(id);
+    if (value == 0) {
+        *out = (size_t)kpc__setting_number(id);
+        return KPC_OK;
+    }
+    if (value < row->min || value > row->max) {
+        char form[160];
+        kpc__number_form(row->type, row->min, row->max, form, sizeof form);
+        KPC_LOG(KPC_LOG_ERROR, "kpc_config.%s %zu is not %s (0: %s)", field, value, form, row->name);
+        return KPC_E_INVALID;
+    }
+    *out = value;
+    return KPC_OK;
 }
 
 kpc_status kpc_config_resolve(const kpc_config *cfg, kpc_settings *s)
@@ -80,6 +96,12 @@ kpc_status kpc_config_resolve(const kpc_config *cfg, kpc_settings *s)
 
     if (CFG_HAS(cfg, flags))
         s->flags = cfg->flags;
+    if (s->flags & ~KNOWN_FLAGS) {
+        /* a flag of a later kpc (or a stray value) asks for something this one cannot do */
+        KPC_LOG(KPC_LOG_ERROR, "kpc_config.flags 0x%x has bits this kpc does not know (0x%x): it knows "
+                "KPC_NO_DISK, KPC_NO_SHM and KPC_NO_SOURCES", s->flags, s->flags & ~KNOWN_FLAGS);
+        return KPC_E_INVALID;
+    }
     if (kpc__setting_number(KPC_SET_DISABLE))
         s->flags |= KPC_NO_DISK | KPC_NO_SHM;
     if (!kpc__setting_number(KPC_SET_KEEP_SOURCES))
@@ -87,8 +109,10 @@ kpc_status kpc_config_resolve(const kpc_config *cfg, kpc_settings *s)
 
     const char *v;
     if (CFG_HAS(cfg, cache_dir) && cfg->cache_dir != NULL) {
-        if (cfg->cache_dir[0] == '\0' || strlcpy(s->cache_dir, cfg->cache_dir, sizeof s->cache_dir) >= sizeof s->cache_dir) {
-            KPC_LOG(KPC_LOG_ERROR, "kpc_config.cache_dir is empty or too long");
+        /* the one rule of a path, as for KPC_CACHE_DIR (--cache-dir comes here) */
+        if (kpc__path_check(cfg->cache_dir) != KPC_OK ||
+            strlcpy(s->cache_dir, cfg->cache_dir, sizeof s->cache_dir) >= sizeof s->cache_dir) {
+            KPC_LOG(KPC_LOG_ERROR, "kpc_config.cache_dir is empty, too long or holds a control character");
             return KPC_E_INVALID;
         }
     } else if ((v = kpc__setting_text(KPC_SET_CACHE_DIR)) != NULL) {
@@ -104,16 +128,13 @@ kpc_status kpc_config_resolve(const kpc_config *cfg, kpc_settings *s)
     s->disk_max_bytes = CFG_HAS(cfg, disk_max_bytes) && cfg->disk_max_bytes != 0
                             ? cfg->disk_max_bytes
                             : kpc__setting_number(KPC_SET_CACHE_MAX_SIZE);
-    s->mem_max_programs = count_of(CFG_HAS(cfg, mem_max_programs) ? cfg->mem_max_programs : 0,
-                                   KPC_SET_MEM_MAX_PROGRAMS);
-    s->shm_entries = count_of(CFG_HAS(cfg, shm_entries) ? cfg->shm_entries : 0, KPC_SET_SHM_ENTRIES);
-    uint64_t max_entries = kpc__setting(KPC_SET_SHM_ENTRIES)->max;
-    if (s->shm_entries > max_entries) {
-        KPC_LOG(KPC_LOG_ERROR, "kpc_config.shm_entries %zu is over %llu", s->shm_entries,
-                (unsigned long long)max_entries);
+    if (count_of("mem_max_programs", CFG_HAS(cfg, mem_max_programs) ? cfg->mem_max_programs : 0,
+                 KPC_SET_MEM_MAX_PROGRAMS, &s->mem_max_programs) != KPC_OK ||
+        count_of("shm_entries", CFG_HAS(cfg, shm_entries) ? cfg->shm_entries : 0, KPC_SET_SHM_ENTRIES,
+                 &s->shm_entries) != KPC_OK ||
+        count_of("build_threads", CFG_HAS(cfg, build_threads) ? cfg->build_threads : 0, KPC_SET_BUILD_THREADS,
+                 &s->build_threads) != KPC_OK)
         return KPC_E_INVALID;
-    }
-    s->build_threads = count_of(CFG_HAS(cfg, build_threads) ? cfg->build_threads : 0, KPC_SET_BUILD_THREADS);
 
     if (s->cache_dir[0] == '\0')
         s->flags |= KPC_NO_DISK;
