@@ -160,14 +160,24 @@ int kpc_rtc_create(const rtc_vendor *v, void **prog, const char *src, const char
 {
     atomic_store(&kpc_rtc_counters.vendor, v);
     const rtc_real *r;
-    if (src == NULL && prog != NULL)
-        return RTC_ERROR_INVALID_INPUT; /* hipRTC 5.2 aborts on a NULL source */
-    /* a NULL name is NVRTC's "default_program"; hipRTC compiles it as it compiles any
-     * (its diagnostics name the file "CompileSource" whatever the name): keyed as NULL */
     bool odd = prog == NULL || num_headers < 0 ||
                (num_headers > 0 && (headers == NULL || include_names == NULL));
+    /* hipRTC 5.2 aborts on a NULL source, header or header name (a C++ exception out of
+     * the C API): refused here instead, as bad input */
     for (int i = 0; !odd && i < num_headers; i++)
-        odd = headers[i] == NULL || include_names[i] == NULL;
+        if (headers[i] == NULL || include_names[i] == NULL)
+            return RTC_ERROR_INVALID_INPUT;
+    if (src == NULL && prog != NULL)
+        return RTC_ERROR_INVALID_INPUT;
+    /* an empty source, header or header name: hipRTC 5.2 refuses it at create
+     * (INVALID_INPUT), which kpc_program_get would only say at the compile, with a log
+     * line on the application's stderr; the real library's create answers it, as it does
+     * for NVRTC, whatever it says */
+    odd = odd || src[0] == '\0';
+    for (int i = 0; !odd && i < num_headers; i++)
+        odd = headers[i][0] == '\0' || include_names[i][0] == '\0';
+    /* a NULL name is NVRTC's "default_program"; hipRTC compiles it as it compiles any
+     * (its diagnostics name the file "CompileSource" whatever the name): keyed as NULL */
     if (kpc_rtc_disabled() || odd) /* the real library's own program, and its own answer */
         return (r = kpc_real_get(v)) ? r->create(prog, src, name, num_headers, headers, include_names)
                                      : RTC_ERROR_INTERNAL_ERROR;

@@ -13,6 +13,8 @@
 #      hipRTC's on the edited header; an option kpc does not know and -imacros are still
 #      forwarded: identical results, no kpc build;
 #   5. no target option and no GPU: the real hipRTC's answer; odd calls: the same statuses;
+#      an empty source, header or header name: INVALID_INPUT at create, as hipRTC says,
+#      with no kpc line on the application's stderr (a NULL one too, where hipRTC aborts);
 #   6. 16 processes at once on an empty cache: one build per source in all;
 #   7. KPC_DISABLE=1: pure pass-through, nothing built;
 #   8. the link API goes to the real library untouched (a fake hipRTC with a link API,
@@ -133,6 +135,21 @@ run d2 edge env LD_PRELOAD="$preload" "$app"
 same real_edge d1
 same real_edge d2
 expect d2 builds 0
+# empty inputs: hipRTC refuses them at create, and so does the drop-in, with no kpc line
+# on the application's stderr; NULL ones (hipRTC aborts) are INVALID_INPUT
+run real_in inputs "$app"
+for n in 0 1 2 3 4 5; do
+  grep -q "^$n create 3$" "$tmp/real_in/report" || fail "hipRTC created program $n: $(cat "$tmp/real_in/report")"
+done
+grep -q "^6 compile 0 " "$tmp/real_in/report" || fail "hipRTC did not compile a program named \"\": $(cat "$tmp/real_in/report")"
+run in1 inputs env LD_PRELOAD="$preload" "$app"
+same real_in in1
+expect in1 builds 1; expect in1 forwarded 0
+run nul null_inputs env LD_PRELOAD="$preload" "$app"
+[ "$(grep -c '^[0-2] create 3$' "$tmp/nul/report")" = 3 ] || fail "NULL inputs: $(cat "$tmp/nul/report")"
+for e in in1 nul; do
+  ! grep -q '^kpc\[' "$tmp/$e.err" || fail "$e: kpc logged on the application's stderr: $(cat "$tmp/$e.err")"
+done
 
 echo "== 6. 16 processes at once, one build per source"
 newcache storm

@@ -10,6 +10,8 @@
  * header), error (a compile error), include (-I ./headers, two-token and attached,
  * relative to the working directory), forward (an option kpc does not know; -imacros, keyed),
  * nogpu (no target option: the current device's), edge (odd calls, statuses only),
+ * inputs (an empty source, header, header name or program name; NULL header arrays),
+ * null_inputs (a NULL source, header or header name: the drop-in alone, hipRTC aborts),
  * storm (4 sources, for many processes at once), link (the link API, by dlsym),
  * corpus (the cases a warm run must answer without a compile: a warning log under -Wall,
  * -Rpass remarks, a name expression hipRTC cannot lower, names asked that were not added
@@ -242,6 +244,24 @@ int main(int argc, char **argv)
         compile(0, saxpy, "saxpy.hip", 0, NULL, NULL, NULL, 0, opts, 1);
     } else if (strcmp(mode, "edge") == 0) {
         edge();
+    } else if (strcmp(mode, "inputs") == 0) {
+        /* empty inputs: hipRTC 5.2 refuses an empty source, header or header name at
+         * create; an empty program name it compiles */
+        const char *hs[] = {"#define K 1\n"}, *hn[] = {"k.h"}, *empty[] = {""};
+        compile(0, "", "empty.hip", 0, NULL, NULL, NULL, 0, arch, 3);
+        compile(1, saxpy, "a.hip", 1, hs, empty, NULL, 0, arch, 3);
+        compile(2, saxpy, "a.hip", 1, empty, hn, NULL, 0, arch, 3);
+        compile(3, "", "a.hip", 1, hs, hn, NULL, 0, arch, 3);
+        compile(4, saxpy, "a.hip", 1, NULL, hn, NULL, 0, arch, 3);
+        compile(5, saxpy, "a.hip", 1, hs, NULL, NULL, 0, arch, 3);
+        compile(6, saxpy, "", 0, NULL, NULL, NULL, 0, arch, 3);
+    } else if (strcmp(mode, "null_inputs") == 0) {
+        /* a NULL source, header or header name: hipRTC 5.2 aborts (a C++ exception), the
+         * drop-in answers INVALID_INPUT; run under the drop-in only */
+        const char *hs[] = {"#define K 1\n"}, *hn[] = {"k.h"}, *none[] = {NULL};
+        compile(0, NULL, "a.hip", 0, NULL, NULL, NULL, 0, arch, 3);
+        compile(1, saxpy, "a.hip", 1, none, hn, NULL, 0, arch, 3);
+        compile(2, saxpy, "a.hip", 1, hs, none, NULL, 0, arch, 3);
     } else if (strcmp(mode, "storm") == 0) {
         for (int i = 0; i < 4; i++) {
             char seed[32];
