@@ -5,9 +5,11 @@
  * One parser per type, so a variable is accepted or refused by what it is, never by the
  * habits of the file that reads it: a number is digits only (no sign, no space, no
  * suffix) inside the row's range; a size is libbsd's expand_number with its overflow
- * check, no sign and not 0; a flag is exactly 1 or 0. An empty number, size or path is
- * malformed (`export KPC_CACHE_DIR=$UNSET` must not turn into a default silently); an
- * empty flag, level, list, URL, name, word or text means unset.
+ * check, no sign and not 0; a flag is exactly 1 or 0; a path holds no control character.
+ * An empty number, size or path is malformed (`export KPC_CACHE_DIR=$UNSET` must not turn
+ * into a default silently); an empty flag, level, list, URL, name, word or text means
+ * unset. The tools read their numeric arguments with the same number parser
+ * (kpc__parse_number), so an option and a variable take one form.
  */
 #define _GNU_SOURCE
 #include "base/settings.h"
