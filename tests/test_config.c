@@ -16,17 +16,9 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
-static char *dir;
-static void setup(void)
-{
-    dir = ts_tmpdir();
-    setenv("KPC_CACHE_DIR", dir, 1);
-}
-static void teardown(void)
-{
-    unsetenv("KPC_CACHE_DIR");
-    ts_cleanup(dir);
-}
+static char *dir; /* every cache of these cases is opened here (cache_dir), never the default */
+static void setup(void) { dir = ts_tmpdir(); }
+static void teardown(void) { ts_cleanup(dir); }
 
 /* kpc_config's counts are held to their settings' ranges, and its flags to the known
  * bits: a field past them is KPC_E_INVALID, logged naming the field. */
@@ -46,7 +38,9 @@ START_TEST(config_fields_outside_their_range_are_refused)
     for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
         ts_log_begin(KPC_LOG_ERROR);
         kpc_cache *c = (kpc_cache *)1;
-        kpc_status s = kpc_cache_open(&bad[i].cfg, &c);
+        kpc_config cfg = bad[i].cfg;
+        cfg.cache_dir = dir;
+        kpc_status s = kpc_cache_open(&cfg, &c);
         char *log = ts_log_end();
         ck_assert_msg(s == KPC_E_INVALID, "%s: %s", bad[i].field, kpc_status_str(s));
         ck_assert_ptr_null(c);
@@ -54,7 +48,7 @@ START_TEST(config_fields_outside_their_range_are_refused)
         free(log);
     }
     /* the edges of the ranges and every known flag: accepted */
-    kpc_config good = {.struct_size = sizeof good, .build_threads = 256, .shm_entries = 1u << 24,
+    kpc_config good = {.struct_size = sizeof good, .cache_dir = dir, .build_threads = 256, .shm_entries = 1u << 24,
                        .flags = KPC_NO_SHM | KPC_NO_SOURCES};
     kpc_cache *c = NULL;
     ck_assert_int_eq(kpc_cache_open(&good, &c), KPC_OK);
@@ -112,7 +106,6 @@ START_TEST(a_cache_dir_with_a_control_character_is_refused)
     ck_assert_int_eq(ts_count_entries(dir), 0);
     ck_assert_int_eq(access("/tmp/kpc-abs\ndir", F_OK), -1);
     ck_assert_int_eq(chdir(cwd), 0);
-    setenv("KPC_CACHE_DIR", dir, 1);
 }
 END_TEST
 
