@@ -143,7 +143,7 @@ packages_on() {
   if container "$b" "cd /root/kpc && scripts/package-root.sh build" >"$log" 2>&1 &&
      mkdir -p "$i/root/debs" && cp "$b"/root/kpc/build-deb/deb/*.deb "$i/root/debs/" &&
      container "$i" "cd /root/kpc && scripts/package-root.sh install /root/debs" >>"$log" 2>&1; then
-    packages_rows+=("| $rel | passed | $(grep -oE 'Need to get [^ ]+ [^ ]+' "$log" | head -n 1 | cut -d' ' -f4-5) |")
+    packages_rows+=("| $rel | passed | $(sed -nE 's/^packages: +Need to get ([^ ]+ [kMG]?B\/)?([^ ]+ [kMG]?B) of archives.*/\2/p' "$log" | head -n 1) |")
   else
     packages_rows+=("| $rel | failed: $(grep -E '^packages: FAILED' "$log" | tail -n 1 | cut -d' ' -f3-) | |")
   fi
