@@ -65,14 +65,23 @@ time_tics='set ytics ("1 ns" 1e-9, "10 ns" 1e-8, "100 ns" 1e-7, "1 µs" 1e-6, "1
 
 # ---- the cold storm ------------------------------------------------------------------
 local_json=$results/bench.json device_json=$results/bench-device.json
-for p in 2 8 32 64; do
-  echo "$p $(raw_s "$local_json" storm_kpc_p$p) $(raw_s "$local_json" storm_bound_p$p)" \
-       "$(raw_s "$local_json" storm_noshm_p$p) $(raw_s "$local_json" storm_disabled_p$p)"
-done >"$tmp/storm-local"
-for p in 2 8 16 32 64 128; do
-  echo "$p $(raw_s "$device_json" storm_kpc_16core_p$p) $(raw_s "$device_json" storm_bound_16core_p$p)" \
-       "$(raw_s "$device_json" storm_noshm_16core_p$p) $(raw_s "$device_json" storm_disabled_16core_p$p)"
-done >"$tmp/storm-device"
+# storm_rows FILE INFIX P...: per P, kpc's wall, the bound, no-shm's, KPC_DISABLE's
+storm_rows() {
+  local f=$1 infix=$2 p k; shift 2
+  for p in "$@"; do
+    echo "$p $(for k in kpc bound noshm disabled; do raw_s "$f" "storm_${k}${infix}_p$p"; done | tr '\n' ' ')"
+  done
+}
+# storm_panel TITLE YRANGE DATA: one half of the figure (gnuplot's enhanced text wants
+# the underscore escaped twice)
+storm_panel() {
+  printf 'set title "%s"\nset yrange %s\n' "$1" "$2"
+  printf 'plot "%s" u 1:5 w lp lt 4 t "KPC\\\\_DISABLE (P x K compiles)", ' "$3"
+  printf '"" u 1:4 w lp lt 3 t "no shm: disk only", "" u 1:2 w lp lt 1 t "kpc (K compiles)", '
+  printf '"" u 1:3 w lp lt 2 t "bound: K compiles + start-ups"\n'
+}
+storm_rows "$local_json" "" 2 8 32 64 >"$tmp/storm-local"
+storm_rows "$device_json" _16core 2 8 16 32 64 128 >"$tmp/storm-device"
 gnuplot <<EOF
 $style
 set output "$out/storm.svg"
@@ -80,18 +89,8 @@ set multiplot layout 1,2 title "Cold storm: P processes ask for the same K = 16 
 set logscale xy; set xlabel "processes P"; set ylabel "wall"
 set xtics (2, 8, 16, 32, 64, 128)
 set ytics ("0.1 s" 0.1, "0.2 s" 0.2, "0.5 s" 0.5, "1 s" 1, "2 s" 2, "5 s" 5, "10 s" 10, "20 s" 20, "50 s" 50, "100 s" 100)
-set title "2 cores, hipRTC 5.2 (bench.json)"
-set yrange [0.3:200]
-plot "$tmp/storm-local" u 1:5 w lp lt 4 t "KPC\\\_DISABLE (P x K compiles)", \
-     "" u 1:4 w lp lt 3 t "no shm: disk only", \
-     "" u 1:2 w lp lt 1 t "kpc (K compiles)", \
-     "" u 1:3 w lp lt 2 t "bound: K compiles + start-ups"
-set title "16 cores, NVRTC 13 (bench-device.json)"
-set yrange [0.15:12]
-plot "$tmp/storm-device" u 1:5 w lp lt 4 t "KPC\\\_DISABLE", \
-     "" u 1:4 w lp lt 3 t "no shm", \
-     "" u 1:2 w lp lt 1 t "kpc", \
-     "" u 1:3 w lp lt 2 t "bound"
+$(storm_panel "2 cores, hipRTC 5.2 (bench.json)" "[0.3:200]" "$tmp/storm-local")
+$(storm_panel "16 cores, NVRTC 13 (bench-device.json)" "[0.15:40]" "$tmp/storm-device")
 unset multiplot
 EOF
 
