@@ -8,9 +8,11 @@
 #                           KPC_DISABLE: bench.json (2 cores, hipRTC) and
 #                           bench-device.json (16 cores, NVRTC)
 #   docs/plots/levels.svg   a hit's time by level, log scale: the in-memory map, the host
-#                           index + disk in a new process, the Redis of the cluster tier,
-#                           beside the compile it saves: bench-device-latency-2026-11-26.json
-#                           and bench-device.json (16 cores), bench.json (2 cores)
+#                           index + disk in a new process, the shared tier, the Redis of the
+#                           cluster tier, beside the compile it saves:
+#                           bench-device-latency-2026-11-26.json and bench-device.json
+#                           (16 cores), bench-xproc-shared-2026-11-28.json and bench.json
+#                           (2 cores)
 #   docs/plots/threads.svg  T threads against one: the per-hit time on one program and
 #                           the hits per second: bench-device-latency-2026-11-26.json
 #   docs/plots/caches.svg   kpc beside NVRTC's own cache (bench-device-2026-11-26.json)
@@ -95,24 +97,26 @@ unset multiplot
 EOF
 
 # ---- a hit by level ------------------------------------------------------------------
-lat_json=$results/bench-device-latency-2026-11-26.json
+lat_json=$results/bench-device-latency-2026-11-26.json shared_json=$results/bench-xproc-shared-2026-11-28.json
 compile_device=$(seconds "$(field "$device_json" xproc_get reference_value)")
-compile_local=$(seconds "$(field "$local_json" xproc_get reference_value)")
+compile_local=$(seconds "$(field "$shared_json" xproc_get reference_value)")
 {
   echo "\"in-memory map\\n(4 KB source)\" $(raw_s "$lat_json" hit_4096) $(raw_s "$local_json" hit_4096)"
-  echo "\"host index + disk\\n(a new process)\" $(raw_s "$lat_json" manifest_xproc_0) $(raw_s "$local_json" xproc_get)"
-  echo "\"cluster tier: Redis\\n(16 KB, loopback)\" $(raw_s "$lat_json" cluster_remote_hit_16k_ext4) NaN"
+  echo "\"host index + disk\\n(a new process)\" $(raw_s "$lat_json" manifest_xproc_0) $(raw_s "$shared_json" xproc_get)"
+  echo "\"shared tier\\n(KPC\\\\_SHARED\\\\_DIR)\" NaN $(raw_s "$shared_json" xproc_shared_get)"
+  echo "\"cluster tier, Redis\\n(16 KB, loopback)\" $(raw_s "$lat_json" cluster_remote_hit_16k_ext4) NaN"
   echo "\"the compile\\nit saves\" $compile_device $compile_local"
 } >"$tmp/levels"
 gnuplot <<EOF
 $style
+set terminal svg size 960,460 dynamic enhanced font "Helvetica,13" background rgb "white"
 set output "$out/levels.svg"
 set title "A hit, level by level, against the compile it saves (log scale)"
 set style data histograms; set style histogram clustered gap 1; set style fill solid 0.85 noborder
 set logscale y; set yrange [1e-8:3]; $time_tics
 set ylabel "time"; set key top left; set bmargin 4
 plot "$tmp/levels" u 2:xtic(1) lc rgb "#1f77b4" t "16 cores, NVRTC (device-latency-2026-11-26; compile: bench-device)", \
-     "" u 3 lc rgb "#ff7f0e" t "2 cores, hipRTC (bench.json; no Redis row recorded)"
+     "" u 3 lc rgb "#ff7f0e" t "2 cores, hipRTC (xproc-shared-2026-11-28; map: bench.json)"
 EOF
 
 # ---- T threads against one -------------------------------------------------------------

@@ -27,7 +27,8 @@
 # What the full run runs (medians over repeated runs, warm-up excluded; see each
 # program's header comment for its method):
 #   bench_hit                      1  in-memory hit, 1 KB .. 256 KB; 1 .. nproc threads
-#   bench_xproc                    2  cross-process warm hit vs the real compile
+#   bench_xproc                    2  cross-process warm hit vs the real compile; the same
+#                                     hit from the shared tier (KPC_SHARED_DIR)
 #   bench_storm --procs 2,8,32,64  3  cold storm, K = 16: kpc (3 runs each), no-shm and
 #                                     KPC_DISABLE (1 run each)
 #     --batch-procs 2,8,32         9  the same-order storm, one kpc_program_get at a time
