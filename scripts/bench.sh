@@ -18,6 +18,8 @@
 #                                       comgr (--only comgr alone writes its own section
 #                                       of docs/benchmarks.md, "comgr")
 #   scripts/bench.sh --no-docs          do not touch docs/benchmarks.md
+#   scripts/bench.sh --plot             no run: draw docs/plots/*.svg from the recorded runs in
+#                                       tests/bench/results/ (scripts/bench-plot.sh, gnuplot)
 #   scripts/bench.sh --render DIR       no run: render DIR/rows.tsv (with DIR/machine.txt,
 #                                       DIR/command.txt, DIR/section.txt), e.g. what
 #                                       scripts/bench-device.sh left on the 16-core machine
@@ -25,7 +27,8 @@
 # What the full run runs (medians over repeated runs, warm-up excluded; see each
 # program's header comment for its method):
 #   bench_hit                      1  in-memory hit, 1 KB .. 256 KB; 1 .. nproc threads
-#   bench_xproc                    2  cross-process warm hit vs the real compile
+#   bench_xproc                    2  cross-process warm hit vs the real compile; the same
+#                                     hit from the shared tier (KPC_SHARED_DIR)
 #   bench_storm --procs 2,8,32,64  3  cold storm, K = 16: kpc (3 runs each), no-shm and
 #                                     KPC_DISABLE (1 run each)
 #     --batch-procs 2,8,32         9  the same-order storm, one kpc_program_get at a time
@@ -57,6 +60,7 @@ while (($#)); do
     --docs) docs=1 ;;
     --only) only=$2; shift ;;
     --render) render=$2; shift ;;
+    --plot) exec scripts/bench-plot.sh ;;
     -h|--help) sed -n '2,/^set -euo/p' "$0" | sed '$d; s/^# \{0,1\}//'; exit 0 ;;
     *) echo "bench.sh: unknown option $1 (see --help)" >&2; exit 2 ;;
   esac
@@ -187,7 +191,8 @@ fi
 
 # ---- set-up: build dependencies, ccache, the Release tree -----------------------------
 # hipcc and ccache are for the ccache comparison only: the main set-up does not install them
-if want ccache; then scripts/setup.sh --also hipcc ccache; else scripts/setup.sh; fi
+# (gnuplot-nox for --plot: the figures drawn from the runs this one records)
+if want ccache; then scripts/setup.sh --also hipcc ccache gnuplot-nox; else scripts/setup.sh --also gnuplot-nox; fi
 build=${KPC_BENCH_BUILD_DIR:-build-bench}
 cmake -S . -B "$build" -DCMAKE_BUILD_TYPE=Release -DKPC_BUILD_TESTS=OFF -DKPC_BUILD_BENCH=ON -DKPC_BUILD_MAN=OFF \
   ${KPC_CMAKE_ARGS:-} >/dev/null

@@ -22,7 +22,12 @@
 # processes, the sum of their compile times), the warm second pass (the same 4 from the
 # cache in new processes, the sum), and a hit from a process's own map.
 #
-# usage: scripts/matrix.sh [--passes "plain asan ..."] [--dir DIR] [RELEASE...]
+# --packages instead: the Debian packages (scripts/package-root.sh) on each release,
+# built in one clean root and installed, used by a HIP example as a user, and purged in
+# another, where nothing else was installed; one line a release. Log:
+# DIR/logs/RELEASE-packages.log.
+#
+# usage: scripts/matrix.sh [--passes "plain asan ..."] [--dir DIR] [--packages] [RELEASE...]
 #        scripts/matrix.sh --shell RELEASE [COMMAND...]   a shell (or COMMAND) in the
 #                                             last run's root, in /root/kpc
 #   RELEASE      bookworm, trixie, sid (default: all three, in that order)
@@ -37,12 +42,13 @@ repo=$PWD
 
 dir=${KPC_MATRIX_DIR:-/var/cache/kpc-matrix}
 passes=${KPC_TEST_PASSES:-}
-shell="" shell_cmd=""
+shell="" shell_cmd="" packages=0
 releases=()
 while (($#)); do
   case $1 in
     --passes) passes=$2; shift ;;
     --dir) dir=$2; shift ;;
+    --packages) packages=1 ;;
     --shell) shell=$2; shift 2; shell_cmd=$*; break ;;
     -h|--help) sed -n '2,/^set -euo/p' "$0" | sed '$d; s/^# \{0,1\}//'; exit 0 ;;
     bookworm|trixie|sid) releases+=("$1") ;;
@@ -123,6 +129,28 @@ row() {
     "${warm:-demo failed}" "${inproc:-?}"
 }
 
+# packages RELEASE: scripts/package-root.sh's build in one clean root, its install of
+# what that built in another; one line of what came out
+packages_on() {
+  local rel=$1 log=$dir/logs/$1-packages.log b=$dir/run/$1-build i=$dir/run/$1-install r
+  echo "== $rel: the packages, built in $b, installed in $i (log: $log)"
+  rm -rf "$b" "$i"
+  for r in "$b" "$i"; do
+    cp -a "$dir/$rel" "$r"
+    git clone --quiet --no-checkout "$repo" "$r/root/kpc"
+    git -C "$r/root/kpc" checkout --quiet --detach "$commit"
+  done
+  if container "$b" "cd /root/kpc && scripts/package-root.sh build" >"$log" 2>&1 &&
+     mkdir -p "$i/root/debs" && cp "$b"/root/kpc/build-deb/deb/*.deb "$i/root/debs/" &&
+     container "$i" "cd /root/kpc && scripts/package-root.sh install /root/debs" >>"$log" 2>&1; then
+    packages_rows+=("| $rel | passed | $(sed -nE 's/^packages: +Need to get ([^ ]+ [kMG]?B\/)?([^ ]+ [kMG]?B) of archives.*/\2/p' "$log" | head -n 1) |")
+  else
+    packages_rows+=("| $rel | failed: $(grep -E '^packages: FAILED' "$log" | tail -n 1 | cut -d' ' -f3-) | |")
+  fi
+  grep -E '^packages: ' "$log" | sed 's/^/   /' || true
+}
+packages_rows=()
+
 for rel in "${releases[@]}"; do
   base=$dir/$rel run=$dir/run/$rel
   if [ ! -d "$base" ]; then
@@ -135,6 +163,7 @@ for rel in "${releases[@]}"; do
     echo 'Acquire::Check-Valid-Until "false";' >"$base.tmp/etc/apt/apt.conf.d/99kpc-matrix"
     mv "$base.tmp" "$base"
   fi
+  if ((packages)); then packages_on "$rel"; continue; fi
   echo "== $rel: a clean root in $run, commit ${commit:0:12} in /root/kpc"
   rm -rf "$run"
   cp -a "$base" "$run"
@@ -152,6 +181,13 @@ for rel in "${releases[@]}"; do
     'libamd-comgr*' 2>/dev/null; echo gcc \$(gcc -dumpfullversion 2>/dev/null)" >"$dir/logs/$rel-versions.txt" || true
 done
 
+if ((packages)); then
+  printf '\nkpc packages, commit %s, %s\n\n| release | build, lintian, install, example, purge | download of the install |\n| --- | --- | ---: |\n' \
+    "${commit:0:12}" "$(date -u +%Y-%m-%d)"
+  printf '%s\n' "${packages_rows[@]}"
+  [[ "${packages_rows[*]}" != *failed* ]]
+  exit
+fi
 echo
 echo "kpc release matrix, commit ${commit:0:12}, $(date -u +%Y-%m-%d), test passes: ${passes:-all}"
 echo

@@ -47,7 +47,8 @@ done
 
 # the test-only packages: Open MPI for the MPI start-up storm, man-db for `man kpc` in the
 # install test, redis-server (and util-linux) for the cluster tier's tests, clang and its
-# libFuzzer runtime for the fuzz pass (per release: the clang that scripts/fuzz.sh uses)
+# libFuzzer runtime for the fuzz pass (per release: the clang that scripts/fuzz.sh uses),
+# dpkg-dev and lintian for the package test, prometheus for promtool (test_tool_metrics)
 codename=$(. /etc/os-release 2>/dev/null && echo "${VERSION_CODENAME:-}")
 case $codename in
   bookworm) fuzz_packages=(clang-14 libclang-rt-14-dev) ;;
@@ -55,6 +56,7 @@ case $codename in
 esac
 if ((setup)); then
   scripts/setup.sh "${verbose[@]}" --also openmpi-bin libopenmpi-dev man-db redis-server util-linux \
+      dpkg-dev lintian prometheus \
       "${fuzz_packages[@]}" || {
     echo "kpc tests: 0 passed, 0 skipped, 1 failed (set-up failed)"; exit 1; }
 fi

@@ -173,7 +173,9 @@ static const char *remote_state(char *url, size_t cap, char *trust, size_t tcap,
 
 static int cmd_stats(kpc_tool *t)
 {
-    int rc = kpc_tool_open(t);
+    int rc = kpc_tool_prometheus_checked(t);
+    if (rc == KPC_TOOL_OK)
+        rc = kpc_tool_open(t);
     if (rc != KPC_TOOL_OK)
         return rc;
     kpc_index_counters ic = {0};
@@ -203,6 +205,32 @@ static int cmd_stats(kpc_tool *t)
     char rurl[1600], rtrust[160];
     kpc_remote_counters rcn;
     const char *rstate = remote_state(rurl, sizeof rurl, rtrust, sizeof rtrust, &rcn);
+    if (t->prometheus) {
+        /* this host's figures; the cluster-wide ones are `kpc remote stats --prometheus`'s,
+         * which one host's collector reports for all */
+        const char *labels[] = {"cache_dir", dir, NULL};
+        const kpc_tool_metric m[] = {
+            {"kpc_index_up", false, "1 when the host index is there and usable, else 0.",
+             strcmp(index_state, "ok") == 0},
+            {"kpc_index_lookups_total", true, "Lookups in the host index since it was made.", ic.lookups},
+            {"kpc_index_hits_total", true, "Lookups the host index answered with a record.", ic.hits},
+            {"kpc_index_builds_total", true, "Compiles the host index coordinated.", ic.builds},
+            {"kpc_index_build_failures_total", true, "Compiles that failed (their logs are kept).",
+             ic.build_failures},
+            {"kpc_index_waits_total", true, "Waits for another process's compile.", ic.waits},
+            {"kpc_index_takeovers_total", true, "Compiles taken over from a dead process.", ic.takeovers},
+            {"kpc_index_evictions_total", true, "Entries evicted from the full host index.", ic.evictions},
+            {"kpc_index_wait_timeouts_total", true, "Waits cut at KPC_BUILD_WAIT_MAX_MS.", ic.wait_timeouts},
+            {"kpc_index_entries", false, "Entries in the host index.", ic.entries},
+            {"kpc_index_capacity", false, "Entries the host index can hold.", ic.capacity},
+            {"kpc_index_attached", false, "Processes attached to the host index.", ic.attached},
+            {"kpc_disk_bytes", false, "Bytes of the cache's records on disk.", bytes},
+            {"kpc_disk_files", false, "Record files on disk.", files},
+            {"kpc_disk_limit_bytes", false, "The disk limit (KPC_CACHE_MAX_SIZE).", t->set.disk_max_bytes},
+            {"kpc_remote_up", false, "1 when the cluster tier (KPC_REMOTE) answers, else 0.",
+             strcmp(rstate, "ok") == 0}};
+        return kpc_tool_prometheus(labels, m, sizeof m / sizeof m[0]);
+    }
     if (t->json) {
         cJSON *o = cJSON_CreateObject();
         cJSON_AddStringToObject(o, "cache_dir", dir);
@@ -302,7 +330,10 @@ static const struct option prune_options[] = {
     {NULL, 0, NULL, 0}};
 
 static const struct option remote_options[] = {
-    {"max-idle", required_argument, NULL, KPC_TOOL_OPT_MAX_IDLE}, {NULL, 0, NULL, 0}};
+    {"max-idle", required_argument, NULL, KPC_TOOL_OPT_MAX_IDLE},
+    {"prometheus", no_argument, NULL, KPC_TOOL_OPT_PROMETHEUS}, {NULL, 0, NULL, 0}};
+static const struct option stats_options[] = {
+    {"prometheus", no_argument, NULL, KPC_TOOL_OPT_PROMETHEUS}, {NULL, 0, NULL, 0}};
 
 static const command commands[] = {
     {"compile", kpc_tool_compile, compile_options, "t:o:j:", kpc_tool_compile_option, true,
@@ -318,8 +349,10 @@ static const command commands[] = {
      "  -o, --output OUT   write the code object to OUT (with several files: OUT/NAME.co)\n"
      "  -j, --jobs N       compile in N processes (default: one per core); on a terminal a\n"
      "                     progress line shows done/total, hits, builds, failures and ETA\n"},
-    {"stats", cmd_stats, NULL, "", NULL, false, "", "host-wide counters from the shm index, and disk usage",
-     "Print the host index's counters (lookups, hits, builds, ...) and the disk usage.\n"},
+    {"stats", cmd_stats, stats_options, "", kpc_tool_prometheus_option, false, "[--prometheus]",
+     "host-wide counters from the shm index, and disk usage",
+     "Print the host index's counters (lookups, hits, builds, ...) and the disk usage.\n"
+     "  --prometheus       in the Prometheus text format (node_exporter's textfile collector)\n"},
     {"ls", kpc_tool_ls, NULL, "", NULL, false, "", "one row per cached code object (file sizes)",
      "List every cached record, newest first: key, kind (co or log), target, the file's size\n"
      "(a record header plus the code object), last use, source name.\n"},
@@ -346,14 +379,16 @@ static const command commands[] = {
      "verify: check a pack and every entry (exit 1 if any is damaged); ls: list its entries.\n"
      "  -t, --target T       create: only records of target T (repeatable)\n"},
     {"remote", kpc_tool_remote, remote_options, "", kpc_tool_remote_option, true,
-     "keygen | stats | ls | prune --max-idle SECONDS | clear", "the cluster tier's Redis: secret, counters, records",
+     "keygen | stats [--prometheus] | ls | prune --max-idle SECONDS | clear",
+     "the cluster tier's Redis: secret, counters, records",
      "keygen: print a new secret (one line): kpc remote keygen > ~/.kpc-secret, then\n"
      "        KPC_REMOTE_SECRET_FILE=~/.kpc-secret on every host (chmod 600 it).\n"
      "The others talk to the Redis of KPC_REMOTE, to this group's keys only (its namespace\n"
      "and secret): stats: the server's memory, policy and clients, the records and the\n"
      "cluster-wide counters; ls: one row per record (size, time to live, idle time); prune:\n"
      "remove the records not read for SECONDS; clear: remove every key of the group.\n"
-     "  --max-idle SECONDS   prune: the idle time past which a record goes\n"},
+     "  --max-idle SECONDS   prune: the idle time past which a record goes\n"
+     "  --prometheus         stats: in the Prometheus text format\n"},
     {"clear", kpc_tool_clear, NULL, "", NULL, false, "", "remove every cached code object",
      "Remove every cached code object and build log (the host index stays: see kpc-shm-reset).\n"},
 };

@@ -17,7 +17,7 @@ int kpc_tool_remote_option(kpc_tool *t, int c, const char *arg)
 {
     if (c == KPC_TOOL_OPT_MAX_IDLE)
         t->max_idle = arg;
-    return KPC_TOOL_OK;
+    return kpc_tool_prometheus_option(t, c, arg);
 }
 
 static int open_remote(kpc_tool *t, kpc_remote **r)
@@ -63,6 +63,27 @@ static int stats(kpc_tool *t, kpc_remote *r)
         fprintf(stderr, "kpc remote stats: %s cannot be asked (see the message above)\n", kpc_remote_describe(r));
         return KPC_TOOL_FAIL;
     }
+    if (t->prometheus) {
+        /* cluster-wide: one host's collector is enough (docs/manual.md, "Metrics") */
+        const char *labels[] = {"remote", kpc_remote_describe(r), "prefix", kpc_remote_prefix(r), NULL};
+        const kpc_tool_metric m[] = {
+            {"kpc_remote_records", false, "Records of this group in the Redis.", sv.keys},
+            {"kpc_remote_memory_used_bytes", false, "Memory the Redis uses (all its keys).", sv.used_memory},
+            {"kpc_remote_memory_limit_bytes", false, "The Redis's maxmemory (0: no limit).", sv.maxmemory},
+            {"kpc_remote_clients", false, "Clients connected to the Redis.", sv.connected_clients},
+            {"kpc_remote_clients_limit", false, "The Redis's maxclients.", sv.maxclients},
+            {"kpc_remote_hits_total", true, "Records read from the cluster tier, cluster-wide.", c.hits},
+            {"kpc_remote_misses_total", true, "Lookups the cluster tier did not have, cluster-wide.", c.misses},
+            {"kpc_remote_builds_total", true, "Builds published to the cluster tier, cluster-wide.", c.builds},
+            {"kpc_remote_waits_total", true, "Waits for another host's build, cluster-wide.", c.waits},
+            {"kpc_remote_takeovers_total", true, "Builds taken over from a dead host, cluster-wide.", c.takeovers},
+            {"kpc_remote_errors_total", true, "Errors talking to the Redis, cluster-wide.", c.errors},
+            {"kpc_remote_refused_total", true, "Records refused (failed authentication), cluster-wide.", c.refused},
+            {"kpc_remote_wait_timeouts_total", true, "Waits that ran out of time, cluster-wide.", c.wait_timeouts},
+            {"kpc_remote_unserved_total", true, "Requests the tier did not serve (no secret, no trust), cluster-wide.",
+             c.unserved}};
+        return kpc_tool_prometheus(labels, m, sizeof m / sizeof m[0]);
+    }
     if (t->json) {
         cJSON *o = cJSON_CreateObject();
         cJSON_AddStringToObject(o, "url", kpc_remote_describe(r));
@@ -103,6 +124,11 @@ int kpc_tool_remote(kpc_tool *t)
     const char *verb = t->operands[0];
     if (t->num_operands != 1)
         return kpc_tool_usage_error(t, "remote takes one of keygen, stats, ls, prune, clear");
+    if (t->prometheus && strcmp(verb, "stats") != 0)
+        return kpc_tool_usage_error(t, "--prometheus is for remote stats, not remote %s", verb);
+    int rc = kpc_tool_prometheus_checked(t);
+    if (rc != KPC_TOOL_OK)
+        return rc;
     if (strcmp(verb, "keygen") == 0) {
         char secret[80];
         if (kpc_remote_keygen(secret, sizeof secret) != KPC_OK) {
@@ -124,7 +150,7 @@ int kpc_tool_remote(kpc_tool *t)
             return KPC_TOOL_USAGE;
     }
     kpc_remote *r = NULL;
-    int rc = open_remote(t, &r);
+    rc = open_remote(t, &r);
     if (rc != KPC_TOOL_OK)
         return rc;
     kpc_status s = KPC_OK;

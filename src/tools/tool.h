@@ -31,7 +31,7 @@ enum { KPC_TOOL_OK = 0, KPC_TOOL_FAIL = 1, KPC_TOOL_USAGE = 2 };
 enum {
     KPC_TOOL_OPT_CACHE_DIR = 1000, KPC_TOOL_OPT_JSON, KPC_TOOL_OPT_MAX_SIZE, KPC_TOOL_OPT_STALE,
     KPC_TOOL_OPT_OPTION, KPC_TOOL_OPT_NAME_EXPR, KPC_TOOL_OPT_VERSION, KPC_TOOL_OPT_FROM_TARGET,
-    KPC_TOOL_OPT_MAX_IDLE
+    KPC_TOOL_OPT_MAX_IDLE, KPC_TOOL_OPT_PROMETHEUS
 };
 
 struct command;
@@ -52,6 +52,8 @@ typedef struct kpc_tool {
     bool stale;
     /* remote prune */
     const char *max_idle;
+    /* stats, remote stats: the Prometheus text format instead of the table */
+    bool prometheus;
     /* replay (target and jobs above), pack create */
     const char *from_target;
     const char *targets[64];
@@ -77,6 +79,22 @@ int kpc_tool_usage_error(const kpc_tool *t, const char *fmt, ...) __attribute__(
  * and *out; else a usage error naming the option and the form it takes (KPC_TOOL_USAGE). */
 int kpc_tool_number(const kpc_tool *t, const char *option, const char *arg, enum kpc_setting_type type,
                     uint64_t min, uint64_t max, uint64_t *out);
+
+/* One sample of `--prometheus` (src/tools/metrics.c): its name (kpc_..._total for a
+ * counter), its kind, its HELP text. kpc_tool_prometheus prints the n metrics in the
+ * Prometheus text format, each sample labelled with LABELS (name, value pairs, then NULL)
+ * and host (this host's name); KPC_TOOL_FAIL when stdout cannot take them. */
+typedef struct kpc_tool_metric {
+    const char *name;
+    bool counter;
+    const char *help;
+    uint64_t value;
+} kpc_tool_metric;
+int kpc_tool_prometheus(const char *const *labels, const kpc_tool_metric *m, size_t n);
+/* --prometheus, for the commands that take it (stats, remote); a usage error beside
+ * --json (kpc_tool_prometheus_checked, once the options are read) */
+int kpc_tool_prometheus_option(kpc_tool *t, int c, const char *arg);
+int kpc_tool_prometheus_checked(const kpc_tool *t);
 
 /* The common set-up (src/tools/kpc.c): resolve the settings and the cache dir's realpath;
  * open the store of an existing cache dir; say that the cache dir is absent. */

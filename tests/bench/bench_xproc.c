@@ -5,13 +5,16 @@
  * (fork + exec of this program in its helper mode) get it through the host index and
  * the disk. Each fresh process times kpc_program_get alone, and kpc_cache_open +
  * kpc_context_create_for_target + kpc_program_get together, and checks that it was a
- * disk hit with no build. The reference is the real compile of the same source, timed
- * in this process on fresh contexts with every cache level off.
+ * disk hit with no build. Then fresh processes with an empty cache directory of their
+ * own and the builder's as KPC_SHARED_DIR get it from the shared tier (a read there,
+ * then the copy into their own disk): the level between a host's disk and the cluster
+ * tier. The reference is the real compile of the same source, timed in this process on
+ * fresh contexts with every cache level off.
  *
  * Medians over --runs fresh processes; the first one is a warm-up and is not counted.
  *
  * usage: bench_xproc [--fake] [--runs N] [--kernels K]
- *        bench_xproc --helper build|hit DIR KERNELS [--fake]   (what the fresh processes run)
+ *        bench_xproc --helper build|hit|shared DIR KERNELS [--fake]   (the fresh processes)
  */
 #define _GNU_SOURCE
 #include "bench.h"
@@ -26,7 +29,8 @@
 #define FAKE_MS 150
 #define FAKE_CODE 16384
 
-/* The helper: prints "get_ns total_ns code_size builds disk_hits again_ns fault_ns sys_ns".
+/* The helper: prints "get_ns total_ns code_size builds disk_hits again_ns fault_ns sys_ns
+ * shared_hits".
  * again_ns: the same get on a new context in this now warm process, the median of 15 (a
  * disk hit with no first-touch costs); fault_ns: the first touch of a fresh page here; sys_ns: one
  * null system call. */
@@ -67,10 +71,10 @@ static int helper(const char *mode, const char *dir, int kernels)
         }
         again = bn_median(v, 15);
     }
-    printf("%llu %llu %zu %llu %llu %llu %.0f %.0f\n", (unsigned long long)(t2 - t1),
+    printf("%llu %llu %zu %llu %llu %llu %.0f %.0f %llu\n", (unsigned long long)(t2 - t1),
            (unsigned long long)(t2 - t0), size, (unsigned long long)st.builds,
            (unsigned long long)st.disk_hits, (unsigned long long)again, bn_page_fault_cost() * 1e9,
-           bn_syscall_cost() * 1e9);
+           bn_syscall_cost() * 1e9, (unsigned long long)st.shared_hits);
     kpc_cache_close(cache);
     free(code);
     return 0;
@@ -79,24 +83,33 @@ static int helper(const char *mode, const char *dir, int kernels)
 typedef struct run_result {
     double get_s, total_s, process_s, again_s, fault_s, sys_s;
     size_t size;
-    unsigned long long builds, disk_hits;
+    unsigned long long builds, disk_hits, shared_hits;
 } run_result;
 
-/* fork + exec the helper and read its line; process_s is fork to exit. */
-static void run_helper(const char *mode, const char *dir, int kernels, bool fake, run_result *r)
+/* the shared mode's child: the builder's cache directory is its KPC_SHARED_DIR */
+static void shared_dir_env(const void *dir)
+{
+    setenv("KPC_SHARED_DIR", dir, 1);
+}
+
+/* fork + exec the helper and read its line; process_s is fork to exit. shared: the
+ * directory the shared mode reads as KPC_SHARED_DIR (else NULL). */
+static void run_helper(const char *mode, const char *dir, int kernels, bool fake, const char *shared,
+                       run_result *r)
 {
     char kbuf[16];
     snprintf(kbuf, sizeof kbuf, "%d", kernels);
     char *args[] = {"bench_xproc", "--helper", (char *)mode, (char *)dir, kbuf, fake ? "--fake" : NULL, NULL};
     char line[256];
     uint64_t t0 = bn_now_ns();
-    int status = bn_helper_finish(bn_helper_start(args, NULL, NULL), line, sizeof line);
+    bn_helper h = bn_helper_start(args, shared ? shared_dir_env : NULL, shared);
+    int status = bn_helper_finish(h, line, sizeof line);
     r->process_s = (double)(bn_now_ns() - t0) / 1e9;
     unsigned long long get_ns, total_ns, again_ns;
     double fault_ns, sys_ns;
     if (!WIFEXITED(status) || WEXITSTATUS(status) != 0 ||
-        sscanf(line, "%llu %llu %zu %llu %llu %llu %lf %lf", &get_ns, &total_ns, &r->size, &r->builds,
-               &r->disk_hits, &again_ns, &fault_ns, &sys_ns) != 8)
+        sscanf(line, "%llu %llu %zu %llu %llu %llu %lf %lf %llu", &get_ns, &total_ns, &r->size, &r->builds,
+               &r->disk_hits, &again_ns, &fault_ns, &sys_ns, &r->shared_hits) != 9)
         bn_die("the %s helper failed (status %d)", mode, status);
     r->get_s = (double)get_ns / 1e9;
     r->total_s = (double)total_ns / 1e9;
@@ -153,7 +166,7 @@ int main(int argc, char **argv)
         runs = 1;
     char *dir = bn_tmpdir();
     run_result b;
-    run_helper("build", dir, kernels, fake, &b); /* creates the index, compiles, stores */
+    run_helper("build", dir, kernels, fake, NULL, &b); /* creates the index, compiles, stores */
     if (b.builds != 1)
         bn_die("the builder did not build (builds %llu)", b.builds);
 
@@ -162,7 +175,7 @@ int main(int argc, char **argv)
            *fault = calloc((size_t)runs, sizeof *fault), *sys = calloc((size_t)runs, sizeof *sys);
     for (int r = -1; r < runs; r++) { /* r == -1: the warm-up */
         run_result h;
-        run_helper("hit", dir, kernels, fake, &h);
+        run_helper("hit", dir, kernels, fake, NULL, &h);
         if (h.builds != 0 || h.disk_hits != 1)
             bn_die("a fresh process did not get a disk hit (builds %llu, disk hits %llu)", h.builds,
                    h.disk_hits);
@@ -170,6 +183,20 @@ int main(int argc, char **argv)
             get[r] = h.get_s, total[r] = h.total_s, proc[r] = h.process_s, again[r] = h.again_s,
             fault[r] = h.fault_s, sys[r] = h.sys_s;
     }
+    /* from the shared tier: each process with an empty cache directory of its own */
+    double *shared = calloc((size_t)runs, sizeof *shared);
+    for (int r = -1; r < runs; r++) {
+        char *own = bn_tmpdir();
+        run_result h;
+        run_helper("shared", own, kernels, fake, dir, &h);
+        if (h.builds != 0 || h.shared_hits != 1)
+            bn_die("a fresh process did not hit the shared tier (builds %llu, shared hits %llu)", h.builds,
+                   h.shared_hits);
+        if (r >= 0)
+            shared[r] = h.get_s;
+        bn_cleanup(own);
+    }
+    double sh = bn_median(shared, (size_t)runs);
     double g = bn_median(get, (size_t)runs), t = bn_median(total, (size_t)runs),
            p = bn_median(proc, (size_t)runs), a = bn_median(again, (size_t)runs),
            f = bn_median(fault, (size_t)runs), sc = bn_median(sys, (size_t)runs);
@@ -206,6 +233,11 @@ int main(int argc, char **argv)
     snprintf(ratio, sizeof ratio, "= %.1f calls", a / sc);
     bn_row("xproc_syscall", "2 one null system call (getppid)", v, "warm get (same process)", av, ratio,
            "(context: bounds the warm get)", -1, sc * 1e6, "us");
+    bn_fmt_time(v, sizeof v, sh);
+    snprintf(ratio, sizeof ratio, "%.1fx", sh / g);
+    bn_row("xproc_shared_get", "2 cross-process hit from the shared tier (KPC_SHARED_DIR): get alone", v,
+           "cross-process hit, the host's disk", gv, ratio, "(context: a level below the host's disk)", -1,
+           sh * 1e6, "us");
     bn_fmt_time(v, sizeof v, t);
     snprintf(ratio, sizeof ratio, "%.0fx", c / t);
     bn_row("xproc_open_get", "2 cross-process hit: open+context+get", v, ref, rv, ratio,
@@ -220,6 +252,7 @@ int main(int argc, char **argv)
     free(again);
     free(fault);
     free(sys);
+    free(shared);
     bn_cleanup(dir);
     return 0;
 }
