@@ -24,9 +24,9 @@
  * reads records of OLD's group (checked with OLD), while hosts move over.
  *
  * The secret files are read by base/settings.c (kpc__secret_file_read: through the
- * fault seam, without blocking, regular files only, a warning when others may read
- * them). One that cannot be read turns the tier off for the process: never serving
- * unauthenticated records instead.
+ * fault seam, without blocking, regular files only, yours or root's, written by no one
+ * else: docs/trust.md). One that cannot be used turns the tier off for the process, said
+ * at error level: never serving unauthenticated records instead.
  */
 #define _GNU_SOURCE
 #include "storage/remote_private.h"
@@ -47,7 +47,7 @@ static kpc_status load_one(const char *path, uint8_t key[KPC_REMOTE_KEY_BYTES])
     void *buf = NULL;
     size_t size = 0;
     if (kpc__secret_file_read("KPC_REMOTE_SECRET_FILE", path, &buf, &size) != KPC_OK) {
-        KPC_LOG(KPC_LOG_WARN, "the cluster tier is off for this process: its secret cannot be read");
+        KPC_LOG(KPC_LOG_ERROR, "the cluster tier is off for this process: its secret cannot be used");
         return KPC_E_INVALID;
     }
     crypto_generichash(key, KPC_REMOTE_KEY_BYTES, buf, size, NULL, 0);
@@ -77,13 +77,21 @@ kpc_status kpc_remote_auth_load(kpc_remote *r, const char *files)
         char *old = strchr(paths, ':');
         if (old)
             *old++ = '\0';
+        /* each part named: "NEW:" or ":OLD" is a slip (an unset variable in "$NEW:$OLD"),
+         * never a rotation that silently reads no old group */
+        if (paths[0] == '\0' || (old && (*old == '\0' || strchr(old, ':')))) {
+            KPC_LOG(KPC_LOG_ERROR, "KPC_REMOTE_SECRET_FILE=\"%.200s\" is not NEW or NEW:OLD (%s): the cluster "
+                    "tier is off for this process", files, paths[0] == '\0' ? "no NEW secret before the colon"
+                    : *old == '\0' ? "no OLD secret after the colon" : "more than one colon");
+            return KPC_E_INVALID;
+        }
         kpc_status s = load_one(paths, r->secret);
-        if (s == KPC_OK && old && *old)
+        if (s == KPC_OK && old)
             s = load_one(old, r->old_secret);
         if (s != KPC_OK)
             return s;
         r->has_secret = true;
-        r->has_old = old && *old;
+        r->has_old = old != NULL;
     }
     group_prefix(r->ns, r->has_secret ? r->secret : NULL, r->prefix, sizeof r->prefix);
     if (r->has_old)
