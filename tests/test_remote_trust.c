@@ -1,10 +1,12 @@
 /*
  * test_remote_trust.c - what the cluster tier trusts in Redis beyond a record's tag,
- * against a real redis-server started by the test (tests/cluster_support.c): what
+ * against a real redis-server started by the test (tests/cluster_support.c): a lease is
+ * honoured only while fresh, so an honest lease value written back later (a replay)
+ * holds a waiter for about two lease periods, not KPC_BUILD_WAIT_MAX_MS; and what
  * `kpc remote` says when its secret file cannot be used, when Redis cannot be reached,
  * when a cluster-wide counter in Redis is not a number, and which eviction policy it
  * advises (the one docs/cluster.md's redis.conf sets).
- * The rules: docs/trust.md ("Redis: the cluster tier").
+ * The rules: docs/trust.md ("Redis: the cluster tier"), docs/cluster.md (the lease).
  */
 #define _GNU_SOURCE
 #include "remote_storm.h"
@@ -18,6 +20,8 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#define LEASE_MS 400 /* small, so that two lease periods are short */
+
 static kpc_remote *open_host(const char *host)
 {
     setenv("KPC_HOST_ID", host, 1);
@@ -26,6 +30,88 @@ static kpc_remote *open_host(const char *host)
     unsetenv("KPC_HOST_ID");
     return r;
 }
+
+/* Another host asks for key while the lease holds `value` written back with an hour's
+ * expiry (a replay): it must take the build over within the freshness bound, never wait
+ * out KPC_BUILD_WAIT_MAX_MS. Returns the seconds it took. */
+static double replay_then_ask(const char *lname, const char *value, const kpc_key *key, const uint8_t cid[16])
+{
+    ck_assert(tc_redis_set(&rs_redis, lname, value, strlen(value)));
+    ck_assert_int_eq(tc_redis_int(&rs_redis, "PEXPIRE %s 3600000", lname), 1);
+    kpc_remote *b = open_host("hostB");
+    kpc_record rec;
+    kpc_remote_lease *lease = NULL;
+    ts_log_begin(KPC_LOG_WARN);
+    double t0 = rs_now();
+    enum kpc_remote_verdict v = kpc_remote_begin(b, key, ts_target(), cid, &rec, &lease, NULL);
+    double took = rs_now() - t0;
+    char *log = ts_log_end();
+    kpc_remote_counters c;
+    kpc_remote_counters_get(b, &c);
+    ck_assert_msg(v == KPC_REMOTE_BUILD, "verdict %d after %.1f s: %s", (int)v, took, log);
+    ck_assert_uint_eq(c.wait_timeouts, 0); /* the protocol let go of it, not the cap */
+    ck_assert_uint_eq(c.refused, 1);
+    ck_assert_msg(strstr(log, "is stale") != NULL, "%s", log);
+    free(log);
+    kpc_remote_release(b, lease);
+    kpc_remote_close(b);
+    return took;
+}
+
+/* A lease value captured during a build and written back after it, with a long expiry:
+ * the next host builds within about two lease periods (before: it waited the whole
+ * KPC_BUILD_WAIT_MAX_MS, 600 s by default, 20 s here). A holder that keeps renewing is
+ * waited on all along, however long past two leases. */
+START_TEST(replayed_lease_holds_no_one_past_two_leases)
+{
+    char secret[4200];
+    rs_secret_file(secret, sizeof secret, rs_base, "the group's secret");
+    setenv("KPC_REMOTE_SECRET_FILE", secret, 1);
+    char lease_ms[16];
+    snprintf(lease_ms, sizeof lease_ms, "%d", LEASE_MS);
+    setenv("KPC_REMOTE_LEASE_MS", lease_ms, 1);
+    setenv("KPC_BUILD_WAIT_MAX_MS", "20000", 1);
+    kpc_remote *a = open_host("hostA"), *b = open_host("hostB");
+    kpc_key key = {{0x7e, 1, 2}};
+    uint8_t cid[16];
+    memset(cid, 0x5a, 16);
+    kpc_record rec;
+    kpc_remote_lease *held = NULL, *other = NULL;
+    char lname[KPC_REMOTE_NAME_MAX];
+    kpc_remote_key_name(a, &key, "lease", lname, sizeof lname);
+    ck_assert_int_eq(kpc_remote_begin(a, &key, ts_target(), cid, &rec, &held, NULL), KPC_REMOTE_BUILD);
+    size_t n;
+    char *claimed = tc_redis_get(&rs_redis, lname, &n); /* the claim's value, before any renewal */
+    ck_assert_ptr_nonnull(claimed);
+    /* the holder renews as claim.c's keeper does, every third of a lease, for three
+     * leases: each renewal re-signs the value, and the other host waits all along */
+    double until = rs_now() + 3.0 * LEASE_MS / 1e3;
+    while (rs_now() < until) {
+        ck_assert_int_eq(kpc_remote_renew(a, held), KPC_OK);
+        ck_assert_int_eq(kpc_remote_try_begin(b, &key, ts_target(), cid, &rec, &other), KPC_REMOTE_BUSY);
+        rs_sleep_ms(LEASE_MS / 3);
+    }
+    char *renewed = tc_redis_get(&rs_redis, lname, &n);
+    ck_assert_ptr_nonnull(renewed);
+    /* the build ends (its compiler could not run: released, no record) */
+    kpc_remote_release(a, held);
+    ck_assert_int_eq(tc_redis_int(&rs_redis, "EXISTS %s", lname), 0);
+    /* the renewed value written back: honoured for at most two leases after its time */
+    double took = replay_then_ask(lname, renewed, &key, cid);
+    ck_assert_msg(took < 2.0 * LEASE_MS / 1e3 + 3.0, "waited %.1f s on a replayed lease", took);
+    /* the claim's value (no time of its own) written back with an hour's expiry: no
+     * honest claim lives longer than a lease, so it is not waited on */
+    took = replay_then_ask(lname, claimed, &key, cid);
+    ck_assert_msg(took < 2.0 * LEASE_MS / 1e3 + 3.0, "waited %.1f s on a replayed claim", took);
+    /* what made the renewed value judgeable: Redis's time and the lease, under the MAC */
+    ck_assert_msg(strstr(renewed, " at=") && strstr(renewed, " lease=") && strstr(renewed, " mac="), "%s", renewed);
+    free(claimed);
+    free(renewed);
+    kpc_remote_close(a);
+    kpc_remote_close(b);
+    unsetenv("KPC_REMOTE_SECRET_FILE");
+}
+END_TEST
 
 /* ---- `kpc remote`'s messages ------------------------------------------------------------ */
 static int remote_tool(const char *verb, const char *secret, const char *url, char **out, char **err)
@@ -123,6 +209,7 @@ int main(void)
     Suite *s = suite_create("remote_trust");
     TCase *t = tcase_create("trust");
     tcase_add_checked_fixture(t, rs_setup, rs_teardown);
+    tcase_add_test(t, replayed_lease_holds_no_one_past_two_leases);
     tcase_add_test(t, remote_tool_says_why_the_secret_is_refused);
     tcase_add_test(t, remote_stats_counters_and_advice);
     suite_add_tcase(s, t);
