@@ -6,10 +6,11 @@
  * habits of the file that reads it: a number is digits only (no sign, no space, no
  * suffix) inside the row's range; a size is libbsd's expand_number with its overflow
  * check, no sign and not 0; a flag is exactly 1 or 0; a path holds no control character.
- * An empty number, size or path is malformed (`export KPC_CACHE_DIR=$UNSET` must not turn
- * into a default silently); an empty flag, level, list, URL, name, word or text means
- * unset. The tools read their numeric arguments with the same number parser
- * (kpc__parse_number), so an option and a variable take one form.
+ * An empty number, size, path or name is malformed (`export KPC_CACHE_DIR=$UNSET` must
+ * not turn into a default silently: an empty KPC_REMOTE_NAMESPACE would put a job's keys
+ * among another cache's); an empty flag, level, list, URL, word or text means unset. The
+ * tools read their numeric arguments with the same number parser (kpc__parse_number), so
+ * an option and a variable take one form.
  */
 #define _GNU_SOURCE
 #include "base/settings.h"
@@ -210,7 +211,7 @@ static bool parse(const kpc_setting *s, const char *v, uint64_t *num)
     case KPC_SETTING_TEXT: return strlen(v) < TEXT_MAX;
     case KPC_SETTING_NAME: {
         size_t n = strlen(v);
-        return n <= NAME_MAX_LEN && strspn(v, NAME_CHARS) == n;
+        return n >= 1 && n <= NAME_MAX_LEN && strspn(v, NAME_CHARS) == n;
     }
     case KPC_SETTING_WORDS: {
         if (v[0] == '\0')
@@ -288,17 +289,37 @@ const char *kpc__setting_text(kpc_setting_id id)
     return v;
 }
 
+/* Why a secret file's owner or mode lets another user know or change the secret (NULL
+ * when neither does): another owner, or a write bit for the group or others, lets that
+ * user choose the secret; a read bit for others lets every user of the host read it.
+ * Either way they could tag records every host of the group runs. A group read bit is
+ * said as a warning only: a group an administrator gave the secret to is its group. */
+static const char *secret_file_exposed(const struct stat *st, char *why, size_t cap)
+{
+    if (st->st_uid != geteuid() && st->st_uid != 0)
+        snprintf(why, cap, "is owned by uid %u, not by this user (uid %u) or root", (unsigned)st->st_uid,
+                 (unsigned)geteuid());
+    else if (st->st_mode & 0022)
+        snprintf(why, cap, "may be written by %s (mode %03o)", (st->st_mode & 0002) ? "every user" : "its group",
+                 (unsigned)(st->st_mode & 0777));
+    else if (st->st_mode & 0004)
+        snprintf(why, cap, "may be read by every user (mode %03o)", (unsigned)(st->st_mode & 0777));
+    else
+        return NULL;
+    return why;
+}
+
 kpc_status kpc__secret_file_read(const char *name, const char *path, void **buf, size_t *size)
 {
     *buf = NULL;
     *size = 0;
     if (path == NULL || path[0] == '\0') {
-        KPC_LOG(KPC_LOG_WARN, "%s is set but empty", name);
+        KPC_LOG(KPC_LOG_ERROR, "%s names an empty path", name);
         return KPC_E_INVALID;
     }
     int fd = kpc__open(path, O_RDONLY | O_NONBLOCK | O_NOCTTY | O_CLOEXEC, 0);
     if (fd < 0) {
-        KPC_LOG(KPC_LOG_WARN, "%s=%s: %s", name, path, strerror(errno));
+        KPC_LOG(KPC_LOG_ERROR, "%s=%s: %s", name, path, strerror(errno));
         return KPC_E_INVALID;
     }
     struct stat st;
@@ -306,21 +327,31 @@ kpc_status kpc__secret_file_read(const char *name, const char *path, void **buf,
     close(fd);
     if (s == KPC_OK && *size == 0)
         s = KPC_E_INVALID;
+    char exposed[160];
+    if (s == KPC_OK && secret_file_exposed(&st, exposed, sizeof exposed)) {
+        KPC_LOG(KPC_LOG_ERROR, "%s=%s %s: refused, since another user could know or choose the secret and tag "
+                "code that this host runs; if it is yours to change: chown $(id -u) %s && chmod 600 %s",
+                name, path, exposed, path, path);
+        explicit_bzero(*buf, *size);
+        free(*buf);
+        *buf = NULL;
+        *size = 0;
+        return KPC_E_INVALID;
+    }
     if (s != KPC_OK) {
         const char *why = s == KPC_E_NOMEM         ? "out of memory"
                           : s == KPC_E_IO          ? "cannot be read"
                           : !S_ISREG(st.st_mode)   ? "is not a regular file"
                           : st.st_size > (1 << 20) ? "is over 1 MiB"
                                                    : "is empty";
-        KPC_LOG(KPC_LOG_WARN, "%s=%s %s", name, path, why);
+        KPC_LOG(KPC_LOG_ERROR, "%s=%s %s", name, path, why);
         free(*buf);
         *buf = NULL;
         *size = 0;
         return s == KPC_E_NOMEM ? s : KPC_E_INVALID;
     }
-    if (st.st_mode & 0077)
-        KPC_LOG(KPC_LOG_WARN, "%s=%s may be read by %s (mode %03o): chmod 600 %s", name, path,
-                (st.st_mode & 0007) ? "every user" : "its group",
+    if (st.st_mode & 0040)
+        KPC_LOG(KPC_LOG_WARN, "%s=%s may be read by its group (mode %03o): chmod 600 %s", name, path,
                 (unsigned)(st.st_mode & 0777), path);
     return KPC_OK;
 }

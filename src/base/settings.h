@@ -69,10 +69,11 @@ const char *kpc__setting_text(kpc_setting_id id);
 
 /* A secret file (path, named by the variable var in messages: KPC_REMOTE_SECRET_FILE):
  * opened without blocking (a FIFO must not hang an open), a regular file of 1 byte to
- * 1 MiB, read whole into *buf (malloc'ed; the caller wipes and frees it). A file its
- * group or others may read is used, with a warning (chmod 600). KPC_E_INVALID, with a
- * warning naming the variable, the file and why, for one that is missing, unreadable,
- * not a regular file or empty; KPC_E_NOMEM. */
+ * 1 MiB, read whole into *buf (malloc'ed; the caller wipes and frees it), owned by this
+ * user or root, writable by no one else and readable by no other user outside its group.
+ * A file its group may read is used, with a warning (chmod 600). KPC_E_INVALID, with an
+ * error naming the variable, the file and why, for one that is missing, unreadable, not
+ * a regular file, empty, another user's, or writable or readable as above; KPC_E_NOMEM. */
 kpc_status kpc__secret_file_read(const char *var, const char *path, void **buf, size_t *size);
 /* A size in bytes: digits and an optional K, M, G, T, P or E suffix (binary, any case), as
  * libbsd's expand_number reads it; KPC_E_INVALID for anything else or past 2^64 - 1. 0 is

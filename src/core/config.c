@@ -58,7 +58,7 @@ kpc_status kpc_config_check_environment(const kpc_config *cfg)
      * password (kpc_config.remote wins over KPC_REMOTE, so it is checked the same way) */
     const char *url = kpc_remote_url_configured(cfg);
     kpc_remote_url parsed;
-    if (url != NULL && kpc_remote_url_parse(url, &parsed) != KPC_OK)
+    if (url != NULL && kpc_remote_url_parse_from(kpc_remote_url_source(cfg), url, &parsed) != KPC_OK)
         s = KPC_E_INVALID;
     memset(&parsed, 0, sizeof parsed);
     return s;

@@ -6,7 +6,7 @@
  * tag keeps them in one Redis Cluster slot):
  *   P{K}:co     the code record: disk record bytes [+ 16-byte nonce, 16-byte tag]; expires unless read
  *   P{K}:log    a failed build's log record, for 30 s (the host index's retry rule)
- *   P{K}:lease  "host=H pid=P start=T token=R [mac=M]", SET NX PX by the builder
+ *   P{K}:lease  "host=H pid=P start=T token=R [at=MS lease=L] [mac=M]", SET NX PX by the builder
  *
  * Invariants: a hit is one plain GET (GETEX when records expire): the record's bytes
  * never go through Lua. Every check-and-lease, publish, release and takeover is one Lua
@@ -26,6 +26,7 @@
  * (what the last extension it saw set, less the time since that one was sent and a
  * reply deadline), and a later run finds less left. A lease no holder saw thus lives a
  * claim period; one held by a dead process or a holder cut off from Redis, a lease.
+ * Each extension re-signs the value with Redis's time: waiters honour fresh ones only.
  *
  * Waiting on another host's lease holds no connection: the waiter asks again on a new
  * connection, first after about 20 ms, each wait a quarter longer than the one before up
@@ -62,17 +63,22 @@ struct kpc_remote_lease {
     char value[512];
     unsigned set_ms;
     uint64_t sent_ns;
+    uint64_t redis_ms; /* Redis's TIME at the last reply about it: the next re-signing's "at" */
 };
 
 /* ---- scripts ------------------------------------------------------------------------------ */
+/* Redis's TIME in ms, as Lua computes it (a double holds it exactly). */
+#define NOW_MS_LUA                                                                                           \
+    "local function now_ms() local t = redis.call('TIME') return t[1] * 1000 + math.floor(t[2] / 1000) end\n"
 /* KEYS co log lease; ARGV lease-value claim-ms skip (1: skip co, 2: skip log: refused).
- * {1, record} | {2, log record} | {3} the lease is ours | {4, holder, pttl} */
+ * {1, record} | {2, log record} | {3, now} the lease is ours | {4, holder, pttl, now} */
 static const char BEGIN_LUA[] =
+    NOW_MS_LUA
     "local skip = tonumber(ARGV[3])\n"
     "if skip % 2 == 0 then local v = redis.call('GET', KEYS[1]) if v then return {1, v} end end\n"
     "if skip < 2 then local l = redis.call('GET', KEYS[2]) if l then return {2, l} end end\n"
-    "if redis.call('SET', KEYS[3], ARGV[1], 'NX', 'PX', ARGV[2]) then return {3} end\n"
-    "return {4, redis.call('GET', KEYS[3]) or '', redis.call('PTTL', KEYS[3])}\n";
+    "if redis.call('SET', KEYS[3], ARGV[1], 'NX', 'PX', ARGV[2]) then return {3, now_ms()} end\n"
+    "return {4, redis.call('GET', KEYS[3]) or '', redis.call('PTTL', KEYS[3]), now_ms()}\n";
 /* KEYS record lease; ARGV record value ttl-ms(0: none). 1 if the lease was still ours
  * (and is now released). */
 static const char PUBLISH_LUA[] =
@@ -84,15 +90,20 @@ static const char PUBLISH_LUA[] =
 static const char RELEASE_LUA[] =
     "if redis.call('GET', KEYS[1]) == ARGV[1] then return redis.call('DEL', KEYS[1]) end\n"
     "return 0\n";
-/* KEYS lease; ARGV value lease-ms least-pttl: compare-and-pexpire, refused when it runs
- * so late that less than least-pttl is left (its client has given up on it). */
+/* KEYS lease; ARGV value lease-ms least-pttl re-signed-value: compare-and-set for a lease,
+ * refused when it runs so late that less than least-pttl is left (its client gave up on
+ * it). now, or 0 when refused. */
 static const char RENEW_LUA[] =
+    NOW_MS_LUA
     "if redis.call('GET', KEYS[1]) == ARGV[1] and redis.call('PTTL', KEYS[1]) >= tonumber(ARGV[3]) then\n"
-    "return redis.call('PEXPIRE', KEYS[1], ARGV[2]) end\n"
+    "redis.call('SET', KEYS[1], ARGV[4], 'PX', ARGV[2]) return now_ms() end\n"
     "return 0\n";
-/* KEYS lease; ARGV old new claim-ms: compare-and-set (a forged or a dead holder's lease). */
+/* KEYS lease; ARGV old new claim-ms: compare-and-set (a forged, stale or dead holder's
+ * lease). now, or 0 when it changed meanwhile. */
 static const char TAKE_LUA[] =
-    "if redis.call('GET', KEYS[1]) == ARGV[1] then redis.call('SET', KEYS[1], ARGV[2], 'PX', ARGV[3]) return 1 end\n"
+    NOW_MS_LUA
+    "if redis.call('GET', KEYS[1]) == ARGV[1] then\n"
+    "redis.call('SET', KEYS[1], ARGV[2], 'PX', ARGV[3]) return now_ms() end\n"
     "return 0\n";
 
 /* ---- records ------------------------------------------------------------------------------ */
@@ -159,7 +170,8 @@ static unsigned claim_ms(const kpc_remote *r)
     return ms < r->lease_ms ? ms : r->lease_ms;
 }
 
-static kpc_remote_lease *lease_new(const char *lease_name, const char *value, unsigned set_ms, uint64_t sent_ns)
+static kpc_remote_lease *lease_new(const char *lease_name, const char *value, unsigned set_ms, uint64_t sent_ns,
+                                   uint64_t redis_ms)
 {
     kpc_remote_lease *l = calloc(1, sizeof *l);
     if (l == NULL)
@@ -168,32 +180,37 @@ static kpc_remote_lease *lease_new(const char *lease_name, const char *value, un
     snprintf(l->value, sizeof l->value, "%s", value);
     l->set_ms = set_ms;
     l->sent_ns = sent_ns;
+    l->redis_ms = redis_ms;
     return l;
 }
 
-/* Extend the lease to a full one (compare-and-pexpire, refused when it runs past this
- * call's deadline): 1 extended, 0 not ours any more, -1 Redis failed (said). */
+/* Extend the lease to a full one, re-signed with Redis's time at the last reply about it
+ * (compare-and-set, refused past this call's deadline): 1 extended, 0 not ours, -1 Redis
+ * failed (said). */
 static int extend(kpc_remote *r, struct kpc_remote_conn *cn, kpc_remote_lease *l)
 {
     uint64_t now = kpc__now_ns();
     long long least = (long long)l->set_ms - (long long)((now - l->sent_ns) / 1000000u) - (long long)r->timeout_ms;
-    char ms[16], least_s[24];
+    char ms[16], least_s[24], value[sizeof l->value];
     snprintf(ms, sizeof ms, "%u", r->lease_ms);
     snprintf(least_s, sizeof least_s, "%lld", least);
+    kpc_remote_lease_resign(r, l->lease_name, l->value, l->redis_ms, value, sizeof value);
     const char *keys[1] = {l->lease_name};
-    const char *args[3] = {l->value, ms, least_s};
+    const char *args[4] = {l->value, ms, least_s, value};
     const char *why = NULL;
-    redisReply *rep = kpc_remote_eval(r, cn->c, RENEW_LUA, 1, keys, 3, args, NULL, &why);
+    redisReply *rep = kpc_remote_eval(r, cn->c, RENEW_LUA, 1, keys, 4, args, NULL, &why);
     if (rep == NULL) {
         kpc_remote_failed(r, "renewing a lease", why);
         return -1;
     }
-    bool held = rep->type == REDIS_REPLY_INTEGER && rep->integer == 1;
-    freeReplyObject(rep);
+    bool held = rep->type == REDIS_REPLY_INTEGER && rep->integer > 0;
     if (held) {
         l->set_ms = r->lease_ms;
         l->sent_ns = now;
+        l->redis_ms = (uint64_t)rep->integer;
+        memcpy(l->value, value, sizeof value);
     }
+    freeReplyObject(rep);
     return held;
 }
 
@@ -208,10 +225,10 @@ static bool holder_dead_here(const kpc_remote *r, const char *holder)
     return pid > 0 && !kpc__proc_alive((pid_t)pid, start);
 }
 
-/* Replace the holder's lease value with ours (compare-and-set) for a claim period: 1
- * taken, 0 changed meanwhile, -1 Redis failed (said). */
-static int take_lease(kpc_remote *r, struct kpc_remote_conn *cn, const char *lname, const char *holder,
-                      const char *value)
+/* Replace the holder's lease value with ours (compare-and-set) for a claim period:
+ * Redis's TIME in ms when taken, 0 changed meanwhile, -1 Redis failed (said). */
+static long long take_lease(kpc_remote *r, struct kpc_remote_conn *cn, const char *lname, const char *holder,
+                            const char *value)
 {
     char ms[16];
     snprintf(ms, sizeof ms, "%u", claim_ms(r));
@@ -223,7 +240,7 @@ static int take_lease(kpc_remote *r, struct kpc_remote_conn *cn, const char *lna
         kpc_remote_failed(r, "taking a lease over", why);
         return -1;
     }
-    int taken = rep->type == REDIS_REPLY_INTEGER && rep->integer == 1;
+    long long taken = rep->type == REDIS_REPLY_INTEGER && rep->integer > 0 ? rep->integer : 0;
     freeReplyObject(rep);
     return taken;
 }
@@ -244,13 +261,13 @@ typedef struct begin_state {
     unsigned sleep_ms;   /* set by held_elsewhere: wait this long, then ask again */
 } begin_state;
 
-/* The claim or takeover just sent went through: the lease is ours for a claim period;
- * extend it to a full one now that its reply is seen. The verdict, or 0 to ask again
- * (it was lost meanwhile: a new token for the next claim). */
-static int hold(begin_state *b, kpc_remote_lease **lease)
+/* The claim or takeover just sent went through (its reply said Redis's TIME, redis_ms):
+ * the lease is ours for a claim period; extend it to a full one now that its reply is
+ * seen. The verdict, or 0 to ask again (lost meanwhile: a new token for the next claim). */
+static int hold(begin_state *b, kpc_remote_lease **lease, uint64_t redis_ms)
 {
     kpc_remote *r = b->r;
-    kpc_remote_lease *l = lease_new(b->lname, b->value, claim_ms(r), b->sent_ns);
+    kpc_remote_lease *l = lease_new(b->lname, b->value, claim_ms(r), b->sent_ns, redis_ms);
     if (l == NULL)
         return KPC_REMOTE_OFF; /* unknown to us: it lapses after the claim period */
     int held = l->set_ms < r->lease_ms ? extend(r, b->cn, l) : 1;
@@ -262,33 +279,38 @@ static int hold(begin_state *b, kpc_remote_lease **lease)
     free(l);
     if (held < 0)
         return KPC_REMOTE_OFF;
-    kpc_remote_lease_value(r, b->lname, b->value, sizeof b->value);
+    kpc_remote_lease_value(r, b->lname, NULL, 0, b->value, sizeof b->value);
     return 0;
 }
 
-/* Another host's lease (reply 4): take it over when it is forged or its holder died
- * here, else wait (b->sleep_ms). The verdict, or 0 to ask again. */
+/* Another host's lease (reply 4): take it over when it is forged, stale or its holder
+ * died here, else wait (b->sleep_ms). The verdict, or 0 to ask again. */
 static int held_elsewhere(begin_state *b, redisReply *rep, kpc_remote_lease **lease)
 {
     kpc_remote *r = b->r;
-    long long pttl = rep->elements >= 3 && rep->element[2]->type == REDIS_REPLY_INTEGER ? rep->element[2]->integer : -1;
+    redisReply **e = rep->element;
+    long long pttl = rep->elements >= 3 && e[2]->type == REDIS_REPLY_INTEGER ? e[2]->integer : -1;
+    long long now_ms = rep->elements >= 4 && e[3]->type == REDIS_REPLY_INTEGER ? e[3]->integer : 0;
     b->holder[0] = '\0';
-    if (rep->elements >= 2 && rep->element[1]->type == REDIS_REPLY_STRING)
-        snprintf(b->holder, sizeof b->holder, "%s", rep->element[1]->str);
+    if (rep->elements >= 2 && e[1]->type == REDIS_REPLY_STRING)
+        snprintf(b->holder, sizeof b->holder, "%s", e[1]->str);
     freeReplyObject(rep);
     bool forged = !kpc_remote_lease_authentic(r, b->lname, b->holder);
-    if (forged || holder_dead_here(r, b->holder)) {
-        if (forged) {
+    bool dead = !forged && holder_dead_here(r, b->holder);
+    bool stale = !forged && !dead && !kpc_remote_lease_fresh(r, b->holder, pttl, now_ms);
+    if (forged || stale || dead) {
+        if (forged || stale) {
             kpc_remote_count(r, KPC_RC_REFUSED);
-            kpc_remote_warn(r, KPC_RW_LEASE, KPC_LOG_WARN, "remote tier: the lease on %s does not authenticate "
-                            "(written without the secret): ignoring it", b->hex);
+            kpc_remote_warn(r, KPC_RW_LEASE, KPC_LOG_WARN, "remote tier: the lease on %s %s: ignoring it", b->hex,
+                            forged ? "does not authenticate (written without the secret)"
+                                   : "is stale: not re-signed by its holder for two leases (written back later?)");
         }
         b->sent_ns = kpc__now_ns();
-        int taken = take_lease(r, b->cn, b->lname, b->holder, b->value);
+        long long taken = take_lease(r, b->cn, b->lname, b->holder, b->value);
         if (taken <= 0)
             return taken < 0 ? KPC_REMOTE_OFF : 0;
-        int verdict = hold(b, lease);
-        if (verdict == KPC_REMOTE_BUILD && !forged) {
+        int verdict = hold(b, lease, (uint64_t)taken);
+        if (verdict == KPC_REMOTE_BUILD && dead) {
             kpc_remote_count(r, KPC_RC_TAKEOVERS);
             KPC_LOG(KPC_LOG_INFO, "remote tier: the lease on %s names a dead process of this host (%s): "
                     "taking the build over", b->hex, b->holder);
@@ -375,7 +397,7 @@ static enum kpc_remote_verdict begin_key(kpc_remote *r, const kpc_key *key, cons
         kpc_remote_name(r, false, key, "log", b.log, sizeof b.log);
         kpc_remote_name(r, false, key, "lease", b.lname, sizeof b.lname);
         kpc__hex(key->bytes, sizeof key->bytes, b.hex);
-        kpc_remote_lease_value(r, b.lname, b.value, sizeof b.value);
+        kpc_remote_lease_value(r, b.lname, NULL, 0, b.value, sizeof b.value);
     }
     char claim[16];
     snprintf(claim, sizeof claim, "%u", claim_ms(r));
@@ -419,10 +441,12 @@ static enum kpc_remote_verdict begin_key(kpc_remote *r, const kpc_key *key, cons
             continue;
         }
         if (what == 3) {
+            long long redis_ms = rep->elements >= 2 && rep->element[1]->type == REDIS_REPLY_INTEGER
+                                     ? rep->element[1]->integer : 0;
             freeReplyObject(rep);
             /* after a wait: taken over when the awaited lease expired (not released) */
             bool expired = b.waited && b.sent_ns + 1000000u >= b.expires_ns;
-            verdict = hold(&b, lease);
+            verdict = hold(&b, lease, redis_ms > 0 ? (uint64_t)redis_ms : 0);
             if (verdict == KPC_REMOTE_BUILD && expired) {
                 kpc_remote_count(r, KPC_RC_TAKEOVERS);
                 KPC_LOG(KPC_LOG_INFO, "remote tier: the lease on %s (%s) expired: taking the build over", b.hex,

@@ -40,6 +40,8 @@ typedef struct kpc_remote_url {
 } kpc_remote_url;
 /* KPC_E_INVALID (logged, without the password) for a malformed URL. */
 kpc_status kpc_remote_url_parse(const char *url, kpc_remote_url *out);
+/* The same, its messages naming the URL's source `from` (kpc_remote_url_source). */
+kpc_status kpc_remote_url_parse_from(const char *from, const char *url, kpc_remote_url *out);
 /* The URL with the password replaced by "***": what logs and stats may show. */
 void kpc_remote_url_redacted(const kpc_remote_url *u, char *out, size_t cap);
 
@@ -122,6 +124,8 @@ kpc_status kpc_remote_cluster_counters(kpc_remote *r, kpc_remote_counters *c);
 /* The URL a cache is configured with: kpc_config.remote, else KPC_REMOTE; NULL for none
  * ("" is none). */
 const char *kpc_remote_url_configured(const kpc_config *cfg);
+/* Where that URL comes from, for messages: "kpc_config.remote" or "KPC_REMOTE". */
+const char *kpc_remote_url_source(const kpc_config *cfg);
 
 /* The tier (storage/tier.h, remote_tier.c): KPC_E_NOT_FOUND when neither kpc_config.remote nor
  * KPC_REMOTE names a server (or this build has no hiredis: logged once). */

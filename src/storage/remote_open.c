@@ -13,6 +13,7 @@
 #include "base/log.h"
 #include "base/settings.h"
 
+#include <errno.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -59,6 +60,24 @@ static void stats_name(const kpc_remote *r, char *out, size_t cap)
     snprintf(out, cap, "%sstats", r->prefix);
 }
 
+/* A cluster-wide counter's value: a whole number, as HINCRBY of kpc's own counts leaves
+ * it; anything else (written by hand or by another program; strtoull alone reads "-5" as
+ * 2^64 - 5) is said and counted as 0. */
+static void counter_value(const kpc_remote *r, const char *hash, const char *field, const redisReply *v,
+                          uint64_t *out)
+{
+    const char *s = v->type == REDIS_REPLY_STRING ? v->str : "";
+    char *end = NULL;
+    errno = 0;
+    unsigned long long n = s[0] >= '0' && s[0] <= '9' ? strtoull(s, &end, 10) : 0;
+    if (end == NULL || *end != '\0' || errno != 0) {
+        KPC_LOG(KPC_LOG_ERROR, "remote tier %s: the cluster-wide counter %s of %s is \"%.40s\", not a whole "
+                "number (not written by kpc): counted as 0", r->shown, field, hash, s);
+        n = 0;
+    }
+    *out = n;
+}
+
 kpc_status kpc_remote_cluster_counters(kpc_remote *r, kpc_remote_counters *c)
 {
     memset(c, 0, sizeof *c);
@@ -80,7 +99,7 @@ kpc_status kpc_remote_cluster_counters(kpc_remote *r, kpc_remote_counters *c)
     for (size_t i = 0; i + 1 < rep->elements; i += 2)
         for (int k = 0; k < KPC_RC_COUNT; k++)
             if (rep->element[i]->type == REDIS_REPLY_STRING && strcmp(rep->element[i]->str, counter_names[k]) == 0)
-                *counter_fields(c, k) = strtoull(rep->element[i + 1]->str ? rep->element[i + 1]->str : "0", NULL, 10);
+                counter_value(r, name, counter_names[k], rep->element[i + 1], counter_fields(c, k));
     freeReplyObject(rep);
     redisFree(rc);
     return KPC_OK;

@@ -104,8 +104,19 @@ void *kpc_remote_seal(kpc_remote *r, const char *name, const void *bytes, size_t
  * and *why when it does not authenticate (a group with a secret). */
 const char *kpc_remote_open_value(kpc_remote *r, bool old, const char *name, const char *v, size_t len,
                                   size_t *size);
-/* A lease value ("host=H pid=P start=T token=R" and, with a secret, " mac=M"). */
-void kpc_remote_lease_value(kpc_remote *r, const char *lease_name, char *out, size_t cap);
+/* A lease value: "host=H pid=P start=T token=R" (token NULL: a new random one), then
+ * " at=MS lease=L" when at_ms is not 0 (Redis's TIME in ms as its holder last heard it,
+ * and the holder's KPC_REMOTE_LEASE_MS: remote.c, a lease's freshness), then, with a
+ * secret, " mac=M" over all of it and the lease's name. */
+void kpc_remote_lease_value(kpc_remote *r, const char *lease_name, const char *token, uint64_t at_ms, char *out,
+                            size_t cap);
+/* value (a lease value of this process) with the same token, re-signed at at_ms. */
+void kpc_remote_lease_resign(kpc_remote *r, const char *lease_name, const char *value, uint64_t at_ms, char *out,
+                             size_t cap);
+/* Whether a waiter honours an authentic lease value (the freshness rule of
+ * remote_auth.c): pttl its remaining time and now_ms Redis's TIME, read with it (0: not
+ * known, an older server's reply). */
+bool kpc_remote_lease_fresh(const kpc_remote *r, const char *value, long long pttl, long long now_ms);
 /* True when a lease value found under lease_name was written by a member of the group
  * (always, without a secret: nothing to check). */
 bool kpc_remote_lease_authentic(kpc_remote *r, const char *lease_name, const char *value);

@@ -42,7 +42,7 @@ static bool copy_part(char *dst, size_t cap, const char *s, size_t n)
     return true;
 }
 
-kpc_status kpc_remote_url_parse(const char *url, kpc_remote_url *u)
+kpc_status kpc_remote_url_parse_from(const char *from, const char *url, kpc_remote_url *u)
 {
     memset(u, 0, sizeof *u);
     u->port = REDIS_PORT;
@@ -107,8 +107,8 @@ kpc_status kpc_remote_url_parse(const char *url, kpc_remote_url *u)
         if (url && strncmp(url, "redis", 5) == 0 && u->host[0])
             kpc_remote_url_redacted(&safe, shown, sizeof shown);
         /* never the URL itself: it may hold a password */
-        KPC_LOG(KPC_LOG_ERROR, "KPC_REMOTE: %s%s%s (expected redis://[[USER]:PASSWORD@]HOST[:PORT][/DB] "
-                "or redis+unix:///path)", why, shown[0] ? " in " : "", shown);
+        KPC_LOG(KPC_LOG_ERROR, "%s: %s%s%s (expected redis://[[USER]:PASSWORD@]HOST[:PORT][/DB] "
+                "or redis+unix:///path)", from, why, shown[0] ? " in " : "", shown);
         memset(u->password, 0, sizeof u->password);
         return KPC_E_INVALID;
     }
@@ -127,12 +127,25 @@ void kpc_remote_url_redacted(const kpc_remote_url *u, char *out, size_t cap)
 }
 
 
+kpc_status kpc_remote_url_parse(const char *url, kpc_remote_url *u)
+{
+    return kpc_remote_url_parse_from("KPC_REMOTE", url, u);
+}
+
+static bool config_names_url(const kpc_config *cfg)
+{
+    return cfg != NULL && cfg->struct_size >= offsetof(kpc_config, remote) + sizeof cfg->remote &&
+           cfg->remote != NULL;
+}
+
 const char *kpc_remote_url_configured(const kpc_config *cfg)
 {
-    const char *url = cfg != NULL && cfg->struct_size >= offsetof(kpc_config, remote) + sizeof cfg->remote &&
-                              cfg->remote != NULL
-                          ? cfg->remote
-                          : kpc__setting_text(KPC_SET_REMOTE);
+    const char *url = config_names_url(cfg) ? cfg->remote : kpc__setting_text(KPC_SET_REMOTE);
     return url != NULL && url[0] != '\0' ? url : NULL;
+}
+
+const char *kpc_remote_url_source(const kpc_config *cfg)
+{
+    return config_names_url(cfg) ? "kpc_config.remote" : "KPC_REMOTE";
 }
 

@@ -30,7 +30,8 @@ static int open_remote(kpc_tool *t, kpc_remote **r)
     if (url == NULL)
         return kpc_tool_usage_error(t, "KPC_REMOTE is not set (redis://HOST[:PORT][/DB])");
     if (kpc_remote_open(url, r) != KPC_OK)
-        return kpc_tool_usage_error(t, "the cluster tier's settings are not valid (see the message above)");
+        return kpc_tool_usage_error(t, "the cluster tier cannot be opened with these settings "
+                                       "(see the message above)");
     return KPC_TOOL_OK;
 }
 
@@ -114,8 +115,11 @@ static int stats(kpc_tool *t, kpc_remote *r)
            (unsigned long long)c.hits, (unsigned long long)c.misses, (unsigned long long)c.builds,
            (unsigned long long)c.waits, (unsigned long long)c.takeovers, (unsigned long long)c.errors,
            (unsigned long long)c.refused, (unsigned long long)c.wait_timeouts, (unsigned long long)c.unserved);
-    if (!sv.maxmemory || strncmp(sv.policy, "noeviction", 10) == 0)
-        printf("note           set maxmemory and maxmemory-policy allkeys-lru (docs/cluster.md, Sizing)\n");
+    /* allkeys-lru: every key kpc writes may go (a record is rebuilt once), and a volatile-*
+     * policy cannot evict records that never expire (KPC_REMOTE_TTL_S=0) */
+    if (!sv.maxmemory || strncmp(sv.policy, "allkeys-", 8) != 0)
+        printf("note           set maxmemory and maxmemory-policy allkeys-lru "
+               "(docs/cluster.md, Setting up the Redis server)\n");
     return KPC_TOOL_OK;
 }
 

@@ -20,6 +20,11 @@ set_tests_properties(test_remote_cluster PROPERTIES RUN_SERIAL TRUE)
 kpc_check_test(test_remote_stalls LABELS remote TIMEOUT 600 SOURCES cluster_support.c remote_storm.c)
 target_link_libraries(test_remote_stalls PRIVATE PkgConfig::HIREDIS)
 set_tests_properties(test_remote_stalls PROPERTIES RUN_SERIAL TRUE)
+# what the tier trusts beyond a record's tag: a lease's freshness (a replayed lease),
+# `kpc remote`'s messages about its secret, its server and its counters
+kpc_check_test(test_remote_trust LABELS remote TIMEOUT 600 SOURCES cluster_support.c remote_storm.c)
+target_link_libraries(test_remote_trust PRIVATE PkgConfig::HIREDIS)
+set_tests_properties(test_remote_trust PROPERTIES RUN_SERIAL TRUE)
 # a same-order storm with kpc_program_get_many spreads its builds over the hosts
 # (test_remote_spread.c), through the fake compiler and through real hipRTC
 kpc_check_test(test_remote_spread LABELS remote TIMEOUT 600 SOURCES cluster_support.c remote_storm.c)
