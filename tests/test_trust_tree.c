@@ -14,7 +14,7 @@
  *     a directory outside the tree (the build must not write there).
  * The control: the same forged record, ours and 0600 in a sound tree, is served (so each
  * case would serve it if its rule were not kept). KPC_TRUST_GROUP trusts exactly its
- * group. Fake compiler for the matrix; one case through real hipRTC. "Another user" is
+ * group, and what kpc makes under it is the group's. Fake compiler for the matrix; one case through real hipRTC. "Another user" is
  * uid 65534: the cases that chown need root and skip without it.
  */
 #define _GNU_SOURCE
@@ -376,6 +376,19 @@ START_TEST(the_trust_group_trusts_exactly_its_group)
         expect_refused(&t, "a record directory of the group without KPC_TRUST_GROUP", true);
         tree_free(&t);
     }
+    /* what kpc makes under the setting is the group's: directories setgid 2770, records
+     * 0640, so the other members may read them and store beside them */
+    setenv("KPC_TRUST_GROUP", name, 1);
+    tree t;
+    tree_make(&t, false);
+    struct stat ds, fs;
+    ck_assert_int_eq(lstat(t.fan_dir, &ds), 0);
+    ck_assert_int_eq(lstat(t.rec, &fs), 0);
+    ck_assert_msg(ds.st_gid == (gid_t)OTHER && (ds.st_mode & 07777) == 02770, "%s: gid %u mode %04o", t.fan_dir,
+                  (unsigned)ds.st_gid, (unsigned)(ds.st_mode & 07777));
+    ck_assert_msg(fs.st_gid == (gid_t)OTHER && (fs.st_mode & 07777) == 0640, "%s: gid %u mode %04o", t.rec,
+                  (unsigned)fs.st_gid, (unsigned)(fs.st_mode & 07777));
+    tree_free(&t);
     ts_fake_remove();
 }
 END_TEST

@@ -236,27 +236,27 @@ static void share_with_group(const kpc_root *r, int at, const char *name)
 static int tree_dir(kpc_root *r, int at, const char *name, bool create, const char *path, struct stat *out,
                     bool open_it)
 {
+    struct stat st;
+    int fd = 0;
     if (create) {
         if (kpc__mkdirat(at, name, 0700) == 0)
             share_with_group(r, at, name);
         else if (errno != EEXIST)
-            return -1;
+            goto failed;
     }
-    struct stat st;
-    int fd = 0;
     if (!open_it) {
         if (kpc__fstatat(at, name, &st, AT_SYMLINK_NOFOLLOW) != 0)
-            return -1;
+            goto failed;
     } else if ((fd = kpc__openat(at, name, O_PATH | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC, 0)) < 0) {
         /* O_NOFOLLOW with O_DIRECTORY: a symbolic link is ENOTDIR, never followed; st: what
          * stands there instead, refused below */
         if (errno != ENOTDIR || kpc__fstatat(at, name, &st, AT_SYMLINK_NOFOLLOW) != 0)
-            return -1;
+            goto failed;
     } else if (kpc__fstat(fd, &st) != 0) {
         int err = errno;
         close(fd);
         errno = err;
-        return -1;
+        goto failed;
     }
     char why[128];
     if (kpc_root_entry_refusal(r, &st, true, why, sizeof why) != NULL) {
@@ -269,6 +269,10 @@ static int tree_dir(kpc_root *r, int at, const char *name, bool create, const ch
     if (out)
         *out = st;
     return fd;
+failed:
+    if (errno == EPERM) /* EPERM says "refused" to the callers: a call's own is EACCES */
+        errno = EACCES;
+    return -1;
 }
 
 int kpc_root_open_tree_dir(kpc_root *r, int at, const char *name, bool create, const char *path,
