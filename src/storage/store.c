@@ -178,33 +178,6 @@ const char *kpc_store_read_fd(int fd, const kpc_key *key, const char *target, ui
     return why;
 }
 
-static kpc_status read_at(kpc_store *st, int at, const char *name, const char *path, const kpc_key *key,
-                          const char *target, uint32_t kind, kpc_record *out);
-
-kpc_status kpc_store_read(kpc_store *st, const kpc_key *key, const char *target, uint32_t kind,
-                          kpc_record *out)
-{
-    char path[4400];
-    memset(out, 0, sizeof *out);
-    if (!kpc_root_target_ok(target) || record_path(st, key, target, kind, path, sizeof path, NULL, 0) != 0)
-        return KPC_E_INVALID;
-    /* reached from the held v1/, one checked directory at a time: a cache dir renamed
-     * away and replaced is never read, and no directory of the tree that another user
-     * could write, nor a symbolic link in it, leads to a record */
-    kpc_record_at a;
-    if (kpc_store_record_at(st, path, false, &a) != 0) {
-        if (errno == ENOENT || errno == ENOTDIR)
-            return KPC_E_NOT_FOUND;
-        if (errno == EPERM)
-            return KPC_E_CORRUPT; /* refused, logged */
-        KPC_LOG(KPC_LOG_WARN, "open(%s): %s", path, strerror(errno));
-        return KPC_E_IO;
-    }
-    kpc_status s = read_at(st, a.fd, a.name, path, key, target, kind, out);
-    kpc_store_record_at_done(&a);
-    return s;
-}
-
 /* kpc_store_read of the record name in its directory at */
 static kpc_status read_at(kpc_store *st, int at, const char *name, const char *path, const kpc_key *key,
                           const char *target, uint32_t kind, kpc_record *out)
@@ -269,6 +242,30 @@ static kpc_status read_at(kpc_store *st, int at, const char *name, const char *p
         KPC_LOG(KPC_LOG_DEBUG, "futimens(%s): %s", path, strerror(errno));
     close(fd);
     return KPC_OK;
+}
+
+kpc_status kpc_store_read(kpc_store *st, const kpc_key *key, const char *target, uint32_t kind,
+                          kpc_record *out)
+{
+    char path[4400];
+    memset(out, 0, sizeof *out);
+    if (!kpc_root_target_ok(target) || record_path(st, key, target, kind, path, sizeof path, NULL, 0) != 0)
+        return KPC_E_INVALID;
+    /* reached from the held v1/, one checked directory at a time: a cache dir renamed
+     * away and replaced is never read, and no directory of the tree that another user
+     * could write, nor a symbolic link in it, leads to a record */
+    kpc_record_at a;
+    if (kpc_store_record_at(st, path, false, &a) != 0) {
+        if (errno == ENOENT || errno == ENOTDIR)
+            return KPC_E_NOT_FOUND;
+        if (errno == EPERM)
+            return KPC_E_CORRUPT; /* refused, logged */
+        KPC_LOG(KPC_LOG_WARN, "open(%s): %s", path, strerror(errno));
+        return KPC_E_IO;
+    }
+    kpc_status s = read_at(st, a.fd, a.name, path, key, target, kind, out);
+    kpc_store_record_at_done(&a);
+    return s;
 }
 
 static void write_failed(kpc_store *st, const char *call, const char *path)
