@@ -6,17 +6,22 @@
  * (nor any directory above it, but sticky ones), and never changes after open. The trust
  * check refuses a cache another user could plant code objects in; it runs here, once,
  * for every user of the cache (the library, kpc, kpc-shm-reset), and the pack tier
- * applies the same rule to its packs (kpc_root_check_trust). kpc never changes the mode
- * of a directory it did not create: an unsafe one is refused with the fix to apply.
+ * applies the same rule to its packs (kpc_root_check_trust). Inside the tree the rule
+ * goes on to every directory on the way to a record and every record file
+ * (kpc_root_open_tree_dir, kpc_root_entry_refusal): none is followed through a symbolic
+ * link, and each is checked on what was opened. kpc never changes the mode of a
+ * directory it did not create: an unsafe one is refused with the fix to apply.
  */
 #define _GNU_SOURCE
 #include "base/root.h"
 #include "base/fault.h"
 #include "base/log.h"
+#include "base/settings.h"
 
 #include <bsd/string.h>
 #include <errno.h>
 #include <fcntl.h>
+#include <grp.h>
 #include <limits.h>
 #include <stdatomic.h>
 #include <stdio.h>
@@ -33,7 +38,12 @@ struct kpc_root {
     char v1[PATH_MAX + 8]; /* path/v1 */
     char tmp[PATH_MAX + 16]; /* path/v1/tmp */
     size_t v1_len;
-    int fd, v1_fd;         /* held open for the life of the root */
+    int fd, v1_fd, tmp_fd; /* held open for the life of the root */
+    /* KPC_TRUST_GROUP: its members may write the tree too (docs/trust.md) */
+    bool has_group;
+    gid_t group;
+    uid_t uid; /* geteuid() at open: the user the tree is checked for */
+    atomic_bool refusal_said; /* an entry of the tree refused: said once at error level */
     atomic_uint tmp_seq;   /* staging names unique within the process */
     /* this process in staging names: its domain, pid and start time, so that a sweep can
      * tell a dead writer's file (base/root.h); recomputed in a fork child (which may be
@@ -48,7 +58,30 @@ struct kpc_root {
  * look-alike in its place (or make it so); as ssh checks the directories above its keys.
  * /tmp (sticky) is fine. A held directory or file protects a process that already opened
  * it; this check protects the processes that open it next. */
-static kpc_status check_ancestors(const char *what, const char *real)
+/* The group named by KPC_TRUST_GROUP, whose members are trusted with the tree as this
+ * user is (false: none set, or a name that is no group: then none, logged). */
+static bool trust_group(gid_t *out)
+{
+    const char *name = kpc__setting_text(KPC_SET_TRUST_GROUP);
+    if (name == NULL)
+        return false;
+    struct group gr, *found = NULL;
+    char buf[4096];
+    if (getgrnam_r(name, &gr, buf, sizeof buf, &found) != 0 || found == NULL) {
+        KPC_LOG(KPC_LOG_ERROR, "KPC_TRUST_GROUP=%s: no such group: no group is trusted", name);
+        return false;
+    }
+    *out = gr.gr_gid;
+    return true;
+}
+
+/* st's group is the trusted one (its members may own and write what kpc takes code from) */
+static bool of_group(const struct stat *st, bool has_group, gid_t group)
+{
+    return has_group && st->st_gid == group;
+}
+
+static kpc_status check_ancestors(const char *what, const char *real, bool has_group, gid_t group)
 {
     char buf[PATH_MAX];
     snprintf(buf, sizeof buf, "%s", real);
@@ -66,9 +99,11 @@ static kpc_status check_ancestors(const char *what, const char *real)
         }
         const char *why = NULL;
         char owner[64];
-        if ((st.st_mode & (S_IWGRP | S_IWOTH)) != 0 && (st.st_mode & S_ISVTX) == 0)
+        bool group_ok = of_group(&st, has_group, group);
+        mode_t others = S_IWOTH | (group_ok ? 0 : S_IWGRP);
+        if ((st.st_mode & others) != 0 && (st.st_mode & S_ISVTX) == 0)
             why = (st.st_mode & S_IWOTH) ? "writable by every user" : "writable by its group";
-        else if (st.st_uid != me && st.st_uid != 0) {
+        else if (st.st_uid != me && st.st_uid != 0 && !group_ok) {
             snprintf(owner, sizeof owner, "owned by uid %u", (unsigned)st.st_uid);
             why = owner;
         }
@@ -85,16 +120,18 @@ static kpc_status check_ancestors(const char *what, const char *real)
     return KPC_OK;
 }
 
-kpc_status kpc_root_check_trust(const char *what, const char *path, const struct stat *st, bool root_may_own)
+static kpc_status check_trust(const char *what, const char *path, const struct stat *st, bool root_may_own,
+                              bool has_group, gid_t group)
 {
     uid_t me = geteuid();
-    if (st->st_uid != me && !(root_may_own && st->st_uid == 0)) {
+    bool group_ok = of_group(st, has_group, group);
+    if (st->st_uid != me && !(root_may_own && st->st_uid == 0) && !group_ok) {
         KPC_LOG(KPC_LOG_ERROR, "%s %s is owned by uid %u, not by this user (uid %u)%s: refused, since "
                 "that user could plant code objects in it", what, path, (unsigned)st->st_uid, (unsigned)me,
                 root_may_own ? " or root" : "");
         return KPC_E_IO;
     }
-    if ((st->st_mode & (S_IWGRP | S_IWOTH)) != 0) {
+    if ((st->st_mode & (S_IWOTH | (group_ok ? 0 : S_IWGRP))) != 0) {
         /* never chmod'ed: kpc changes the mode only of what it created (a cache dir of
          * /dev/shm made 0700 breaks the host) */
         KPC_LOG(KPC_LOG_ERROR, "%s %s is writable by %s (mode %04o): refused, since another user could "
@@ -107,12 +144,17 @@ kpc_status kpc_root_check_trust(const char *what, const char *path, const struct
         KPC_LOG(KPC_LOG_ERROR, "realpath(%s): %s", path, strerror(errno));
         return KPC_E_IO;
     }
-    return check_ancestors(what, real);
+    return check_ancestors(what, real, has_group, group);
+}
+
+kpc_status kpc_root_check_trust(const char *what, const char *path, const struct stat *st, bool root_may_own)
+{
+    return check_trust(what, path, st, root_may_own, false, 0);
 }
 
 /* The cache dir: a directory, trusted (kpc_root_check_trust), reached through no link
  * another user owns. */
-static kpc_status check_owner(const char *dir)
+static kpc_status check_owner(const char *dir, bool has_group, gid_t group)
 {
     struct stat lst, st;
     if (kpc__fstatat(AT_FDCWD, dir, &lst, AT_SYMLINK_NOFOLLOW) != 0 ||
@@ -125,20 +167,123 @@ static kpc_status check_owner(const char *dir)
         return KPC_E_IO;
     }
     uid_t me = geteuid();
-    if (S_ISLNK(lst.st_mode) && lst.st_uid != me && lst.st_uid != 0) {
+    if (S_ISLNK(lst.st_mode) && lst.st_uid != me && lst.st_uid != 0 && !of_group(&lst, has_group, group)) {
         /* name the link's owner: the directory it points to is ours, the link is not */
         KPC_LOG(KPC_LOG_ERROR, "cache directory %s is a symbolic link owned by uid %u, not by this "
                 "user (uid %u) or root: refused, since that user could point it elsewhere", dir,
                 (unsigned)lst.st_uid, (unsigned)me);
         return KPC_E_IO;
     }
-    kpc_status s = kpc_root_check_trust(S_ISLNK(lst.st_mode) ? "cache directory (through a symbolic link)"
-                                                            : "cache directory",
-                                        dir, &st, false);
-    if (s == KPC_OK && (st.st_mode & 0077) != 0)
+    kpc_status s = check_trust(S_ISLNK(lst.st_mode) ? "cache directory (through a symbolic link)" : "cache directory",
+                               dir, &st, false, has_group, group);
+    if (s == KPC_OK && (st.st_mode & (of_group(&st, has_group, group) ? 0007 : 0077)) != 0)
         KPC_LOG(KPC_LOG_WARN, "cache directory %s may be read by others (mode %04o): the records keep "
                 "sources; chmod 700 %s to keep them private", dir, (unsigned)(st.st_mode & 07777), dir);
     return s;
+}
+
+const char *kpc_root_entry_refusal(const kpc_root *r, const struct stat *st, bool dir, char *why, size_t cap)
+{
+    bool group_ok = of_group(st, r->has_group, r->group);
+    if (dir ? !S_ISDIR(st->st_mode) : !S_ISREG(st->st_mode))
+        snprintf(why, cap, "%s", S_ISLNK(st->st_mode) ? "a symbolic link" : dir ? "not a directory"
+                                                                               : "not a regular file");
+    else if ((st->st_mode & (S_IWOTH | (group_ok ? 0 : S_IWGRP))) != 0)
+        snprintf(why, cap, "writable by %s (mode %04o)", (st->st_mode & S_IWOTH) ? "every user" : "its group",
+                 (unsigned)(st->st_mode & 07777));
+    else if (st->st_uid != r->uid && st->st_uid != 0 && !group_ok)
+        snprintf(why, cap, "owned by uid %u, not by this user (uid %u) or root", (unsigned)st->st_uid,
+                 (unsigned)r->uid);
+    else
+        return NULL;
+    return why;
+}
+
+void kpc_root_refuse(kpc_root *r, const char *path, const struct stat *st, const char *why)
+{
+    /* a directory of ours is mended by its mode (what is in it is checked on its own);
+     * anything else goes, and kpc makes it again: a file others could write may hold
+     * anything, and a link or another user's entry is not ours to change */
+    const char *fix = S_ISDIR(st->st_mode) && st->st_uid == r->uid ? "chmod go-w"
+                      : S_ISDIR(st->st_mode) ? "remove it (kpc makes it again): rm -r"
+                                             : "remove it (kpc makes it again): rm";
+    bool first = !atomic_exchange(&r->refusal_said, true);
+    KPC_LOG(first ? KPC_LOG_ERROR : KPC_LOG_DEBUG, "%s in cache directory %s is %s: refused (nothing is read "
+            "from it, written to it or followed), since another user could plant code objects through it; "
+            "kpc takes code only from where no one but you or root may write; the fix: %s %s", path, r->path,
+            why, fix, path);
+}
+
+/* A directory of the tree made by this process: what KPC_TRUST_GROUP's members need to
+ * share it (the group's, setgid, writable by the group); left as made where no group is
+ * trusted (0700). */
+static void share_with_group(const kpc_root *r, int at, const char *name)
+{
+    if (!r->has_group)
+        return;
+    int fd = kpc__openat(at, name, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC, 0);
+    struct stat st;
+    if (fd >= 0 && kpc__fstat(fd, &st) == 0 && st.st_uid == geteuid() &&
+        (fchown(fd, (uid_t)-1, r->group) != 0 || fchmod(fd, 02770) != 0))
+        KPC_LOG(KPC_LOG_WARN, "%s/%s: %s: not shared with the group of KPC_TRUST_GROUP", r->path, name,
+                strerror(errno));
+    if (fd >= 0)
+        close(fd);
+}
+
+/* kpc_root_open_tree_dir (opened: its fd), or kpc_root_check_tree_dir (only its
+ * fstatat: 0) */
+static int tree_dir(kpc_root *r, int at, const char *name, bool create, const char *path, struct stat *out,
+                    bool open_it)
+{
+    struct stat st;
+    int fd = 0;
+    if (create) {
+        if (kpc__mkdirat(at, name, 0700) == 0)
+            share_with_group(r, at, name);
+        else if (errno != EEXIST)
+            goto failed;
+    }
+    if (!open_it) {
+        if (kpc__fstatat(at, name, &st, AT_SYMLINK_NOFOLLOW) != 0)
+            goto failed;
+    } else if ((fd = kpc__openat(at, name, O_PATH | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC, 0)) < 0) {
+        /* O_NOFOLLOW with O_DIRECTORY: a symbolic link is ENOTDIR, never followed; st: what
+         * stands there instead, refused below */
+        if (errno != ENOTDIR || kpc__fstatat(at, name, &st, AT_SYMLINK_NOFOLLOW) != 0)
+            goto failed;
+    } else if (kpc__fstat(fd, &st) != 0) {
+        int err = errno;
+        close(fd);
+        errno = err;
+        goto failed;
+    }
+    char why[128];
+    if (kpc_root_entry_refusal(r, &st, true, why, sizeof why) != NULL) {
+        kpc_root_refuse(r, path, &st, why);
+        if (open_it && fd >= 0)
+            close(fd);
+        errno = EPERM;
+        return -1;
+    }
+    if (out)
+        *out = st;
+    return fd;
+failed:
+    if (errno == EPERM) /* EPERM says "refused" to the callers: a call's own is EACCES */
+        errno = EACCES;
+    return -1;
+}
+
+int kpc_root_open_tree_dir(kpc_root *r, int at, const char *name, bool create, const char *path,
+                           struct stat *out)
+{
+    return tree_dir(r, at, name, create, path, out, true);
+}
+
+int kpc_root_check_tree_dir(kpc_root *r, int at, const char *name, bool create, const char *path)
+{
+    return tree_dir(r, at, name, create, path, NULL, false);
 }
 
 kpc_status kpc_root_open(const char *dir, kpc_root **out)
@@ -151,13 +296,18 @@ kpc_status kpc_root_open(const char *dir, kpc_root **out)
         KPC_LOG(KPC_LOG_ERROR, "mkdir(%s): %s", dir, strerror(errno));
         return KPC_E_IO;
     }
-    kpc_status s = check_owner(dir);
+    gid_t group = 0;
+    bool has_group = trust_group(&group);
+    kpc_status s = check_owner(dir, has_group, group);
     if (s != KPC_OK)
         return s;
     kpc_root *r = calloc(1, sizeof *r);
     if (r == NULL)
         return KPC_E_NOMEM;
-    r->fd = r->v1_fd = -1;
+    r->fd = r->v1_fd = r->tmp_fd = -1;
+    r->has_group = has_group;
+    r->group = group;
+    r->uid = geteuid();
     if (realpath(dir, r->path) == NULL) {
         KPC_LOG(KPC_LOG_ERROR, "realpath(%s): %s", dir, strerror(errno));
         free(r);
@@ -176,23 +326,31 @@ kpc_status kpc_root_open(const char *dir, kpc_root **out)
     /* the directory held is the one checked: a swap between the checks and the open is
      * caught here (a look-alike tree must never be read as ours) */
     struct stat held;
-    if (kpc__fstat(r->fd, &held) != 0 || held.st_uid != geteuid() || !S_ISDIR(held.st_mode)) {
+    if (kpc__fstat(r->fd, &held) != 0 || (held.st_uid != geteuid() && !of_group(&held, has_group, group)) ||
+        !S_ISDIR(held.st_mode)) {
         KPC_LOG(KPC_LOG_ERROR, "cache directory %s changed while it was opened: refused", r->path);
         close(r->fd);
         free(r);
         return KPC_E_IO;
     }
-    /* v1/ and v1/tmp made from the held directory, never by path again */
-    if ((kpc__mkdirat(r->fd, "v1", 0700) != 0 && errno != EEXIST) ||
-        (r->v1_fd = kpc__openat(r->fd, "v1", O_PATH | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC, 0)) < 0 ||
-        (kpc__mkdirat(r->v1_fd, "tmp", 0700) != 0 && errno != EEXIST)) {
+    /* v1/ and v1/tmp made from the held directory, never by path again, and held: each
+     * a directory (never a symbolic link followed) no one else may write, as every
+     * directory on the way to a record (kpc_root_open_tree_dir) */
+    r->v1_fd = kpc_root_open_tree_dir(r, r->fd, "v1", true, r->v1, NULL);
+    if (r->v1_fd >= 0)
+        r->tmp_fd = kpc_root_open_tree_dir(r, r->v1_fd, "tmp", true, r->tmp, NULL);
+    if (r->v1_fd < 0 || r->tmp_fd < 0) {
+        if (errno == EPERM) { /* refused, logged: the tree as the directory itself */
+            kpc_root_close(r);
+            return KPC_E_IO;
+        }
         /* a read-only tree still serves reads */
         r->tree_errno = errno;
         KPC_LOG(KPC_LOG_WARN, "mkdir(%s): %s: the cache is read-only for this process", r->tmp,
                 strerror(errno));
     }
     if (r->v1_fd < 0)
-        r->v1_fd = kpc__openat(r->fd, "v1", O_PATH | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC, 0);
+        r->v1_fd = kpc_root_open_tree_dir(r, r->fd, "v1", false, r->v1, NULL);
     *out = r;
     return KPC_OK;
 }
@@ -203,6 +361,8 @@ void kpc_root_close(kpc_root *r)
         return;
     if (r->v1_fd >= 0)
         close(r->v1_fd);
+    if (r->tmp_fd >= 0)
+        close(r->tmp_fd);
     close(r->fd);
     free(r);
 }
@@ -221,6 +381,12 @@ const char *kpc_root_v1(const kpc_root *r) { return r->v1; }
 const char *kpc_root_tmp_dir(const kpc_root *r) { return r->tmp; }
 int kpc_root_fd(const kpc_root *r) { return r->fd; }
 int kpc_root_v1_fd(const kpc_root *r) { return r->v1_fd; }
+int kpc_root_tmp_fd(const kpc_root *r) { return r->tmp_fd; }
+bool kpc_root_group(const kpc_root *r, gid_t *group)
+{
+    *group = r->group;
+    return r->has_group;
+}
 int kpc_root_tree_errno(const kpc_root *r) { return r->tree_errno; }
 
 const char *kpc_root_rel(const kpc_root *r, const char *path)

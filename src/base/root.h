@@ -12,9 +12,11 @@
  *                                compiler's identity, the targets validated (platform/)
  *   /dev/shm/kpc-<uid>-<16 hex>  the host index's segment, "-L<layout>" after it (shm/)
  *
- * The root directory and v1/ are held open (kpc_root_fd, kpc_root_v1_fd): every path
- * built here is <root>/v1/<rel>, and kpc_root_rel gives <rel>, so a caller can resolve it
- * with openat(kpc_root_v1_fd(r), rel, ...) instead of walking the ancestors again.
+ * The root directory, v1/ and v1/tmp are held open (kpc_root_fd, kpc_root_v1_fd,
+ * kpc_root_tmp_fd): every path built here is <root>/v1/<rel>, and kpc_root_rel gives
+ * <rel>; a caller reaches it from the held v1/ one directory at a time
+ * (kpc_root_open_tree_dir: never through a symbolic link, each directory checked),
+ * never by walking the path again.
  * A kpc_root is immutable after open: any thread may use it.
  */
 #ifndef KPC_BASE_ROOT_H
@@ -31,9 +33,11 @@
 typedef struct kpc_root kpc_root;
 
 /* Create dir (mkdir -p, 0700) if absent, refuse one that fails kpc_root_check_trust (or
- * a symbolic link another user owns; its mode is never changed), take its realpath, hold it and v1/ open and
- * create v1/tmp (a read-only tree is still opened: it serves reads). KPC_E_INVALID (NULL
- * or empty), KPC_E_IO (logged), KPC_E_NOMEM. */
+ * a symbolic link another user owns; its mode is never changed; under KPC_TRUST_GROUP,
+ * that group's owners and write bit are trusted too), take its realpath, hold it, v1/
+ * and v1/tmp open, creating them (a read-only tree is still opened: it serves reads);
+ * a v1/ or v1/tmp that kpc_root_open_tree_dir refuses refuses the whole directory.
+ * KPC_E_INVALID (NULL or empty), KPC_E_IO (logged), KPC_E_NOMEM. */
 kpc_status kpc_root_open(const char *dir, kpc_root **out);
 void kpc_root_close(kpc_root *r);
 
@@ -48,10 +52,34 @@ kpc_status kpc_root_check_trust(const char *what, const char *path, const struct
  * tools, which must not create a cache to report on it); false if it does not exist. */
 bool kpc_root_realpath(const char *dir, char *out, size_t cap);
 
+/* Why st (an entry of the tree below the root, as opened: a directory on the way to a
+ * record where dir, else a record file) is not trusted, into why; NULL when it is: a
+ * directory (a regular file), owned by this user or root and writable by no one else;
+ * under KPC_TRUST_GROUP also one of that group, owned and written by its members. */
+const char *kpc_root_entry_refusal(const kpc_root *r, const struct stat *st, bool dir, char *why, size_t cap);
+/* Log the refusal of path (st: what stands there, why: kpc_root_entry_refusal's) with
+ * the fix: at error level the first time for this root, at debug after. */
+void kpc_root_refuse(kpc_root *r, const char *path, const struct stat *st, const char *why);
+/* The directory name below at (a directory of the tree, held or reached this way),
+ * made first where create (0700; the group's, 02770, under KPC_TRUST_GROUP), opened
+ * O_PATH without following a symbolic link, and checked (kpc_root_entry_refusal): its
+ * fd, or -1 with errno: EPERM when refused (logged by kpc_root_refuse; a symbolic link
+ * or anything not a directory is refused too), else the call's (ENOENT: absent). path:
+ * its path, for the log; out (may be NULL) gets its fstat. */
+int kpc_root_open_tree_dir(kpc_root *r, int at, const char *name, bool create, const char *path,
+                           struct stat *out);
+/* The same without opening it: fstatat(AT_SYMLINK_NOFOLLOW) and the check; 0 or -1 (as
+ * above). For a directory whose parent at is held and checked: no one but the users
+ * trusted may then put anything else under its name between the check and the use. */
+int kpc_root_check_tree_dir(kpc_root *r, int at, const char *name, bool create, const char *path);
+
 const char *kpc_root_path(const kpc_root *r); /* the realpath */
 const char *kpc_root_v1(const kpc_root *r);   /* <root>/v1 */
 int kpc_root_fd(const kpc_root *r);           /* O_PATH | O_DIRECTORY fd of the root */
 int kpc_root_v1_fd(const kpc_root *r);        /* the same of v1/, or -1 (none yet) */
+int kpc_root_tmp_fd(const kpc_root *r);       /* the same of v1/tmp, or -1 (none) */
+/* KPC_TRUST_GROUP's group, when one is trusted: what a new record file is given. */
+bool kpc_root_group(const kpc_root *r, gid_t *group);
 /* Why v1/ or v1/tmp could not be made at open (EACCES, EROFS: a tree read-only for this
  * process), or 0: what a failed write reports instead of the ENOENT it then meets. */
 int kpc_root_tree_errno(const kpc_root *r);

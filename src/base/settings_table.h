@@ -50,6 +50,8 @@ KPC_SETTING(PACK_PATH, PATHS, 0, 0, 0, "",
     "pack files and directories (their *.kpack files) read after the disk tree and before a compile; a hit is copied into the disk tree")
 KPC_SETTING(SHARED_DIR, PATH, 0, 0, 0, "",
     "a cache directory several hosts mount (NFS, Lustre): read after the packs and before the cluster tier, written with every build; a hit is copied into the disk tree (docs/cluster.md)")
+KPC_SETTING(TRUST_GROUP, NAME, 0, 0, 0, "",
+    "a group whose members may own and write the cache directory and KPC_SHARED_DIR and every directory and record in them, as you may (docs/trust.md); unset: only you and root")
 KPC_SETTING(LOG, LEVEL, 1, 0, 0, "error",
     "what the library logs on standard error, one line each (any case)")
 KPC_SETTING(REMOTE, URL, 0, 0, 0, "",

@@ -14,8 +14,12 @@
  * O_EXCL temp file, fsync'ed and renamed into place, so a reader sees a whole file or
  * none, and a reader racing a pruner either has the file open (and reads it whole) or
  * misses cleanly. Files are read with pread, never mmap (a file truncated under an mmap
- * SIGBUSes). Every read checks magic, version, sizes, key, kind, target and both
- * checksums; a file that fails is removed (if it is still the one we read) and logged.
+ * SIGBUSes). Every directory on the way to a record is reached from the held v1/ one
+ * at a time, never through a symbolic link, and checked, and so is the record file as
+ * opened (base/root.h: kpc_root_open_tree_dir): a directory or file another user could
+ * write is a miss and never written. Every read checks magic, version, sizes, key,
+ * kind, target and both checksums; a file that fails is removed (if it is still the one
+ * we read) and logged.
  * The file's mtime is its last use: a hit refreshes it at most once a minute. The size
  * limit is kept after every write by pruning the least recently used files down to 90%.
  * Record format: docs/file-format.md.
@@ -72,6 +76,7 @@ static kpc_status open_at(kpc_root *root, uint64_t max_bytes, bool shared, kpc_s
     store->root = root;
     store->max_bytes = max_bytes;
     store->shared = shared;
+    kpc_store_tree_init(store);
     kpc_store_share_usage(store, &store->local_bytes, &store->local_files, &store->local_known);
     kpc_store_sweep_tmp(store, false); /* what killed writers left: nobody else removes it */
     *out = store;
@@ -107,7 +112,10 @@ kpc_status kpc_store_open_shared(const char *dir, kpc_store **out)
 
 void kpc_store_close(kpc_store *st)
 {
-    if (st && st->own_root)
+    if (st == NULL)
+        return;
+    kpc_store_tree_close(st);
+    if (st->own_root)
         kpc_root_close(st->root);
     free(st);
 }
@@ -115,21 +123,6 @@ void kpc_store_close(kpc_store *st)
 const kpc_root *kpc_store_root(const kpc_store *st)
 {
     return st->root;
-}
-
-/* The root's v1/ descriptor, or -1 with errno ENOENT (no tree: nothing to read). */
-static int v1_fd(const kpc_store *st)
-{
-    int fd = kpc_root_v1_fd(st->root);
-    if (fd < 0)
-        errno = ENOENT;
-    return fd;
-}
-
-/* path relative to v1/ (every path here is one the root built) */
-static const char *rel(const kpc_store *st, const char *path)
-{
-    return kpc_root_rel(st->root, path);
 }
 
 enum kpc_store_removal kpc_store_remove_if_same_at(int dirfd, const char *name, int fd)
@@ -145,43 +138,29 @@ enum kpc_store_removal kpc_store_remove_if_same_at(int dirfd, const char *name, 
 
 enum kpc_store_removal kpc_store_remove_if_same(kpc_store *st, const char *path, int fd)
 {
-    int at = v1_fd(st);
-    return at < 0 ? KPC_STORE_REPLACED : kpc_store_remove_if_same_at(at, rel(st, path), fd);
+    kpc_record_at a;
+    if (kpc_store_record_at(st, path, false, &a) != 0)
+        return KPC_STORE_REPLACED;
+    enum kpc_store_removal r = kpc_store_remove_if_same_at(a.fd, a.name, fd);
+    int err = errno;
+    kpc_store_record_at_done(&a);
+    errno = err;
+    return r;
 }
 
 int kpc_store_unlink(kpc_store *st, const char *path)
 {
-    int at = v1_fd(st);
-    if (at < 0 || kpc__unlinkat(at, rel(st, path), 0) != 0) {
-        if (errno != ENOENT)
-            KPC_LOG(KPC_LOG_ERROR, "unlink(%s): %s", path, strerror(errno));
-        return -1;
+    kpc_record_at a;
+    int rc = -1;
+    if (kpc_store_record_at(st, path, false, &a) == 0) {
+        rc = kpc__unlinkat(a.fd, a.name, 0);
+        int err = errno;
+        kpc_store_record_at_done(&a);
+        errno = err;
     }
-    return 0;
-}
-
-/* mkdir of the record's target and fan-out directories below v1/ (EEXIST is fine) */
-static int mkdirs_at(kpc_store *st, const char *dir)
-{
-    int at = v1_fd(st);
-    if (at < 0) { /* no v1/: say what kept it from being made, not ENOENT */
-        int why = kpc_root_tree_errno(st->root);
-        errno = why ? why : errno;
-        return -1;
-    }
-    char buf[4400];
-    snprintf(buf, sizeof buf, "%s", rel(st, dir));
-    for (char *p = buf;; p++) {
-        if (*p == '/' || *p == '\0') {
-            char c = *p;
-            *p = '\0';
-            if ((kpc__mkdirat(at, buf, 0700) != 0 && errno != EEXIST))
-                return -1;
-            if (c == '\0')
-                return 0;
-            *p = c;
-        }
-    }
+    if (rc != 0 && errno != ENOENT && errno != EPERM) /* EPERM: a refused directory, logged */
+        KPC_LOG(KPC_LOG_ERROR, "unlink(%s): %s", path, strerror(errno));
+    return rc;
 }
 
 const char *kpc_store_read_fd(int fd, const kpc_key *key, const char *target, uint32_t kind,
@@ -199,26 +178,20 @@ const char *kpc_store_read_fd(int fd, const kpc_key *key, const char *target, ui
     return why;
 }
 
-kpc_status kpc_store_read(kpc_store *st, const kpc_key *key, const char *target, uint32_t kind,
-                          kpc_record *out)
+/* kpc_store_read of the record name in its directory at */
+static kpc_status read_at(kpc_store *st, int at, const char *name, const char *path, const kpc_key *key,
+                          const char *target, uint32_t kind, kpc_record *out)
 {
-    char path[4400];
-    memset(out, 0, sizeof *out);
-    if (!kpc_root_target_ok(target) || record_path(st, key, target, kind, path, sizeof path, NULL, 0) != 0)
-        return KPC_E_INVALID;
     /* O_NONBLOCK: a FIFO planted where a record should be must not hang the open (it
-     * is then refused as not a regular file); it changes nothing for a regular file.
-     * Relative to the held v1/: a cache dir renamed away and replaced is never read */
-    int at = v1_fd(st);
-    int fd = at < 0 ? -1 : kpc__openat(at, rel(st, path), O_RDONLY | O_CLOEXEC | O_NOFOLLOW | O_NONBLOCK, 0);
+     * is then refused as not a regular file); it changes nothing for a regular file */
+    int fd = kpc__openat(at, name, O_RDONLY | O_CLOEXEC | O_NOFOLLOW | O_NONBLOCK, 0);
     if (fd < 0) {
         if (errno == ENOENT || errno == ENOTDIR)
             return KPC_E_NOT_FOUND;
         if (errno == ELOOP) { /* a symlink where a record should be: never followed */
             struct stat lsb;
-            bool is_link =
-                kpc__fstatat(at, rel(st, path), &lsb, AT_SYMLINK_NOFOLLOW) == 0 && S_ISLNK(lsb.st_mode);
-            if (is_link && kpc__unlinkat(at, rel(st, path), 0) == 0) {
+            bool is_link = kpc__fstatat(at, name, &lsb, AT_SYMLINK_NOFOLLOW) == 0 && S_ISLNK(lsb.st_mode);
+            if (is_link && kpc__unlinkat(at, name, 0) == 0) {
                 KPC_LOG(KPC_LOG_WARN, "%s is a symbolic link: removed, it will be rebuilt", path);
                 kpc_store_usage_add(st, -(int64_t)lsb.st_size, -1); /* the walk counted it */
             } else
@@ -238,7 +211,7 @@ kpc_status kpc_store_read(kpc_store *st, const kpc_key *key, const char *target,
             /* logged after the removal, as it went (a failure is reported, not hidden) */
             struct stat cur;
             bool have = kpc__fstat(fd, &cur) == 0;
-            enum kpc_store_removal r = kpc_store_remove_if_same(st, path, fd);
+            enum kpc_store_removal r = kpc_store_remove_if_same_at(at, name, fd);
             if (r == KPC_STORE_REMOVED) {
                 KPC_LOG(KPC_LOG_WARN, "damaged cache file %s (%s): removed, it will be rebuilt", path, why);
                 if (have && S_ISREG(cur.st_mode))
@@ -253,12 +226,46 @@ kpc_status kpc_store_read(kpc_store *st, const kpc_key *key, const char *target,
         close(fd);
         return s;
     }
-    uint64_t now = kpc__wall_ns(); /* sb: the read's own fstat */
+    char refusal[128]; /* sb: the read's own fstat */
+    if (kpc_root_entry_refusal(st->root, &sb, false, refusal, sizeof refusal) != NULL) {
+        /* another user's file, or one others may write: a miss, never served; the
+         * build's rename replaces it */
+        kpc_root_refuse(st->root, path, &sb, refusal);
+        kpc_record_free(out);
+        memset(out, 0, sizeof *out);
+        close(fd);
+        return KPC_E_CORRUPT;
+    }
+    uint64_t now = kpc__wall_ns();
     if ((uint64_t)sb.st_mtim.tv_sec * 1000000000ull + (uint64_t)sb.st_mtim.tv_nsec + TOUCH_INTERVAL_NS < now &&
         futimens(fd, NULL) != 0)
         KPC_LOG(KPC_LOG_DEBUG, "futimens(%s): %s", path, strerror(errno));
     close(fd);
     return KPC_OK;
+}
+
+kpc_status kpc_store_read(kpc_store *st, const kpc_key *key, const char *target, uint32_t kind,
+                          kpc_record *out)
+{
+    char path[4400];
+    memset(out, 0, sizeof *out);
+    if (!kpc_root_target_ok(target) || record_path(st, key, target, kind, path, sizeof path, NULL, 0) != 0)
+        return KPC_E_INVALID;
+    /* reached from the held v1/, one checked directory at a time: a cache dir renamed
+     * away and replaced is never read, and no directory of the tree that another user
+     * could write, nor a symbolic link in it, leads to a record */
+    kpc_record_at a;
+    if (kpc_store_record_at(st, path, false, &a) != 0) {
+        if (errno == ENOENT || errno == ENOTDIR)
+            return KPC_E_NOT_FOUND;
+        if (errno == EPERM)
+            return KPC_E_CORRUPT; /* refused, logged */
+        KPC_LOG(KPC_LOG_WARN, "open(%s): %s", path, strerror(errno));
+        return KPC_E_IO;
+    }
+    kpc_status s = read_at(st, a.fd, a.name, path, key, target, kind, out);
+    kpc_store_record_at_done(&a);
+    return s;
 }
 
 static void write_failed(kpc_store *st, const char *call, const char *path)
@@ -291,21 +298,31 @@ static kpc_status write_record(kpc_store *st, const kpc_record *rec, const void 
     char path[4400], dir[4400], tmp[4400];
     if (!kpc_root_target_ok(r.target) || record_path(st, &r.key, r.target, r.kind, path, sizeof path, dir, sizeof dir) != 0)
         return KPC_E_INVALID;
-    if (mkdirs_at(st, dir) != 0) {
-        write_failed(st, "mkdir", dir);
-        return KPC_E_IO;
-    }
     if (kpc_root_tmp_path(st->root, &r.key, tmp, sizeof tmp) != 0)
         return KPC_E_INVALID;
+    kpc_record_at a;
+    if (kpc_store_record_at(st, path, true, &a) != 0) {
+        if (errno != EPERM) /* refused: logged, never written */
+            write_failed(st, "mkdir", dir);
+        return KPC_E_IO;
+    }
     uint8_t header[KPC_RECORD_HEADER];
     kpc_record_header(header, &r, first, names_or_log);
 
-    int at = v1_fd(st);
-    int fd = at < 0 ? -1 : kpc__openat(at, rel(st, tmp), O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC | O_NOFOLLOW, 0600);
+    /* staged in the held v1/tmp, renamed into the record's checked directory */
+    int tmp_at = kpc_root_tmp_fd(st->root);
+    const char *tmp_name = strrchr(tmp, '/') + 1;
+    int fd = tmp_at < 0 ? -1 : kpc__openat(tmp_at, tmp_name, O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC | O_NOFOLLOW, 0600);
     if (fd < 0) {
+        if (tmp_at < 0)
+            errno = kpc_root_tree_errno(st->root) ? kpc_root_tree_errno(st->root) : ENOENT;
         write_failed(st, "open", tmp);
+        kpc_store_record_at_done(&a);
         return KPC_E_IO;
     }
+    gid_t group;
+    if (kpc_root_group(st->root, &group) && (fchown(fd, (uid_t)-1, group) != 0 || fchmod(fd, 0640) != 0))
+        KPC_LOG(KPC_LOG_DEBUG, "%s: %s: not readable by the group of KPC_TRUST_GROUP", tmp, strerror(errno));
     const char *failed = NULL;
     if (kpc__write_all(fd, header, KPC_RECORD_HEADER) != 0 || kpc__write_all(fd, first, r.code_size) != 0 ||
         (second_size && kpc__write_all(fd, names_or_log, second_size) != 0) ||
@@ -315,10 +332,11 @@ static kpc_status write_record(kpc_store *st, const kpc_record *rec, const void 
         failed = "fsync";
     int saved = errno;
     close(fd);
-    if (failed == NULL && (kpc__renameat(at, rel(st, tmp), at, rel(st, path)) != 0))
+    if (failed == NULL && (kpc__renameat(tmp_at, tmp_name, a.fd, a.name) != 0))
         failed = "rename", saved = errno;
+    kpc_store_record_at_done(&a);
     if (failed != NULL) {
-        unlinkat(at, rel(st, tmp), 0); /* bare: a clean-up after a failure must not fail */
+        unlinkat(tmp_at, tmp_name, 0); /* bare: a clean-up after a failure must not fail */
         errno = saved;
         write_failed(st, failed, failed[0] == 'r' ? path : tmp);
         return KPC_E_IO;
@@ -341,10 +359,14 @@ kpc_status kpc_store_remove_refused(kpc_store *st, const kpc_key *key, const cha
     char path[4400];
     if (!kpc_root_target_ok(target) || record_path(st, key, target, KPC_RECORD_CODE, path, sizeof path, NULL, 0) != 0)
         return KPC_E_INVALID;
-    int at = v1_fd(st);
-    int fd = at < 0 ? -1 : kpc__openat(at, rel(st, path), O_RDONLY | O_CLOEXEC | O_NOFOLLOW | O_NONBLOCK, 0);
-    if (fd < 0)
+    kpc_record_at a;
+    if (kpc_store_record_at(st, path, false, &a) != 0)
         return KPC_E_NOT_FOUND;
+    int fd = kpc__openat(a.fd, a.name, O_RDONLY | O_CLOEXEC | O_NOFOLLOW | O_NONBLOCK, 0);
+    if (fd < 0) {
+        kpc_store_record_at_done(&a);
+        return KPC_E_NOT_FOUND;
+    }
     kpc_record rec;
     kpc_status s;
     struct stat sb;
@@ -354,12 +376,13 @@ kpc_status kpc_store_remove_refused(kpc_store *st, const kpc_key *key, const cha
     kpc_record_free(&rec);
     /* another process may have replaced the refused file with a fresh build already:
      * only the bytes the runtime refused go, and only if that file is still in place */
-    enum kpc_store_removal r = same ? kpc_store_remove_if_same(st, path, fd) : KPC_STORE_REPLACED;
+    enum kpc_store_removal r = same ? kpc_store_remove_if_same_at(a.fd, a.name, fd) : KPC_STORE_REPLACED;
     if (r == KPC_STORE_REMOVED)
         kpc_store_usage_add(st, -(int64_t)sb.st_size, -1);
     /* KPC_STORE_NOT_REMOVED: still there (a read-only directory): the caller must not read it */
     s = r == KPC_STORE_REMOVED ? KPC_OK : r == KPC_STORE_REPLACED ? KPC_E_NOT_FOUND : KPC_E_IO;
     close(fd);
+    kpc_store_record_at_done(&a);
     return s;
 }
 

@@ -43,12 +43,10 @@ static bool record_name(const char *name, uint32_t *kind)
     return kpc__unhex(hex, k.bytes, 16);
 }
 
-/* A directory of the tree opened for reading below at (held fds only: no path is walked
- * again from the root: a directory swapped for a link mid-walk must not lead
- * elsewhere), never through a symbolic link. */
-static DIR *open_dir_at(int at, const char *name)
+/* A directory opened for reading from its fd (an O_PATH one of the tree). */
+static DIR *read_dir(int at)
 {
-    int fd = kpc__openat(at, name, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC, 0);
+    int fd = kpc__openat(at, ".", O_RDONLY | O_DIRECTORY | O_CLOEXEC, 0);
     if (fd < 0)
         return NULL;
     DIR *d = fdopendir(fd);
@@ -57,6 +55,22 @@ static DIR *open_dir_at(int at, const char *name)
         close(fd);
         errno = err;
     }
+    return d;
+}
+
+/* A directory of the tree below at, opened for reading from held fds only (no path is
+ * walked again from the root: a directory swapped for a link mid-walk must not lead
+ * elsewhere), never through a symbolic link, and checked as every directory on the way
+ * to a record is (kpc_root_open_tree_dir: errno EPERM when refused, logged). */
+static DIR *open_dir_at(kpc_store *st, int at, const char *name, const char *path)
+{
+    int fd = kpc_root_open_tree_dir(st->root, at, name, false, path, NULL);
+    if (fd < 0)
+        return NULL;
+    DIR *d = read_dir(fd);
+    int err = errno;
+    close(fd);
+    errno = err;
     return d;
 }
 
@@ -96,7 +110,7 @@ static kpc_status walk(kpc_store *st, enum walk_mode mode, kpc_store_walk_fn fn,
     if (v1 < 0)
         return KPC_OK; /* no tree yet */
     unsigned errors = 0;
-    DIR *top = open_dir_at(v1, ".");
+    DIR *top = read_dir(v1);
     if (top == NULL) {
         walk_error(&errors, "opendir", kpc_root_v1(st->root), NULL);
         return KPC_E_IO;
@@ -108,9 +122,11 @@ static kpc_status walk(kpc_store *st, enum walk_mode mode, kpc_store_walk_fn fn,
             continue;
         char tdir[4500];
         kpc_root_target_dir(st->root, t->d_name, tdir, sizeof tdir);
-        DIR *td = open_dir_at(dirfd(top), t->d_name);
+        DIR *td = open_dir_at(st, dirfd(top), t->d_name, tdir);
         if (td == NULL) {
-            if (errno != ENOENT)
+            if (errno == EPERM) /* refused, logged; the walk fails */
+                errors++;
+            else if (errno != ENOENT)
                 walk_error(&errors, "opendir", tdir, NULL);
             continue;
         }
@@ -120,9 +136,11 @@ static kpc_status walk(kpc_store *st, enum walk_mode mode, kpc_store_walk_fn fn,
                 continue;
             char fdir[4800];
             snprintf(fdir, sizeof fdir, "%s/%s", tdir, f->d_name);
-            DIR *fd_dir = open_dir_at(dirfd(td), f->d_name);
+            DIR *fd_dir = open_dir_at(st, dirfd(td), f->d_name, fdir);
             if (fd_dir == NULL) {
-                if (errno != ENOENT)
+                if (errno == EPERM)
+                    errors++;
+                else if (errno != ENOENT)
                     walk_error(&errors, "opendir", fdir, NULL);
                 continue;
             }
@@ -134,6 +152,7 @@ static kpc_status walk(kpc_store *st, enum walk_mode mode, kpc_store_walk_fn fn,
                 char path[5100];
                 snprintf(path, sizeof path, "%s/%s", fdir, e->d_name);
                 struct stat sb;
+                char refusal[128];
                 if (kpc__fstatat(dirfd(fd_dir), e->d_name, &sb, AT_SYMLINK_NOFOLLOW) != 0) {
                     if (errno != ENOENT) /* else removed meanwhile */
                         walk_error(&errors, "stat", fdir, e->d_name);
@@ -157,6 +176,13 @@ static kpc_status walk(kpc_store *st, enum walk_mode mode, kpc_store_walk_fn fn,
                         /* a symbolic link where a record should be is never followed */
                         if (mode == WALK_VERIFY && errno == ELOOP && S_ISLNK(sb.st_mode))
                             ent.removed = kpc__unlinkat(dirfd(fd_dir), e->d_name, 0) == 0;
+                    } else if (S_ISREG(sb.st_mode) &&
+                               kpc_root_entry_refusal(st->root, &sb, false, refusal, sizeof refusal)) {
+                        /* another user's record, or one others may write: never read */
+                        kpc_root_refuse(st->root, path, &sb, refusal);
+                        errors++;
+                        close(fd);
+                        continue;
                     } else if (mode == WALK_HEADER) {
                         uint8_t h[KPC_RECORD_HEADER];
                         ssize_t n = kpc__pread(fd, h, sizeof h, 0);
@@ -314,14 +340,10 @@ static int by_mtime(const void *x, const void *y)
 
 uint64_t kpc_store_sweep_tmp(kpc_store *st, bool by_age)
 {
-    int v1 = kpc_root_v1_fd(st->root);
-    int fd = v1 < 0 ? -1 : kpc__openat(v1, "tmp", O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC, 0);
-    DIR *d = fd < 0 ? NULL : fdopendir(fd);
-    if (d == NULL) {
-        if (fd >= 0)
-            close(fd);
+    int tmp = kpc_root_tmp_fd(st->root); /* held, checked at open */
+    DIR *d = tmp < 0 ? NULL : read_dir(tmp);
+    if (d == NULL)
         return 0;
-    }
     uint64_t now = kpc__wall_ns(), removed = 0;
     uint64_t stale_ns = kpc__setting_number(KPC_SET_STALE_TMP_MS) * 1000000ull;
     struct dirent *e;
