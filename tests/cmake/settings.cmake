@@ -4,3 +4,5 @@
 kpc_check_test(test_settings LABELS "house" TIMEOUT 120)
 # kpc_config's fields and a cache directory path with a control character (test_config.c)
 kpc_check_test(test_config LABELS "house" TIMEOUT 120)
+# the cluster tier's secret files: missing, a FIFO, another user's, readable by all (test_secret_files.c)
+kpc_check_test(test_secret_files LABELS "house" TIMEOUT 120)
