@@ -57,12 +57,23 @@ static void ls_row(const char *name, uint64_t size, long long ttl_ms, long long 
 
 static int stats(kpc_tool *t, kpc_remote *r)
 {
-    kpc_remote_server sv;
+    kpc_remote_server *node = NULL;
+    int nodes = 0;
     kpc_remote_counters c;
-    if (kpc_remote_server_info(r, &sv) != KPC_OK || kpc_remote_cluster_counters(r, &c) != KPC_OK) {
+    if (kpc_remote_server_info(r, &node, &nodes) != KPC_OK || kpc_remote_cluster_counters(r, &c) != KPC_OK) {
         fprintf(stderr, "kpc remote stats: %s cannot be asked (see the message above)\n", kpc_remote_describe(r));
+        free(node);
         return KPC_TOOL_FAIL;
     }
+    /* the whole: sums over the primaries (one server: its own figures) */
+    kpc_remote_server sv = node[0];
+    for (int i = 1; i < nodes; i++) {
+        sv.keys += node[i].keys, sv.used_memory += node[i].used_memory, sv.maxmemory += node[i].maxmemory;
+        sv.connected_clients += node[i].connected_clients, sv.maxclients += node[i].maxclients;
+    }
+    bool unlimited = false;
+    for (int i = 0; i < nodes; i++)
+        unlimited |= !node[i].maxmemory || strncmp(node[i].policy, "noeviction", 10) == 0;
     if (t->json) {
         cJSON *o = cJSON_CreateObject();
         cJSON_AddStringToObject(o, "url", kpc_remote_describe(r));
@@ -78,6 +89,18 @@ static int stats(kpc_tool *t, kpc_remote *r)
             {"wait_timeouts", c.wait_timeouts}, {"unserved", c.unserved}};
         for (size_t i = 0; i < sizeof f / sizeof f[0]; i++)
             cJSON_AddNumberToObject(o, f[i].k, (double)f[i].v);
+        cJSON *list = cJSON_AddArrayToObject(o, "primaries");
+        for (int i = 0; i < nodes; i++) {
+            cJSON *p = cJSON_CreateObject();
+            cJSON_AddStringToObject(p, "node", node[i].node);
+            cJSON_AddNumberToObject(p, "records", (double)node[i].keys);
+            cJSON_AddNumberToObject(p, "used_memory", (double)node[i].used_memory);
+            cJSON_AddNumberToObject(p, "maxmemory", (double)node[i].maxmemory);
+            cJSON_AddStringToObject(p, "maxmemory_policy", node[i].policy);
+            cJSON_AddNumberToObject(p, "connected_clients", (double)node[i].connected_clients);
+            cJSON_AddItemToArray(list, p);
+        }
+        free(node);
         return kpc_tool_print_json(o);
     }
     char used[16], max[16];
@@ -88,13 +111,21 @@ static int stats(kpc_tool *t, kpc_remote *r)
            kpc_remote_describe(r), sv.version, kpc_remote_prefix(r), (unsigned long long)sv.keys,
            kpc_remote_trust(r), used, sv.maxmemory ? max : "no limit", sv.policy,
            (unsigned long long)sv.connected_clients, (unsigned long long)sv.maxclients);
+    for (int i = 0; nodes > 1 && i < nodes; i++) {
+        kpc_tool_human(used, sizeof used, node[i].used_memory);
+        kpc_tool_human(max, sizeof max, node[i].maxmemory);
+        printf("primary        %s: %llu records, memory %s of %s (maxmemory-policy %s), %llu clients\n",
+               node[i].node, (unsigned long long)node[i].keys, used, node[i].maxmemory ? max : "no limit",
+               node[i].policy, (unsigned long long)node[i].connected_clients);
+    }
     printf("cluster-wide   hits %llu, misses %llu, builds %llu, waits %llu, takeovers %llu, errors %llu, "
            "refused %llu, wait timeouts %llu, unserved %llu\n",
            (unsigned long long)c.hits, (unsigned long long)c.misses, (unsigned long long)c.builds,
            (unsigned long long)c.waits, (unsigned long long)c.takeovers, (unsigned long long)c.errors,
            (unsigned long long)c.refused, (unsigned long long)c.wait_timeouts, (unsigned long long)c.unserved);
-    if (!sv.maxmemory || strncmp(sv.policy, "noeviction", 10) == 0)
+    if (unlimited)
         printf("note           set maxmemory and maxmemory-policy allkeys-lru (docs/cluster.md, Sizing)\n");
+    free(node);
     return KPC_TOOL_OK;
 }
 
