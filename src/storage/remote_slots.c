@@ -374,15 +374,16 @@ static void moved(kpc_remote *r, int slot, const kpc_remote_addr *to)
     pthread_mutex_unlock(&m->lock);
 }
 
-/* A cluster node did not answer: wait until the map names another primary for the
- * slot (a replica promoted), for at most KPC_REMOTE_FAILOVER_MS from the first
- * failure of this command. */
-static bool await_failover(kpc_remote *r, struct kpc_remote_conn *cn, kpc_route *rt, const char **why)
+/* A cluster node did not answer (down: it answered CLUSTERDOWN, the cluster has a slot
+ * nobody serves, until a replica takes it): wait until the map names another primary for
+ * the slot (a replica promoted; down: a moment, then the command goes again), for at most
+ * KPC_REMOTE_FAILOVER_MS from the first failure of this command. */
+static bool await_failover(kpc_remote *r, struct kpc_remote_conn *cn, kpc_route *rt, bool down, const char **why)
 {
     static _Thread_local char err[640];
     kpc_remote_addr failed = cn->at;
     if (cn->c) {
-        kpc_remote_close_context(cn->c, false); /* it may be mid-reply */
+        kpc_remote_close_context(cn->c, down); /* no reply: it may be mid-reply */
         cn->c = NULL;
     }
     if (rt->slot < 0 || !kpc_remote_is_cluster(r) || cn->pinned)
@@ -391,7 +392,15 @@ static bool await_failover(kpc_remote *r, struct kpc_remote_conn *cn, kpc_route 
     if (rt->failover_until == 0)
         rt->failover_until = now + (uint64_t)r->failover_ms * 1000000ull;
     for (;;) {
-        if (!refresh(r, &failed)) {
+        if (now >= rt->failover_until) {
+            snprintf(err, sizeof err, "%.300s; slot %d has no primary that answers after %u ms (KPC_REMOTE_FAILOVER_MS)",
+                     *why ? *why : "no reply", rt->slot, r->failover_ms);
+            *why = err;
+            return false;
+        }
+        if (down) /* the node is up: ask it again after a moment (the map may change too) */
+            kpc_remote_sleep_ms(FAILOVER_POLL_MS / 2 + (unsigned)(now / 1000u) % FAILOVER_POLL_MS);
+        if (!refresh(r, down ? NULL : &failed)) {
             snprintf(err, sizeof err, "%.300s; no other node of the cluster answers", *why ? *why : "no reply");
             *why = err;
             return false;
@@ -403,16 +412,13 @@ static bool await_failover(kpc_remote *r, struct kpc_remote_conn *cn, kpc_route 
                     rt->slot, failed.host, failed.port, to.host, to.port);
             return true;
         }
+        if (down)
+            return true;
         now = kpc__now_ns();
-        if (now >= rt->failover_until) {
-            snprintf(err, sizeof err, "%.300s; %.64s:%d still serves slot %d after %u ms (KPC_REMOTE_FAILOVER_MS)",
-                     *why ? *why : "no reply", failed.host, failed.port, rt->slot, r->failover_ms);
-            *why = err;
-            return false;
-        }
         unsigned ms = FAILOVER_POLL_MS / 2 + (unsigned)(now / 1000u) % FAILOVER_POLL_MS;
-        uint64_t left_ms = (rt->failover_until - now) / 1000000u + 1;
+        uint64_t left_ms = now < rt->failover_until ? (rt->failover_until - now) / 1000000u + 1 : 0;
         kpc_remote_sleep_ms(ms < left_ms ? ms : (unsigned)left_ms);
+        now = kpc__now_ns();
     }
 }
 
@@ -420,7 +426,7 @@ bool kpc_remote_reroute(kpc_remote *r, struct kpc_remote_conn *cn, kpc_route *rt
                         const char **why)
 {
     if (err == NULL || strncmp(err, "CLUSTERDOWN", 11) == 0)
-        return await_failover(r, cn, rt, why);
+        return await_failover(r, cn, rt, err != NULL, why);
     if (cn->pinned || rt->slot < 0)
         return false;
     int slot;
