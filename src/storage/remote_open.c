@@ -99,22 +99,28 @@ static void flush_counters(kpc_remote *r)
                                                           * job exiting at once is a storm too */
     if (cn == NULL)
         return;
-    const char *why = NULL;
-    bool broken = false;
-    char name[KPC_REMOTE_NAME_MAX];
+    /* one script for every counter: one command per process on the hash's primary (a
+     * whole job exits at once), not one per counter */
+    static const char ADD_LUA[] = "for i = 1, #ARGV, 2 do redis.call('HINCRBY', KEYS[1], ARGV[i], ARGV[i + 1]) end\n"
+                                  "return 1\n";
+    const char *argv[4 + 2 * KPC_RC_COUNT] = {"EVAL", ADD_LUA, "1"};
+    size_t lens[4 + 2 * KPC_RC_COUNT] = {4, strlen(ADD_LUA), 1};
+    char name[KPC_REMOTE_NAME_MAX], num[KPC_RC_COUNT][24];
     stats_name(r, name, sizeof name);
-    for (int i = 0; i < KPC_RC_COUNT && !broken; i++) {
+    int n = 3;
+    argv[n] = name, lens[n++] = strlen(name);
+    for (int i = 0; i < KPC_RC_COUNT; i++) {
         if (v[i] == 0)
             continue;
-        char num[24];
-        snprintf(num, sizeof num, "%llu", (unsigned long long)v[i]);
-        const char *argv[4] = {"HINCRBY", name, counter_names[i], num};
-        size_t lens[4] = {7, strlen(name), strlen(counter_names[i]), strlen(num)};
-        redisReply *rep = kpc_remote_command(r, cn, 4, argv, lens, &why);
-        broken = rep == NULL;
-        if (rep)
-            freeReplyObject(rep);
+        snprintf(num[i], sizeof num[i], "%llu", (unsigned long long)v[i]);
+        argv[n] = counter_names[i], lens[n++] = strlen(counter_names[i]);
+        argv[n] = num[i], lens[n++] = strlen(num[i]);
     }
+    const char *why = NULL;
+    redisReply *rep = kpc_remote_command(r, cn, n, argv, lens, &why);
+    bool broken = rep == NULL;
+    if (rep)
+        freeReplyObject(rep);
     kpc_remote_conn_put(cn, broken);
 }
 

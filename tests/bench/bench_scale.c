@@ -1,5 +1,5 @@
 /*
- * bench_scale.c - figure 9: a cold start of many simulated hosts against one Redis server
+ * bench_scale.c - figure 12: a cold start of many simulated hosts against one Redis server
  * and against a Redis Cluster of 3 primaries (and their replicas), in one run, for
  * docs/scale.md's model.
  *
@@ -161,7 +161,7 @@ static void connect_nodes(node *nodes, int n)
     }
 }
 
-/* Figure 9's rows for one target: the cold storm, the warm one, the nodes. */
+/* Figure 12's rows for one target: the cold storm, the warm one, the nodes. */
 static void rows_for(const char *what, const char *url, node *nodes, int n_nodes)
 {
     char fig[200], v[64], rv[64], ratio[64];
@@ -186,12 +186,12 @@ static void rows_for(const char *what, const char *url, node *nodes, int n_nodes
     int rounds = (K + H * P - 1) / (H * P);
     double bound = rounds * compile_ms / 1e3 + warm;
 
-    snprintf(fig, sizeof fig, "9 scale %dx%dx%d (%u ms, %u KB), %s: builds", H, P, K, compile_ms, object_kb, what);
+    snprintf(fig, sizeof fig, "12 scale %dx%dx%d (%u ms, %u KB), %s: builds", H, P, K, compile_ms, object_kb, what);
     snprintf(v, sizeof v, "%llu builds", (unsigned long long)builds);
     snprintf(rv, sizeof rv, "%d", K);
     bn_row("scale_builds", fig, v, "K", rv, builds == (uint64_t)K ? "1.0x" : "more", "builds == K",
            builds == (uint64_t)K, (double)builds, "builds");
-    snprintf(fig, sizeof fig, "9 scale %dx%dx%d (%u ms, %u KB), %s: cold wall", H, P, K, compile_ms, object_kb, what);
+    snprintf(fig, sizeof fig, "12 scale %dx%dx%d (%u ms, %u KB), %s: cold wall", H, P, K, compile_ms, object_kb, what);
     bn_fmt_time(v, sizeof v, cold);
     bn_fmt_time(rv, sizeof rv, bound);
     snprintf(ratio, sizeof ratio, "%.2fx (warm %.2f s)", cold / bound, warm);
@@ -212,14 +212,14 @@ static void rows_for(const char *what, const char *url, node *nodes, int n_nodes
     }
     if (n_nodes > 1) {
         double even = (double)total / n_nodes;
-        snprintf(fig, sizeof fig, "9 scale %dx%dx%d, %s: the busiest primary's commands (cold)", H, P, K, what);
+        snprintf(fig, sizeof fig, "12 scale %dx%dx%d, %s: the busiest primary's commands (cold)", H, P, K, what);
         snprintf(v, sizeof v, "%lld", most);
         snprintf(rv, sizeof rv, "%.0f", even);
         snprintf(ratio, sizeof ratio, "%.2fx", most / even);
         bn_row("scale_busiest", fig, v, "an even share", rv, ratio, "<= 1.5x an even share", most <= 1.5 * even,
                (double)most, "commands");
     }
-    snprintf(fig, sizeof fig, "9 scale %dx%dx%d, %s: clients at peak on the busiest node (cold)", H, P, K, what);
+    snprintf(fig, sizeof fig, "12 scale %dx%dx%d, %s: clients at peak on the busiest node (cold)", H, P, K, what);
     snprintf(v, sizeof v, "%d", peak);
     snprintf(rv, sizeof rv, "%d", 2 * H);
     snprintf(ratio, sizeof ratio, "%.2f per host", (double)peak / H);
