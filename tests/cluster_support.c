@@ -69,6 +69,60 @@ static void stop_at_exit(void)
         tc_redis_stop(atexit_redis);
 }
 
+/* Start redis-server on r->port (its directory r->dir) with these arguments besides the
+ * common ones (NULL-terminated, at most 16); true once it answers PING (r->pid set), else
+ * false with it stopped. It dies with the calling process (PR_SET_PDEATHSIG). */
+static bool spawn_server(tc_redis *r, const char *const *extra)
+{
+    char port[16];
+    snprintf(port, sizeof port, "%d", r->port);
+    const char *argv[40] = {"redis-server", "--port", port, "--bind", "127.0.0.1", "--save", "", "--appendonly",
+                            "no", "--dir", r->dir, "--protected-mode", "no", "--daemonize", "no"};
+    int n = 15;
+    for (int i = 0; extra && extra[i] && n < 39; i++)
+        argv[n++] = extra[i];
+    argv[n] = NULL;
+    pid_t parent = getpid();
+    pid_t pid = fork();
+    if (pid < 0)
+        return false;
+    if (pid == 0) {
+        prctl(PR_SET_PDEATHSIG, SIGKILL); /* never outlive the test */
+        if (getppid() != parent)
+            _exit(127);
+        int null = open("/dev/null", O_WRONLY);
+        if (null >= 0) {
+            dup2(null, 1);
+            dup2(null, 2);
+        }
+        execvp("redis-server", (char *const *)argv);
+        _exit(127);
+    }
+    r->pid = pid;
+    snprintf(r->url, sizeof r->url, "redis://127.0.0.1:%d", r->port);
+    for (int i = 0; i < 250; i++) {
+        int st;
+        if (waitpid(pid, &st, WNOHANG) == pid) {
+            r->pid = 0;
+            return false;
+        }
+        redisContext *c = connect_to(r);
+        redisReply *rep = c ? redisCommand(c, "PING") : NULL;
+        bool ok = rep && rep->type == REDIS_REPLY_STATUS;
+        if (rep)
+            freeReplyObject(rep);
+        if (c)
+            redisFree(c);
+        if (ok)
+            return true;
+        sleep_ms(20);
+    }
+    kill(pid, SIGKILL);
+    waitpid(pid, NULL, 0);
+    r->pid = 0;
+    return false;
+}
+
 bool tc_redis_start(tc_redis *r)
 {
     memset(r, 0, sizeof *r);
@@ -77,56 +131,13 @@ bool tc_redis_start(tc_redis *r)
     snprintf(r->dir, sizeof r->dir, "/tmp");
     for (int attempt = 0; attempt < 5; attempt++) {
         r->port = tc_free_port();
-        char port[16];
-        snprintf(port, sizeof port, "%d", r->port);
-        pid_t parent = getpid();
-        pid_t pid = fork();
-        if (pid < 0)
-            return false;
-        if (pid == 0) {
-            prctl(PR_SET_PDEATHSIG, SIGKILL); /* never outlive the test */
-            if (getppid() != parent)
-                _exit(127);
-            int null = open("/dev/null", O_WRONLY);
-            if (null >= 0) {
-                dup2(null, 1);
-                dup2(null, 2);
-            }
-            execlp("redis-server", "redis-server", "--port", port, "--bind", "127.0.0.1", "--save", "",
-                   "--appendonly", "no", "--dir", r->dir, "--protected-mode", "no", "--daemonize", "no",
-                   (char *)NULL);
-            _exit(127);
-        }
-        r->pid = pid;
-        for (int i = 0; i < 200; i++) {
-            int st;
-            if (waitpid(pid, &st, WNOHANG) == pid) {
-                r->pid = 0;
-                break;
-            }
-            redisContext *c = connect_to(r);
-            if (c) {
-                redisReply *rep = redisCommand(c, "PING");
-                bool ok = rep && rep->type == REDIS_REPLY_STATUS;
-                if (rep)
-                    freeReplyObject(rep);
-                redisFree(c);
-                if (ok) {
-                    snprintf(r->url, sizeof r->url, "redis://127.0.0.1:%d", r->port);
-                    atexit_redis = r;
-                    atexit_owner = getpid();
-                    static bool registered;
-                    if (!registered)
-                        atexit(stop_at_exit), registered = true;
-                    return true;
-                }
-            }
-            sleep_ms(20);
-        }
-        if (r->pid) {
-            kill(r->pid, SIGKILL);
-            waitpid(r->pid, NULL, 0);
-            r->pid = 0;
+        if (spawn_server(r, NULL)) {
+            atexit_redis = r;
+            atexit_owner = getpid();
+            static bool registered;
+            if (!registered)
+                atexit(stop_at_exit), registered = true;
+            return true;
         }
     }
     fprintf(stderr, "redis-server did not start (is it installed?)\n");
@@ -225,50 +236,12 @@ static bool start_node(tc_redis *n, const char *dir)
     memset(n, 0, sizeof *n);
     snprintf(n->dir, sizeof n->dir, "%s", dir);
     n->port = tc_free_port();
-    int bus = tc_free_port();
-    char port[16], busport[16], conf[320];
-    snprintf(port, sizeof port, "%d", n->port);
-    snprintf(busport, sizeof busport, "%d", bus);
+    char busport[16], conf[320];
+    snprintf(busport, sizeof busport, "%d", tc_free_port());
     snprintf(conf, sizeof conf, "%s/nodes-%d.conf", dir, n->port);
-    pid_t parent = getpid();
-    pid_t pid = fork();
-    if (pid < 0)
-        return false;
-    if (pid == 0) {
-        prctl(PR_SET_PDEATHSIG, SIGKILL);
-        if (getppid() != parent)
-            _exit(127);
-        int null = open("/dev/null", O_WRONLY);
-        if (null >= 0) {
-            dup2(null, 1);
-            dup2(null, 2);
-        }
-        execlp("redis-server", "redis-server", "--port", port, "--bind", "127.0.0.1", "--save", "",
-               "--appendonly", "no", "--dir", dir, "--protected-mode", "no", "--daemonize", "no",
-               "--cluster-enabled", "yes", "--cluster-config-file", conf, "--cluster-port", busport,
-               "--cluster-node-timeout", "1000", "--repl-diskless-sync-delay", "0", (char *)NULL);
-        _exit(127);
-    }
-    n->pid = pid;
-    snprintf(n->url, sizeof n->url, "redis://127.0.0.1:%d", n->port);
-    for (int i = 0; i < 250; i++) {
-        int st;
-        if (waitpid(pid, &st, WNOHANG) == pid) {
-            n->pid = 0;
-            return false;
-        }
-        redisContext *c = connect_to(n);
-        redisReply *rep = c ? redisCommand(c, "PING") : NULL;
-        bool ok = rep && rep->type == REDIS_REPLY_STATUS;
-        if (rep)
-            freeReplyObject(rep);
-        if (c)
-            redisFree(c);
-        if (ok)
-            return true;
-        sleep_ms(20);
-    }
-    return false;
+    const char *extra[] = {"--cluster-enabled", "yes", "--cluster-config-file", conf, "--cluster-port", busport,
+                           "--cluster-node-timeout", "1000", "--repl-diskless-sync-delay", "0", NULL};
+    return spawn_server(n, extra);
 }
 
 int tc_redis_cli(const char *const *args)
@@ -557,6 +530,17 @@ bool tc_hosts_possible(void)
 const char *tc_hosts_why_not(void)
 {
     return hosts_why_not;
+}
+
+bool tc_secret_file(const char *dir, char *out, size_t cap)
+{
+    const char *slash = strrchr(dir, '/');
+    snprintf(out, cap, "%.*s/secret", slash ? (int)(slash - dir) : 1, slash ? dir : ".");
+    FILE *f = fopen(out, "we");
+    bool ok = f != NULL && fputs("the cluster secret of this test's hosts\n", f) >= 0;
+    if (f != NULL && fclose(f) != 0)
+        ok = false;
+    return ok && chmod(out, 0600) == 0;
 }
 
 void *tc_shared(size_t size)

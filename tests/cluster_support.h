@@ -79,6 +79,10 @@ int tc_hosts_run(int first, int hosts, int procs, const char *base, bool shared_
 pid_t tc_hosts_start(int first, int hosts, int procs, const char *base, bool shared_dir, tc_rank_fn fn, void *arg);
 int tc_hosts_wait(pid_t leader);
 
+/* A secret file for the cluster tier (mode 0600) in dir's parent (a cache dir of
+ * bn_tmpdir or ts_tmpdir), its path in out; false when it cannot be written. */
+bool tc_secret_file(const char *dir, char *out, size_t cap);
+
 /* Shared memory every process forked after it sees (MAP_SHARED, anonymous). */
 void *tc_shared(size_t size);
 

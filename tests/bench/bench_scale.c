@@ -47,12 +47,9 @@ typedef struct shared {
 static int rank(int host, int proc, void *arg)
 {
     shared *s = arg;
-    while (!atomic_load(&s->go))
-        usleep(200);
-    kpc_config cfg = {.struct_size = sizeof cfg, .remote = s->remote};
-    kpc_cache *cache = NULL;
-    kpc_context *ctx = NULL;
-    if (kpc_cache_open(&cfg, &cache) != KPC_OK || kpc_context_create_for_target(cache, bn_target(), &ctx) != KPC_OK)
+    kpc_context *ctx;
+    kpc_cache *cache = bn_rank_open(&s->go, s->remote, &ctx);
+    if (cache == NULL)
         return 1;
     kpc_source *srcs = calloc((size_t)K, sizeof *srcs);
     kpc_program **progs = calloc((size_t)K, sizeof *progs);
@@ -61,11 +58,7 @@ static int rank(int host, int proc, void *arg)
     int bad = kpc_program_get_many(ctx, srcs, (size_t)K, progs, NULL) != KPC_OK;
     for (int j = 0; j < K; j++)
         kpc_program_release(progs[j]);
-    kpc_stats st;
-    kpc_stats_get(cache, &st);
-    s->builds[host * P + proc] = st.builds;
-    kpc_context_destroy(ctx);
-    kpc_cache_close(cache);
+    s->builds[host * P + proc] = bn_rank_close(cache, ctx);
     free(srcs);
     free(progs);
     return bad;
@@ -256,11 +249,8 @@ int main(int argc, char **argv)
     setenv("KPC_REMOTE_TIMEOUT_MS", "5000", 1);
     char *secret_dir = bn_tmpdir();
     char secret[4200];
-    snprintf(secret, sizeof secret, "%.*s/secret", (int)(strrchr(secret_dir, '/') - secret_dir), secret_dir);
-    FILE *f = fopen(secret, "w");
-    if (f == NULL || fputs("the bench's cluster secret\n", f) < 0 || fclose(f) != 0)
+    if (!tc_secret_file(secret_dir, secret, sizeof secret))
         bn_die("writing %s failed", secret);
-    chmod(secret, 0600);
     setenv("KPC_REMOTE_SECRET_FILE", secret, 1);
     sources = calloc((size_t)K, sizeof *sources);
 
