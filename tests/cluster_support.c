@@ -454,8 +454,11 @@ int tc_cluster_owner(const tc_cluster *c, unsigned slot)
     return -1;
 }
 
-int tc_cluster_slot_count(const tc_cluster *c, int i)
+/* Over the slot ranges node i serves, as the first live node says: their count, and
+ * the lowest in *first (-1: none). */
+static int slots_of(const tc_cluster *c, int i, int *first)
 {
+    *first = -1;
     for (int a = 0; a < TC_NODES; a++) {
         redisReply *rep = node_ask(&c->node[a], "CLUSTER SLOTS");
         if (rep == NULL)
@@ -463,13 +466,29 @@ int tc_cluster_slot_count(const tc_cluster *c, int i)
         long long n = 0;
         for (size_t e = 0; rep->type == REDIS_REPLY_ARRAY && e < rep->elements; e++) {
             redisReply *r = rep->element[e];
-            if (r->elements >= 3 && r->element[2]->element[1]->integer == c->node[i].port)
-                n += r->element[1]->integer - r->element[0]->integer + 1;
+            if (r->elements < 3 || r->element[2]->element[1]->integer != c->node[i].port)
+                continue;
+            n += r->element[1]->integer - r->element[0]->integer + 1;
+            if (*first < 0 || r->element[0]->integer < *first)
+                *first = (int)r->element[0]->integer;
         }
         freeReplyObject(rep);
         return (int)n;
     }
     return 0;
+}
+
+int tc_cluster_slot_count(const tc_cluster *c, int i)
+{
+    int first;
+    return slots_of(c, i, &first);
+}
+
+int tc_cluster_first_slot(const tc_cluster *c, int i)
+{
+    int first;
+    slots_of(c, i, &first);
+    return first;
 }
 
 long long tc_cluster_count(const tc_cluster *c, int i, const char *pattern)

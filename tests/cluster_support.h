@@ -49,6 +49,8 @@ bool tc_cluster_await_ok(const tc_cluster *c, int timeout_ms);
 int tc_cluster_primaries(const tc_cluster *c, int *idx);
 /* The index of the node that serves slot, as the first live node says (-1: none). */
 int tc_cluster_owner(const tc_cluster *c, unsigned slot);
+/* The lowest slot node i serves (-1: none). */
+int tc_cluster_first_slot(const tc_cluster *c, int i);
 /* How many slots node i serves. */
 int tc_cluster_slot_count(const tc_cluster *c, int i);
 /* The group's keys of a kind ("*:co") on node i: KEYS pattern's count, or -1. */
