@@ -28,7 +28,15 @@ long long tc_redis_int(const tc_redis *r, const char *fmt, ...);
 void *tc_redis_get(const tc_redis *r, const char *name, size_t *size);
 bool tc_redis_set(const tc_redis *r, const char *name, const void *bytes, size_t size);
 
-/* A Redis Cluster of TC_NODES nodes on 127.0.0.1 (3 primaries, a replica each; node
+/* For cluster_redis.c: start redis-server on r->port (its directory r->dir) with these
+ * arguments besides the common ones (NULL-terminated, at most 24); true once it answers
+ * PING (r->pid and r->url set), else false with it stopped. It dies with the calling
+ * process (PR_SET_PDEATHSIG). connect: a connection with 1 s timeouts, or NULL. */
+bool tc_redis_spawn(tc_redis *r, const char *const *extra);
+struct redisContext *tc_redis_connect(const tc_redis *r);
+void tc_sleep_ms(long ms);
+
+/* A Redis Cluster of TC_NODES nodes on 127.0.0.1 (cluster_redis.c) (3 primaries, a replica each; node
  * timeout 1 s, no persistence), made by `redis-cli --cluster create`; its nodes' files
  * in a temp dir of its own, removed by tc_cluster_stop. */
 #define TC_NODES 6

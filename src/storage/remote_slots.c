@@ -193,24 +193,26 @@ static bool take_map(kpc_remote *r, const redisReply *rep, const kpc_remote_addr
     return ok;
 }
 
-/* Ask c (connected to from) for the map: true when it is a cluster's and was taken. A
- * server whose cluster support is off (or that refuses the command) is a server. */
-static bool ask_map(kpc_remote *r, redisContext *c, const kpc_remote_addr *from)
+/* Ask c (connected to from) for the map: 1 when it is a cluster's and was taken, 0 when
+ * it is not one (a server whose cluster support is off, or that refuses the command, is
+ * a server), -1 when no reply came. */
+static int ask_map(kpc_remote *r, redisContext *c, const kpc_remote_addr *from)
 {
     const char *argv[2] = {"CLUSTER", "SLOTS"};
     size_t lens[2] = {7, 5};
     redisReply *rep = kpc_remote_raw_command(c, 2, argv, lens);
-    bool got = rep && take_map(r, rep, from);
+    if (rep == NULL)
+        return -1;
+    int got = take_map(r, rep, from);
     struct kpc_remote_slots *m = r->slots;
-    if (rep && rep->type == REDIS_REPLY_ERROR) {
+    if (rep->type == REDIS_REPLY_ERROR) {
         pthread_mutex_lock(&m->lock);
         if (m->kind == MAP_UNKNOWN)
             m->kind = MAP_SERVER;
         pthread_mutex_unlock(&m->lock);
         KPC_LOG(KPC_LOG_DEBUG, "remote tier %s: CLUSTER SLOTS: %s: talking to one server", r->shown, rep->str);
     }
-    if (rep)
-        freeReplyObject(rep);
+    freeReplyObject(rep);
     return got;
 }
 
@@ -237,7 +239,7 @@ static bool refresh(kpc_remote *r, const kpc_remote_addr *failed)
         redisContext *c = kpc_remote_connect_to(r, &try[i], &why);
         if (c == NULL)
             continue;
-        got = ask_map(r, c, &try[i]);
+        got = ask_map(r, c, &try[i]) == 1;
         kpc_remote_close_context(c, true);
     }
     free(try);
@@ -284,8 +286,11 @@ static bool connect_seed(kpc_remote *r, struct kpc_remote_conn *cn, const char *
         m->good_seed = s;
         bool learn = m->kind == MAP_UNKNOWN;
         pthread_mutex_unlock(&m->lock);
-        if (learn && r->url.seeds)
-            ask_map(r, c, &a);
+        if (learn && r->url.seeds && ask_map(r, c, &a) < 0) {
+            kpc_remote_close_context(c, false); /* it went away meanwhile: the next seed */
+            *why = "no reply to CLUSTER SLOTS";
+            continue;
+        }
         cn->c = c;
         cn->at = a;
         return true;
