@@ -476,48 +476,46 @@ static int slot_take(kpc_remote *r)
     }
 }
 
-struct kpc_remote_conn *kpc_remote_conn_get(kpc_remote *r)
+/* A connection holding the host slot `slot` (or -1), pinned to one node or routed. */
+static struct kpc_remote_conn *conn_open(kpc_remote *r, int slot, const kpc_remote_addr *pin, const char **why)
 {
     struct kpc_remote_conn *cn = calloc(1, sizeof *cn);
-    if (cn == NULL)
+    if (cn == NULL) {
+        if (slot >= 0)
+            close(slot);
+        *why = "out of memory";
         return NULL;
-    cn->slot = slot_take(r);
-    /* a server (or a cluster not known yet) is connected now, a cluster's node when a
-     * command names its key */
-    kpc_route none = {.slot = -1};
-    const char *why = NULL;
-    if (!kpc_remote_is_cluster(r) && !kpc_remote_route_conn(r, cn, &none, &why)) {
+    }
+    cn->slot = slot;
+    bool ok;
+    if (pin) {
+        cn->pinned = true;
+        cn->at = *pin;
+        ok = (cn->c = kpc_remote_connect_to(r, pin, why)) != NULL;
+    } else { /* a server (or a cluster not known yet) is connected now, a cluster's node
+              * when a command names its key */
+        kpc_route none = {.slot = -1};
+        ok = kpc_remote_is_cluster(r) || kpc_remote_route_conn(r, cn, &none, why);
+    }
+    if (!ok) {
         kpc_remote_conn_put(cn, true);
-        kpc_remote_failed(r, "connect", why);
         return NULL;
     }
     return cn;
 }
 
+struct kpc_remote_conn *kpc_remote_conn_get(kpc_remote *r)
+{
+    const char *why = NULL;
+    struct kpc_remote_conn *cn = conn_open(r, slot_take(r), NULL, &why);
+    if (cn == NULL)
+        kpc_remote_failed(r, "connect", why);
+    return cn;
+}
+
 struct kpc_remote_conn *kpc_remote_conn_new(kpc_remote *r, const kpc_remote_addr *pin, const char **why)
 {
-    struct kpc_remote_conn *cn = calloc(1, sizeof *cn);
-    if (cn == NULL) {
-        *why = "out of memory";
-        return NULL;
-    }
-    cn->slot = -1;
-    if (pin) {
-        cn->pinned = true;
-        cn->at = *pin;
-        cn->c = kpc_remote_connect_to(r, pin, why);
-    } else {
-        kpc_route none = {.slot = -1};
-        if (!kpc_remote_is_cluster(r))
-            kpc_remote_route_conn(r, cn, &none, why);
-        else
-            cn->pinned = false;
-    }
-    if (cn->c == NULL && (pin || !kpc_remote_is_cluster(r))) {
-        free(cn);
-        return NULL;
-    }
-    return cn;
+    return conn_open(r, -1, pin, why);
 }
 
 void kpc_remote_close_context(redisContext *c, bool reset)
