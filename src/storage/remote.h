@@ -9,8 +9,10 @@
  * (storage/record.c's format, checked by its parser), with a keyed MAC appended when a
  * secret is configured. Protocol and guarantees: docs/cluster.md.
  *
- * Every call is bounded by the connect and command timeouts; after a failure the tier
- * is off for this process for a back-off period (logged once per period, counted), and
+ * Every call is bounded by the connect and command timeouts (on a Redis Cluster, plus
+ * KPC_REMOTE_FAILOVER_MS while a dead primary's replica takes over: remote_slots.c);
+ * after a failure the tier is off for this process for a back-off period (logged once
+ * per period, counted), and
  * the caller goes on host-local. A build without hiredis compiles remote_stub.c instead
  * of remote.c and remote_tier.c: open answers KPC_E_UNAVAILABLE, the tier is absent, and
  * kpc_remote_built() is false.

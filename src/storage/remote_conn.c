@@ -24,9 +24,13 @@
  * replies are read: connecting this often must not leave a TIME_WAIT entry per call on
  * the host, which would use up its ports at thousands of calls per minute.
  *
- * After a failure the tier is off for this process for KPC_REMOTE_BACKOFF_MS; the first
- * failure of the process is said at the default log level (error), later ones at warning
- * (once per back-off period) or debug.
+ * Where a command goes is remote_slots.c's: the server (the first seed that answers), or
+ * on a Redis Cluster its key's primary; a connection moves to another node when a
+ * command of its call goes elsewhere (a redirect), closed with a reset like any other.
+ * After a failure the tier is off for this process for KPC_REMOTE_BACKOFF_MS (on a
+ * cluster, only once the failover wait of remote_slots.c is over); the first failure of
+ * the process is said at the default log level (error), later ones at warning (once per
+ * back-off period) or debug.
  */
 #define _GNU_SOURCE
 #include "storage/remote_private.h"
