@@ -288,7 +288,10 @@ static bool connect_seed(kpc_remote *r, struct kpc_remote_conn *cn, const char *
         pthread_mutex_unlock(&m->lock);
         if (learn && r->url.seeds && ask_map(r, c, &a) < 0) {
             kpc_remote_close_context(c, false); /* it went away meanwhile: the next seed */
-            *why = "no reply to CLUSTER SLOTS";
+            static _Thread_local char err[320];
+            snprintf(err, sizeof err, "%.64s:%d: no reply to CLUSTER SLOTS within %u ms (KPC_REMOTE_TIMEOUT_MS)",
+                     a.host, a.port, r->timeout_ms);
+            *why = err;
             continue;
         }
         cn->c = c;
