@@ -14,8 +14,8 @@
 #                                       prints the table but leaves docs/ and
 #                                       tests/bench/results/ alone (its JSON goes to
 #                                       build-bench/bench-quick.json)
-#   scripts/bench.sh --only storm,disk  some of: hit xproc storm index disk ccache cluster manifest
-#                                       comgr (--only comgr alone writes its own section
+#   scripts/bench.sh --only storm,disk  some of: hit xproc storm index disk ccache cluster scale
+#                                       manifest comgr (--only comgr alone writes its own section
 #                                       of docs/benchmarks.md, "comgr")
 #   scripts/bench.sh --no-docs          do not touch docs/benchmarks.md
 #   scripts/bench.sh --plot             no run: draw docs/plots/*.svg from the recorded runs in
@@ -43,6 +43,10 @@
 #                                     ceil(K / (hosts x ranks)) x 200 ms + its warm wall;
 #                                     the remote warm hit beside the disk hit and the compile
 #                                     (root: simulated hosts)
+#   bench_scale --hosts 16         12 16 simulated hosts x 4 ranks x 32 keys cold and warm
+#                                     against one Redis server and a 3-primary Redis
+#                                     Cluster: builds, wall against its bound, per node
+#                                     commands, bytes, peak clients (root)
 #   bench_manifest                 7  the hit of a source with 50 included files (in-memory
 #                                     and new process) beside the same headers in memory
 #   bench_comgr --procs 8          10 kpc beside comgr's own cache (plain hipRTC with it on):
@@ -227,6 +231,7 @@ if ((quick)); then
   want disk && step disk "$bin/bench_disk" --files 10000 --runs 1
   want ccache && step ccache "$bin/bench_ccache" --files 1 --runs 2
   want cluster && [ -x "$bin/bench_cluster" ] && step cluster "$bin/bench_cluster" --hosts 2 --procs 4 --k 4 --runs 5
+  want scale && [ -x "$bin/bench_scale" ] && step scale "$bin/bench_scale" --hosts 4 --procs 2 --k 8
   want manifest && step manifest "$bin/bench_manifest" --rounds 5 --runs 3
   want comgr && step comgr "$bin/bench_comgr" --kernels 2 --procs 2 --runs 2
 else
@@ -241,6 +246,7 @@ else
   fi
   want ccache && step ccache "$bin/bench_ccache"
   want cluster && [ -x "$bin/bench_cluster" ] && step cluster "$bin/bench_cluster" --hosts 4 --procs 8 --k 8 --runs 15
+  want scale && [ -x "$bin/bench_scale" ] && step scale "$bin/bench_scale" --hosts 16 --procs 4 --k 32
   want manifest && step manifest "$bin/bench_manifest"
   want comgr && step comgr "$bin/bench_comgr" --kernels 4 --procs 8 --runs 5
 fi

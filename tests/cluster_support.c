@@ -29,7 +29,7 @@
 static tc_redis *atexit_redis;
 static pid_t atexit_owner; /* children forked later inherit the handler: only this pid acts */
 
-static void sleep_ms(long ms)
+void tc_sleep_ms(long ms)
 {
     struct timespec ts = {ms / 1000, (ms % 1000) * 1000000L};
     while (nanosleep(&ts, &ts) != 0 && errno == EINTR)
@@ -49,7 +49,7 @@ int tc_free_port(void)
     return port;
 }
 
-static redisContext *connect_to(const tc_redis *r)
+redisContext *tc_redis_connect(const tc_redis *r)
 {
     struct timeval tv = {1, 0};
     redisContext *c = redisConnectWithTimeout("127.0.0.1", r->port, tv);
@@ -68,6 +68,57 @@ static void stop_at_exit(void)
         tc_redis_stop(atexit_redis);
 }
 
+bool tc_redis_spawn(tc_redis *r, const char *const *extra)
+{
+    char port[16];
+    snprintf(port, sizeof port, "%d", r->port);
+    const char *argv[40] = {"redis-server", "--port", port, "--bind", "127.0.0.1", "--save", "", "--appendonly",
+                            "no", "--dir", r->dir, "--protected-mode", "no", "--daemonize", "no"};
+    int n = 15;
+    for (int i = 0; extra && extra[i] && n < 39; i++)
+        argv[n++] = extra[i];
+    argv[n] = NULL;
+    pid_t parent = getpid();
+    pid_t pid = fork();
+    if (pid < 0)
+        return false;
+    if (pid == 0) {
+        prctl(PR_SET_PDEATHSIG, SIGKILL); /* never outlive the test */
+        if (getppid() != parent)
+            _exit(127);
+        int null = open("/dev/null", O_WRONLY);
+        if (null >= 0) {
+            dup2(null, 1);
+            dup2(null, 2);
+        }
+        execvp("redis-server", (char *const *)argv);
+        _exit(127);
+    }
+    r->pid = pid;
+    snprintf(r->url, sizeof r->url, "redis://127.0.0.1:%d", r->port);
+    for (int i = 0; i < 250; i++) {
+        int st;
+        if (waitpid(pid, &st, WNOHANG) == pid) {
+            r->pid = 0;
+            return false;
+        }
+        redisContext *c = tc_redis_connect(r);
+        redisReply *rep = c ? redisCommand(c, "PING") : NULL;
+        bool ok = rep && rep->type == REDIS_REPLY_STATUS;
+        if (rep)
+            freeReplyObject(rep);
+        if (c)
+            redisFree(c);
+        if (ok)
+            return true;
+        tc_sleep_ms(20);
+    }
+    kill(pid, SIGKILL);
+    waitpid(pid, NULL, 0);
+    r->pid = 0;
+    return false;
+}
+
 bool tc_redis_start(tc_redis *r)
 {
     memset(r, 0, sizeof *r);
@@ -76,56 +127,13 @@ bool tc_redis_start(tc_redis *r)
     snprintf(r->dir, sizeof r->dir, "/tmp");
     for (int attempt = 0; attempt < 5; attempt++) {
         r->port = tc_free_port();
-        char port[16];
-        snprintf(port, sizeof port, "%d", r->port);
-        pid_t parent = getpid();
-        pid_t pid = fork();
-        if (pid < 0)
-            return false;
-        if (pid == 0) {
-            prctl(PR_SET_PDEATHSIG, SIGKILL); /* never outlive the test */
-            if (getppid() != parent)
-                _exit(127);
-            int null = open("/dev/null", O_WRONLY);
-            if (null >= 0) {
-                dup2(null, 1);
-                dup2(null, 2);
-            }
-            execlp("redis-server", "redis-server", "--port", port, "--bind", "127.0.0.1", "--save", "",
-                   "--appendonly", "no", "--dir", r->dir, "--protected-mode", "no", "--daemonize", "no",
-                   (char *)NULL);
-            _exit(127);
-        }
-        r->pid = pid;
-        for (int i = 0; i < 200; i++) {
-            int st;
-            if (waitpid(pid, &st, WNOHANG) == pid) {
-                r->pid = 0;
-                break;
-            }
-            redisContext *c = connect_to(r);
-            if (c) {
-                redisReply *rep = redisCommand(c, "PING");
-                bool ok = rep && rep->type == REDIS_REPLY_STATUS;
-                if (rep)
-                    freeReplyObject(rep);
-                redisFree(c);
-                if (ok) {
-                    snprintf(r->url, sizeof r->url, "redis://127.0.0.1:%d", r->port);
-                    atexit_redis = r;
-                    atexit_owner = getpid();
-                    static bool registered;
-                    if (!registered)
-                        atexit(stop_at_exit), registered = true;
-                    return true;
-                }
-            }
-            sleep_ms(20);
-        }
-        if (r->pid) {
-            kill(r->pid, SIGKILL);
-            waitpid(r->pid, NULL, 0);
-            r->pid = 0;
+        if (tc_redis_spawn(r, NULL)) {
+            atexit_redis = r;
+            atexit_owner = getpid();
+            static bool registered;
+            if (!registered)
+                atexit(stop_at_exit), registered = true;
+            return true;
         }
     }
     fprintf(stderr, "redis-server did not start (is it installed?)\n");
@@ -146,7 +154,7 @@ void tc_redis_stop(tc_redis *r)
 
 long long tc_redis_int(const tc_redis *r, const char *fmt, ...)
 {
-    redisContext *c = connect_to(r);
+    redisContext *c = tc_redis_connect(r);
     if (c == NULL)
         return -1;
     va_list ap;
@@ -162,7 +170,7 @@ long long tc_redis_int(const tc_redis *r, const char *fmt, ...)
 
 void *tc_redis_get(const tc_redis *r, const char *name, size_t *size)
 {
-    redisContext *c = connect_to(r);
+    redisContext *c = tc_redis_connect(r);
     if (c == NULL)
         return NULL;
     redisReply *rep = redisCommand(c, "GET %s", name);
@@ -181,7 +189,7 @@ void *tc_redis_get(const tc_redis *r, const char *name, size_t *size)
 
 bool tc_redis_set(const tc_redis *r, const char *name, const void *bytes, size_t size)
 {
-    redisContext *c = connect_to(r);
+    redisContext *c = tc_redis_connect(r);
     if (c == NULL)
         return false;
     redisReply *rep = redisCommand(c, "SET %s %b", name, bytes, size);
@@ -254,6 +262,17 @@ bool tc_hosts_possible(void)
 const char *tc_hosts_why_not(void)
 {
     return hosts_why_not;
+}
+
+bool tc_secret_file(const char *dir, char *out, size_t cap)
+{
+    const char *slash = strrchr(dir, '/');
+    snprintf(out, cap, "%.*s/secret", slash ? (int)(slash - dir) : 1, slash ? dir : ".");
+    FILE *f = fopen(out, "we");
+    bool ok = f != NULL && fputs("the cluster secret of this test's hosts\n", f) >= 0;
+    if (f != NULL && fclose(f) != 0)
+        ok = false;
+    return ok && chmod(out, 0600) == 0;
 }
 
 void *tc_shared(size_t size)

@@ -62,6 +62,8 @@ KPC_SETTING(REMOTE_LEASE_MS, MS, 3000, 10, 86400000, "3000",
     "the cluster tier's build lease, renewed every third of it by the live builder: how long a dead builder blocks a key")
 KPC_SETTING(REMOTE_BACKOFF_MS, MS, 10000, 1, 86400000, "10000",
     "after a Redis error, how long this process stays host-local")
+KPC_SETTING(REMOTE_FAILOVER_MS, MS, 20000, 0, 86400000, "20000",
+    "on a Redis Cluster, how long a call whose node does not answer waits for a replica to take its slots over (cluster-node-timeout and a few seconds); then this process stays host-local")
 KPC_SETTING(REMOTE_SECRET_FILE, PATH, 0, 0, 0, "",
     "the files of the cluster group's secret, `NEW[:OLD]` (mode 0600; `kpc remote keygen` makes one): records and leases in Redis carry its MAC; OLD's records are read too while the secret rotates; unset: Redis serves and stores no record")
 KPC_SETTING_WORDS(REMOTE_TRUST, 0, "authenticated",

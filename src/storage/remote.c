@@ -146,7 +146,7 @@ static enum got get_record(kpc_remote *r, struct kpc_remote_conn *cn, bool old, 
     const char *why = NULL;
     char *v = NULL;
     size_t len = 0;
-    int got = kpc_remote_get_value(r, cn->c, refresh ? 4 : 2, argv, lens, MAX_VALUE, &v, &len, &why);
+    int got = kpc_remote_get_value(r, cn, refresh ? 4 : 2, argv, lens, MAX_VALUE, &v, &len, &why);
     if (got < 0) {
         kpc_remote_failed(r, "read", why);
         return GOT_ERROR;
@@ -198,7 +198,7 @@ static int extend(kpc_remote *r, struct kpc_remote_conn *cn, kpc_remote_lease *l
     const char *keys[1] = {l->lease_name};
     const char *args[4] = {l->value, ms, least_s, value};
     const char *why = NULL;
-    redisReply *rep = kpc_remote_eval(r, cn->c, RENEW_LUA, 1, keys, 4, args, NULL, &why);
+    redisReply *rep = kpc_remote_eval(r, cn, RENEW_LUA, 1, keys, 4, args, NULL, &why);
     if (rep == NULL) {
         kpc_remote_failed(r, "renewing a lease", why);
         return -1;
@@ -235,7 +235,7 @@ static long long take_lease(kpc_remote *r, struct kpc_remote_conn *cn, const cha
     const char *keys[1] = {lname};
     const char *args[3] = {holder, value, ms};
     const char *why = NULL;
-    redisReply *rep = kpc_remote_eval(r, cn->c, TAKE_LUA, 1, keys, 3, args, NULL, &why);
+    redisReply *rep = kpc_remote_eval(r, cn, TAKE_LUA, 1, keys, 3, args, NULL, &why);
     if (rep == NULL) {
         kpc_remote_failed(r, "taking a lease over", why);
         return -1;
@@ -412,7 +412,7 @@ static enum kpc_remote_verdict begin_key(kpc_remote *r, const kpc_key *key, cons
         const char *args[3] = {b.value, claim, skip_s};
         const char *why = NULL;
         b.sent_ns = kpc__now_ns();
-        redisReply *rep = kpc_remote_eval(r, b.cn->c, BEGIN_LUA, 3, keys, 3, args, NULL, &why);
+        redisReply *rep = kpc_remote_eval(r, b.cn, BEGIN_LUA, 3, keys, 3, args, NULL, &why);
         if (rep == NULL || rep->type != REDIS_REPLY_ARRAY || rep->elements < 1 ||
             rep->element[0]->type != REDIS_REPLY_INTEGER) {
             if (rep)
@@ -512,13 +512,13 @@ static void end_lease(kpc_remote *r, const char *value, const char *lname, const
         const char *keys[2] = {name, lname};
         const char *args[3] = {val, value, ttl};
         size_t lens[3] = {val_size, strlen(value), strlen(ttl)};
-        rep = kpc_remote_eval(r, cn->c, PUBLISH_LUA, 2, keys, 3, args, lens, &why);
+        rep = kpc_remote_eval(r, cn, PUBLISH_LUA, 2, keys, 3, args, lens, &why);
         if (val != bytes)
             free(val);
     } else {
         const char *keys[1] = {lname};
         const char *args[1] = {value};
-        rep = kpc_remote_eval(r, cn->c, RELEASE_LUA, 1, keys, 1, args, NULL, &why);
+        rep = kpc_remote_eval(r, cn, RELEASE_LUA, 1, keys, 1, args, NULL, &why);
     }
     if (rep == NULL) {
         kpc_remote_failed(r, bytes ? "publish" : "release", why);

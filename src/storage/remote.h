@@ -9,8 +9,10 @@
  * (storage/record.c's format, checked by its parser), with a keyed MAC appended when a
  * secret is configured. Protocol and guarantees: docs/cluster.md.
  *
- * Every call is bounded by the connect and command timeouts; after a failure the tier
- * is off for this process for a back-off period (logged once per period, counted), and
+ * Every call is bounded by the connect and command timeouts (on a Redis Cluster, plus
+ * KPC_REMOTE_FAILOVER_MS while a dead primary's replica takes over: remote_slots.c);
+ * after a failure the tier is off for this process for a back-off period (logged once
+ * per period, counted), and
  * the caller goes on host-local. A build without hiredis compiles remote_stub.c instead
  * of remote.c and remote_tier.c: open answers KPC_E_UNAVAILABLE, the tier is absent, and
  * kpc_remote_built() is false.
@@ -29,10 +31,22 @@
 typedef struct kpc_remote kpc_remote;
 typedef struct kpc_remote_lease kpc_remote_lease;
 
-/* redis://[[USER]:PASSWORD@]HOST[:PORT][/DB] or redis+unix:///path/to/socket[?db=N] */
+/* One server's address: a name or an IP address (IPv6 without its brackets) and a port. */
+typedef struct kpc_remote_addr {
+    char host[256];
+    int port;
+} kpc_remote_addr;
+#define KPC_REMOTE_SEEDS_MAX 16
+
+/* redis://[[USER]:PASSWORD@]HOST[:PORT][,HOST[:PORT]...][/DB] or
+ * redis+unix:///path/to/socket[?db=N]. Several addresses are seeds: any one of them that
+ * answers serves (a standalone server, or a node of a Redis Cluster, whose other nodes
+ * kpc then learns: remote_slots.c); host and port are the first's. */
 typedef struct kpc_remote_url {
     char host[256];
     int port;
+    kpc_remote_addr seed[KPC_REMOTE_SEEDS_MAX];
+    int seeds;
     char unix_path[1024];
     char user[128];
     char password[256];
@@ -147,11 +161,15 @@ kpc_status kpc_remote_list(kpc_remote *r, kpc_remote_record_fn fn, void *arg);
 kpc_status kpc_remote_prune(kpc_remote *r, long long max_idle_s, uint64_t *removed);
 /* Remove every key of the group: records, leases, counters. */
 kpc_status kpc_remote_clear(kpc_remote *r, uint64_t *removed);
-/* The server's figures for `kpc remote stats`: memory, its limit and policy, clients. */
+/* A server's figures for `kpc remote stats`: memory, its limit and policy, clients, and
+ * the group's records on it. */
 typedef struct kpc_remote_server {
+    char node[280]; /* HOST:PORT, or the Unix socket's path */
     uint64_t used_memory, maxmemory, connected_clients, maxclients, keys;
     char policy[64], version[32];
 } kpc_remote_server;
-kpc_status kpc_remote_server_info(kpc_remote *r, kpc_remote_server *out);
+/* Those of the one server, or of every primary of a Redis Cluster (*out malloc'd, *count
+ * of them). */
+kpc_status kpc_remote_server_info(kpc_remote *r, kpc_remote_server **out, int *count);
 
 #endif /* KPC_STORAGE_REMOTE_H */

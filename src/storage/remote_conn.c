@@ -24,9 +24,13 @@
  * replies are read: connecting this often must not leave a TIME_WAIT entry per call on
  * the host, which would use up its ports at thousands of calls per minute.
  *
- * After a failure the tier is off for this process for KPC_REMOTE_BACKOFF_MS; the first
- * failure of the process is said at the default log level (error), later ones at warning
- * (once per back-off period) or debug.
+ * Where a command goes is remote_slots.c's: the server (the first seed that answers), or
+ * on a Redis Cluster its key's primary; a connection moves to another node when a
+ * command of its call goes elsewhere (a redirect), closed with a reset like any other.
+ * After a failure the tier is off for this process for KPC_REMOTE_BACKOFF_MS (on a
+ * cluster, only once the failover wait of remote_slots.c is over); the first failure of
+ * the process is said at the default log level (error), later ones at warning (once per
+ * back-off period) or debug.
  */
 #define _GNU_SOURCE
 #include "storage/remote_private.h"
@@ -107,8 +111,10 @@ bool kpc_remote_on(kpc_remote *r) { return atomic_load(&r->off_until_ns) <= kpc_
 static const char *explain(const char *err)
 {
     if (strncmp(err, "MOVED ", 6) == 0 || strncmp(err, "ASK ", 4) == 0)
-        return " (a Redis Cluster node redirected the request: kpc talks to one Redis server; "
-               "point KPC_REMOTE at a standalone server or at a proxy in front of the cluster)";
+        return " (a Redis Cluster node redirected the request again and again, or to a node that "
+               "does not serve it: the cluster's slots are moving or its map is inconsistent)";
+    if (strncmp(err, "CLUSTERDOWN", 11) == 0)
+        return " (the Redis Cluster serves no node for this key: a primary died without a replica)";
     if (strncmp(err, "READONLY", 8) == 0)
         return " (this Redis is a read-only replica: point KPC_REMOTE at the primary)";
     if (strncmp(err, "NOAUTH", 6) == 0 || strncmp(err, "WRONGPASS", 9) == 0)
@@ -120,9 +126,13 @@ static const char *explain(const char *err)
     return "";
 }
 
-/* A command's reply (NULL: none came; saved: the errno of the call), said plainly. */
-static redisReply *said(kpc_remote *r, redisContext *c, redisReply *rep, int saved, const char **why)
+/* A command's reply (NULL: none came; saved: the errno of the call), said plainly; an
+ * error reply's own text also in raw (when not NULL, "" for none). */
+static redisReply *said(kpc_remote *r, redisContext *c, redisReply *rep, int saved, const char **why, char *raw,
+                        size_t raw_cap)
 {
+    if (raw)
+        raw[0] = '\0';
     if (rep == NULL) {
         static _Thread_local char err[160];
         if (c->err == REDIS_ERR_IO && (saved == EAGAIN || saved == EWOULDBLOCK))
@@ -136,21 +146,43 @@ static redisReply *said(kpc_remote *r, redisContext *c, redisReply *rep, int sav
         static _Thread_local char err[512];
         snprintf(err, sizeof err, "%.160s%s", rep->str, explain(rep->str));
         *why = err;
+        if (raw)
+            snprintf(raw, raw_cap, "%s", rep->str);
         freeReplyObject(rep);
         return NULL;
     }
     return rep;
 }
 
-redisReply *kpc_remote_command(kpc_remote *r, redisContext *c, int argc, const char **argv, const size_t *lens,
-                               const char **why)
+redisReply *kpc_remote_raw_command(redisContext *c, int argc, const char **argv, const size_t *lens)
 {
     pipe_guard g;
     pipe_block(&g);
     redisReply *rep = redisCommandArgv(c, argc, argv, lens);
-    int saved = errno;
     pipe_restore(&g);
-    return said(r, c, rep, saved, why);
+    return rep;
+}
+
+redisReply *kpc_remote_command(kpc_remote *r, struct kpc_remote_conn *cn, int argc, const char **argv,
+                               const size_t *lens, const char **why)
+{
+    kpc_route rt;
+    kpc_remote_route_begin(&rt, argc, argv, lens);
+    for (;;) {
+        char raw[256] = "";
+        *why = NULL;
+        if (kpc_remote_route_conn(r, cn, &rt, why)) {
+            pipe_guard g;
+            pipe_block(&g);
+            redisReply *rep = redisCommandArgv(cn->c, argc, argv, lens);
+            int saved = errno;
+            pipe_restore(&g);
+            if ((rep = said(r, cn->c, rep, saved, why, raw, sizeof raw)) != NULL)
+                return rep;
+        }
+        if (!kpc_remote_reroute(r, cn, &rt, raw[0] ? raw : NULL, why))
+            return NULL;
+    }
 }
 
 /* ---- a bulk string read straight into its own buffer ---------------------------------------- */
@@ -208,9 +240,13 @@ static long long bulk_length(const char *head, const char *eol)
     return eol - head > 2 ? n : -2;
 }
 
-int kpc_remote_get_value(kpc_remote *r, redisContext *c, int argc, const char **argv, const size_t *lens,
-                         size_t max, char **out, size_t *len, const char **why)
+/* One try of kpc_remote_get_value on c; an error reply's text in raw. */
+static int get_value_once(kpc_remote *r, redisContext *c, int argc, const char **argv, const size_t *lens,
+                          size_t max, char **out, size_t *len, const char **why, char *raw, size_t raw_cap,
+                          bool *transport)
 {
+    raw[0] = '\0';
+    *transport = true; /* until a reply's first bytes arrive */
     *out = NULL;
     *len = 0;
     pipe_guard g;
@@ -222,7 +258,7 @@ int kpc_remote_get_value(kpc_remote *r, redisContext *c, int argc, const char **
     int saved = errno;
     pipe_restore(&g);
     if (!ok) {
-        said(r, c, NULL, saved, why);
+        said(r, c, NULL, saved, why, NULL, 0);
         return -1;
     }
     char head[BULK_HEAD];
@@ -243,6 +279,7 @@ int kpc_remote_get_value(kpc_remote *r, redisContext *c, int argc, const char **
             eol = memchr(head, '\n', have);
         }
     }
+    *transport = false;
     long long n = eol ? bulk_length(head, eol) : -2;
     if (n == -1)
         return 0;
@@ -259,6 +296,7 @@ int kpc_remote_get_value(kpc_remote *r, redisContext *c, int argc, const char **
         }
         memcpy(buf, eol + 1, body);
         const char *bad = read_full(r, c->fd, buf + body, (size_t)n + 2 - body);
+        *transport = bad != NULL; /* cut short mid-value */
         if (bad == NULL && memcmp(buf + n, "\r\n", 2) != 0)
             bad = "a malformed reply";
         if (bad) {
@@ -280,7 +318,8 @@ int kpc_remote_get_value(kpc_remote *r, redisContext *c, int argc, const char **
     int rc = redisGetReply(c, &reply);
     saved = errno;
     pipe_restore(&g);
-    redisReply *rep = said(r, c, rc == REDIS_OK ? reply : NULL, saved, why);
+    redisReply *rep = said(r, c, rc == REDIS_OK ? reply : NULL, saved, why, raw, raw_cap);
+    *transport = rc != REDIS_OK;
     if (rep == NULL)
         return -1;
     int got = 0;
@@ -297,7 +336,26 @@ int kpc_remote_get_value(kpc_remote *r, redisContext *c, int argc, const char **
     return got;
 }
 
-redisReply *kpc_remote_eval(kpc_remote *r, redisContext *c, const char *script, int nkeys,
+int kpc_remote_get_value(kpc_remote *r, struct kpc_remote_conn *cn, int argc, const char **argv,
+                         const size_t *lens, size_t max, char **out, size_t *len, const char **why)
+{
+    kpc_route rt;
+    kpc_remote_route_begin(&rt, argc, argv, lens);
+    for (;;) {
+        char raw[256] = "";
+        *why = NULL;
+        if (kpc_remote_route_conn(r, cn, &rt, why)) {
+            bool transport;
+            int got = get_value_once(r, cn->c, argc, argv, lens, max, out, len, why, raw, sizeof raw, &transport);
+            if (got >= 0 || (!transport && raw[0] == '\0'))
+                return got; /* a value, nil, or an answer no other node would change */
+        }
+        if (!kpc_remote_reroute(r, cn, &rt, raw[0] ? raw : NULL, why))
+            return -1;
+    }
+}
+
+redisReply *kpc_remote_eval(kpc_remote *r, struct kpc_remote_conn *cn, const char *script, int nkeys,
                             const char *const *keys, int nargs, const char *const *args, const size_t *arg_lens,
                             const char **why)
 {
@@ -313,7 +371,7 @@ redisReply *kpc_remote_eval(kpc_remote *r, redisContext *c, const char *script, 
         argv[n] = keys[i], lens[n++] = strlen(keys[i]);
     for (int i = 0; i < nargs; i++)
         argv[n] = args[i], lens[n++] = arg_lens ? arg_lens[i] : strlen(args[i]);
-    return kpc_remote_command(r, c, n, argv, lens, why);
+    return kpc_remote_command(r, cn, n, argv, lens, why);
 }
 
 /* AUTH and SELECT on a new connection. */
@@ -324,7 +382,7 @@ static bool introduce(kpc_remote *r, redisContext *c, const char **why)
         bool user = r->url.user[0] != '\0';
         const char *av[3] = {"AUTH", user ? r->url.user : r->url.password, r->url.password};
         size_t lv[3] = {4, strlen(av[1]), strlen(av[2])};
-        if ((rep = kpc_remote_command(r, c, user ? 3 : 2, av, lv, why)) == NULL)
+        if ((rep = said(r, c, kpc_remote_raw_command(c, user ? 3 : 2, av, lv), errno, why, NULL, 0)) == NULL)
             return false;
         freeReplyObject(rep);
     }
@@ -333,14 +391,14 @@ static bool introduce(kpc_remote *r, redisContext *c, const char **why)
         snprintf(db, sizeof db, "%d", r->url.db);
         const char *av[2] = {"SELECT", db};
         size_t lv[2] = {6, strlen(db)};
-        if ((rep = kpc_remote_command(r, c, 2, av, lv, why)) == NULL)
+        if ((rep = said(r, c, kpc_remote_raw_command(c, 2, av, lv), errno, why, NULL, 0)) == NULL)
             return false;
         freeReplyObject(rep);
     }
     return true;
 }
 
-redisContext *kpc_remote_connect(kpc_remote *r, const char **why)
+redisContext *kpc_remote_connect_to(kpc_remote *r, const kpc_remote_addr *a, const char **why)
 {
     static _Thread_local char err[200];
     if (kpc__sys_fault(KPC_SYS_CONNECT) != 0) {
@@ -351,11 +409,14 @@ redisContext *kpc_remote_connect(kpc_remote *r, const char **why)
     struct timeval tv = tv_ms(r->timeout_ms);
     pipe_guard g;
     pipe_block(&g);
-    redisContext *c = r->url.unix_path[0] ? redisConnectUnixWithTimeout(r->url.unix_path, tv)
-                                          : redisConnectWithTimeout(r->url.host, r->url.port, tv);
+    redisContext *c = a->port == 0 ? redisConnectUnixWithTimeout(r->url.unix_path, tv)
+                                   : redisConnectWithTimeout(a->host, a->port, tv);
     pipe_restore(&g);
     if (c == NULL || c->err) {
-        snprintf(err, sizeof err, "connect: %s", c ? c->errstr : "out of memory");
+        if (r->url.seeds > 1 || a->port != r->url.port || strcmp(a->host, r->url.host) != 0)
+            snprintf(err, sizeof err, "connect to %.64s:%d: %.100s", a->host, a->port, c ? c->errstr : "out of memory");
+        else
+            snprintf(err, sizeof err, "connect: %s", c ? c->errstr : "out of memory");
         *why = err;
         if (c)
             redisFree(c);
@@ -419,41 +480,67 @@ static int slot_take(kpc_remote *r)
     }
 }
 
-struct kpc_remote_conn *kpc_remote_conn_get(kpc_remote *r)
+/* A connection holding the host slot `slot` (or -1), pinned to one node or routed. */
+static struct kpc_remote_conn *conn_open(kpc_remote *r, int slot, const kpc_remote_addr *pin, const char **why)
 {
-    int slot = slot_take(r);
-    const char *why = NULL;
-    redisContext *c = kpc_remote_connect(r, &why);
-    if (c == NULL) {
-        if (slot >= 0)
-            close(slot);
-        kpc_remote_failed(r, "connect", why);
-        return NULL;
-    }
     struct kpc_remote_conn *cn = calloc(1, sizeof *cn);
     if (cn == NULL) {
         if (slot >= 0)
             close(slot);
-        redisFree(c);
+        *why = "out of memory";
         return NULL;
     }
-    cn->c = c;
     cn->slot = slot;
+    bool ok;
+    if (pin) {
+        cn->pinned = true;
+        cn->at = *pin;
+        ok = (cn->c = kpc_remote_connect_to(r, pin, why)) != NULL;
+    } else { /* a server (or a cluster not known yet) is connected now, a cluster's node
+              * when a command names its key */
+        kpc_route none = {.slot = -1};
+        ok = kpc_remote_is_cluster(r) || kpc_remote_route_conn(r, cn, &none, why);
+    }
+    if (!ok) {
+        kpc_remote_conn_put(cn, true);
+        return NULL;
+    }
     return cn;
+}
+
+struct kpc_remote_conn *kpc_remote_conn_get(kpc_remote *r)
+{
+    const char *why = NULL;
+    struct kpc_remote_conn *cn = conn_open(r, slot_take(r), NULL, &why);
+    if (cn == NULL)
+        kpc_remote_failed(r, "connect", why);
+    return cn;
+}
+
+struct kpc_remote_conn *kpc_remote_conn_new(kpc_remote *r, const kpc_remote_addr *pin, const char **why)
+{
+    return conn_open(r, -1, pin, why);
+}
+
+void kpc_remote_close_context(redisContext *c, bool reset)
+{
+    if (c == NULL)
+        return;
+    if (reset && c->fd >= 0) { /* every reply read: nothing is lost by a reset */
+        struct linger now = {.l_onoff = 1, .l_linger = 0};
+        setsockopt(c->fd, SOL_SOCKET, SO_LINGER, &now, sizeof now);
+    }
+    pipe_guard g;
+    pipe_block(&g);
+    redisFree(c);
+    pipe_restore(&g);
 }
 
 void kpc_remote_conn_put(struct kpc_remote_conn *cn, bool broken)
 {
     if (cn == NULL)
         return;
-    if (!broken && cn->c->fd >= 0) { /* every reply read: nothing is lost by a reset */
-        struct linger now = {.l_onoff = 1, .l_linger = 0};
-        setsockopt(cn->c->fd, SOL_SOCKET, SO_LINGER, &now, sizeof now);
-    }
-    pipe_guard g;
-    pipe_block(&g);
-    redisFree(cn->c);
-    pipe_restore(&g);
+    kpc_remote_close_context(cn->c, !broken);
     if (cn->slot >= 0)
         close(cn->slot); /* after the connection: the next one may connect now */
     free(cn);

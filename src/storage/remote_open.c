@@ -6,7 +6,8 @@
  * Settings, read from the table (base/settings_table.h checks them; docs/cluster.md
  * says what they do): KPC_REMOTE_TIMEOUT_MS, KPC_REMOTE_LEASE_MS, KPC_REMOTE_BACKOFF_MS,
  * KPC_REMOTE_SECRET_FILE (remote_auth.c), KPC_REMOTE_TRUST, KPC_REMOTE_NAMESPACE,
- * KPC_REMOTE_TTL_S, KPC_BUILD_WAIT_MAX_MS (shared with the host index), KPC_HOST_ID.
+ * KPC_REMOTE_TTL_S, KPC_REMOTE_FAILOVER_MS, KPC_BUILD_WAIT_MAX_MS (shared with the host
+ * index), KPC_HOST_ID.
  */
 #define _GNU_SOURCE
 #include "storage/remote_private.h"
@@ -82,17 +83,16 @@ kpc_status kpc_remote_cluster_counters(kpc_remote *r, kpc_remote_counters *c)
 {
     memset(c, 0, sizeof *c);
     const char *why = NULL;
-    redisContext *rc = kpc_remote_connect(r, &why);
+    struct kpc_remote_conn *cn = kpc_remote_conn_new(r, NULL, &why);
     char name[KPC_REMOTE_NAME_MAX];
     stats_name(r, name, sizeof name);
     const char *argv[2] = {"HGETALL", name};
     size_t lens[2] = {7, strlen(name)};
-    redisReply *rep = rc ? kpc_remote_command(r, rc, 2, argv, lens, &why) : NULL;
+    redisReply *rep = cn ? kpc_remote_command(r, cn, 2, argv, lens, &why) : NULL;
     if (rep == NULL || rep->type != REDIS_REPLY_ARRAY) {
         if (rep)
             freeReplyObject(rep);
-        if (rc)
-            redisFree(rc);
+        kpc_remote_conn_put(cn, true);
         KPC_LOG(KPC_LOG_WARN, "remote tier %s: reading the cluster counters: %s", r->shown, why ? why : "bad reply");
         return KPC_E_UNAVAILABLE;
     }
@@ -101,7 +101,7 @@ kpc_status kpc_remote_cluster_counters(kpc_remote *r, kpc_remote_counters *c)
             if (rep->element[i]->type == REDIS_REPLY_STRING && strcmp(rep->element[i]->str, counter_names[k]) == 0)
                 counter_value(r, name, counter_names[k], rep->element[i + 1], counter_fields(c, k));
     freeReplyObject(rep);
-    redisFree(rc);
+    kpc_remote_conn_put(cn, false);
     return KPC_OK;
 }
 
@@ -118,22 +118,28 @@ static void flush_counters(kpc_remote *r)
                                                           * job exiting at once is a storm too */
     if (cn == NULL)
         return;
-    const char *why = NULL;
-    bool broken = false;
-    char name[KPC_REMOTE_NAME_MAX];
+    /* one script for every counter: one command per process on the hash's primary (a
+     * whole job exits at once), not one per counter */
+    static const char ADD_LUA[] = "for i = 1, #ARGV, 2 do redis.call('HINCRBY', KEYS[1], ARGV[i], ARGV[i + 1]) end\n"
+                                  "return 1\n";
+    const char *argv[4 + 2 * KPC_RC_COUNT] = {"EVAL", ADD_LUA, "1"};
+    size_t lens[4 + 2 * KPC_RC_COUNT] = {4, strlen(ADD_LUA), 1};
+    char name[KPC_REMOTE_NAME_MAX], num[KPC_RC_COUNT][24];
     stats_name(r, name, sizeof name);
-    for (int i = 0; i < KPC_RC_COUNT && !broken; i++) {
+    int n = 3;
+    argv[n] = name, lens[n++] = strlen(name);
+    for (int i = 0; i < KPC_RC_COUNT; i++) {
         if (v[i] == 0)
             continue;
-        char num[24];
-        snprintf(num, sizeof num, "%llu", (unsigned long long)v[i]);
-        const char *argv[4] = {"HINCRBY", name, counter_names[i], num};
-        size_t lens[4] = {7, strlen(name), strlen(counter_names[i]), strlen(num)};
-        redisReply *rep = kpc_remote_command(r, cn->c, 4, argv, lens, &why);
-        broken = rep == NULL;
-        if (rep)
-            freeReplyObject(rep);
+        snprintf(num[i], sizeof num[i], "%llu", (unsigned long long)v[i]);
+        argv[n] = counter_names[i], lens[n++] = strlen(counter_names[i]);
+        argv[n] = num[i], lens[n++] = strlen(num[i]);
     }
+    const char *why = NULL;
+    redisReply *rep = kpc_remote_command(r, cn, n, argv, lens, &why);
+    bool broken = rep == NULL;
+    if (rep)
+        freeReplyObject(rep);
     kpc_remote_conn_put(cn, broken);
 }
 
@@ -188,11 +194,14 @@ kpc_status kpc_remote_open(const char *url, kpc_remote **out)
     r->lease_ms = ms_setting(KPC_SET_REMOTE_LEASE_MS);
     r->backoff_ms = ms_setting(KPC_SET_REMOTE_BACKOFF_MS);
     r->wait_max_ms = ms_setting(KPC_SET_BUILD_WAIT_MAX_MS);
+    r->failover_ms = ms_setting(KPC_SET_REMOTE_FAILOVER_MS);
     r->ttl_ms = kpc__setting_number(KPC_SET_REMOTE_TTL_S) * 1000ull;
     read_namespace(r);
     if (s == KPC_OK)
         s = kpc_remote_auth_load(r, kpc__setting_raw(KPC_SET_REMOTE_SECRET_FILE));
     read_trust(r);
+    if (s == KPC_OK)
+        s = kpc_remote_slots_new(r);
     if (s != KPC_OK) {
         sodium_memzero(r, sizeof *r);
         free(r);
@@ -223,6 +232,7 @@ void kpc_remote_close(kpc_remote *r)
     if (r == NULL)
         return;
     flush_counters(r);
+    kpc_remote_slots_free(r);
     sodium_memzero(r, sizeof *r);
     free(r);
 }

@@ -2,6 +2,8 @@
  * remote_private.h - what the files of the cluster tier share (remote.h says what the
  * tier is): the handle, its counters, and the calls between its parts.
  *
+ *   remote_slots.c  where a command goes: the server, or a Redis Cluster's slot map,
+ *                   redirects (MOVED, ASK) and failovers
  *   remote_conn.c   connections: bounded connect and reply (hiredis timeouts), SIGPIPE,
  *                   the back-off, error replies said plainly, none kept while idle;
  *                   a record's value read straight into its own buffer
@@ -37,15 +39,29 @@ enum { KPC_RC_HITS, KPC_RC_MISSES, KPC_RC_BUILDS, KPC_RC_WAITS, KPC_RC_TAKEOVERS
 enum { KPC_RW_DOWN, KPC_RW_REFUSED, KPC_RW_UNAUTHENTICATED, KPC_RW_LEASE, KPC_RW_COUNT };
 
 struct kpc_remote_conn {
-    redisContext *c;
-    int slot; /* the host slot held while connected (remote_conn.c), or -1 */
+    redisContext *c;    /* NULL until a command needs it (on a cluster: its key's node) */
+    int slot;           /* the host slot held while connected (remote_conn.c), or -1 */
+    kpc_remote_addr at; /* the node c is connected to (host "": the Unix socket) */
+    bool pinned;        /* one node's connection (`kpc remote`): commands go there */
 };
+
+/* One command's way to its node (remote_slots.c): its key's slot, the redirects it
+ * followed, and how long it may still wait for a slot to settle or a failover. */
+typedef struct kpc_route {
+    int slot; /* -1: the command names no key */
+    int hops;
+    bool ask, asked;
+    kpc_remote_addr ask_to;
+    uint64_t retry_until, failover_until; /* CLOCK_MONOTONIC ns; 0: not yet */
+} kpc_route;
 
 struct kpc_remote {
     kpc_remote_url url;
     char shown[1600]; /* redacted URL */
     char host_id[320];
     unsigned timeout_ms, lease_ms, backoff_ms, wait_max_ms;
+    unsigned failover_ms;          /* KPC_REMOTE_FAILOVER_MS: a cluster's replica promoted */
+    struct kpc_remote_slots *slots; /* where commands go (remote_slots.c) */
     unsigned long long ttl_ms;   /* records expire unless used (0: never) */
     char ns[72];                 /* KPC_REMOTE_NAMESPACE */
     char prefix[160];            /* "<ns>:3:<group>:": every key of this group of hosts */
@@ -70,28 +86,55 @@ void kpc_remote_warn(kpc_remote *r, int kind, int later, const char *fmt, ...) _
 void kpc_remote_failed(kpc_remote *r, const char *what, const char *detail);
 bool kpc_remote_on(kpc_remote *r);
 void kpc_remote_sleep_ms(unsigned ms);
-/* A new connection for one call, made with one of the host's slots to this server held
- * (waiting a moment for one when all are taken); NULL after kpc_remote_failed. put
- * closes it (broken: it may be mid-reply) and frees the slot. */
+/* A connection for one call, made with one of the host's slots to this server (or
+ * cluster) held (waiting a moment for one when all are taken); NULL after
+ * kpc_remote_failed. Its commands go to their key's node (remote_slots.c). put closes
+ * it (broken: it may be mid-reply) and frees the slot. */
 struct kpc_remote_conn *kpc_remote_conn_get(kpc_remote *r);
 void kpc_remote_conn_put(struct kpc_remote_conn *cn, bool broken);
-/* A new connection, with no slot taken (NULL and *why on failure): conn_get holds one
- * around it; the cluster counters (`kpc stats`) and `kpc remote` take none. */
-redisContext *kpc_remote_connect(kpc_remote *r, const char **why);
+/* The same without a host slot, for `kpc stats`'s cluster counters and `kpc remote`:
+ * routed (pin NULL), or to the one node pin (connected now: NULL and *why when it
+ * cannot be). */
+struct kpc_remote_conn *kpc_remote_conn_new(kpc_remote *r, const kpc_remote_addr *pin, const char **why);
+/* A new connection to one node (port 0: the URL's Unix socket), AUTH and SELECT sent;
+ * NULL and *why on failure. close_context: reset (every reply read) or plain close. */
+redisContext *kpc_remote_connect_to(kpc_remote *r, const kpc_remote_addr *a, const char **why);
+void kpc_remote_close_context(redisContext *c, bool reset);
+/* One command on c as it is: the reply (errors included) or NULL. */
+redisReply *kpc_remote_raw_command(redisContext *c, int argc, const char **argv, const size_t *lens);
 /* One command; NULL and *why on a transport error or an error reply (said plainly:
- * a cluster redirect, a replica, a refused password). No command blocks on the server:
- * the socket's timeout (KPC_REMOTE_TIMEOUT_MS) is every reply's deadline. */
-redisReply *kpc_remote_command(kpc_remote *r, redisContext *c, int argc, const char **argv, const size_t *lens,
-                               const char **why);
+ * a redirect that could not be followed, a replica, a refused password). No command
+ * blocks on the server: the socket's timeout (KPC_REMOTE_TIMEOUT_MS) is every reply's
+ * deadline (on a cluster, a failover may add up to KPC_REMOTE_FAILOVER_MS). */
+redisReply *kpc_remote_command(kpc_remote *r, struct kpc_remote_conn *cn, int argc, const char **argv,
+                               const size_t *lens, const char **why);
 /* One command whose reply is a string or nil (GET, GETEX): 1 and the string in *out
  * (malloc'd, *len bytes; read straight into it: remote_conn.c), 0 for nil, -1 and *why on
  * a transport error, an error reply or a string over max bytes. */
-int kpc_remote_get_value(kpc_remote *r, redisContext *c, int argc, const char **argv, const size_t *lens,
-                         size_t max, char **out, size_t *len, const char **why);
+int kpc_remote_get_value(kpc_remote *r, struct kpc_remote_conn *cn, int argc, const char **argv,
+                         const size_t *lens, size_t max, char **out, size_t *len, const char **why);
 /* EVAL script with keys and args (strings; lens NULL: strlen). */
-redisReply *kpc_remote_eval(kpc_remote *r, redisContext *c, const char *script, int nkeys,
+redisReply *kpc_remote_eval(kpc_remote *r, struct kpc_remote_conn *cn, const char *script, int nkeys,
                             const char *const *keys, int nargs, const char *const *args, const size_t *arg_lens,
                             const char **why);
+
+/* ---- remote_slots.c ---- */
+kpc_status kpc_remote_slots_new(kpc_remote *r);
+void kpc_remote_slots_free(kpc_remote *r);
+/* A key's hash slot (CRC16 of its hash tag, modulo 16384). */
+unsigned kpc_remote_slot(const char *name, size_t len);
+/* Whether the tier has learned that it talks to a Redis Cluster. */
+bool kpc_remote_is_cluster(kpc_remote *r);
+/* A command's route, before its first try. */
+void kpc_remote_route_begin(kpc_route *rt, int argc, const char **argv, const size_t *lens);
+/* cn connected to the node the command goes to now: false and *why when it cannot be. */
+bool kpc_remote_route_conn(kpc_remote *r, struct kpc_remote_conn *cn, kpc_route *rt, const char **why);
+/* The command failed with the error reply err (NULL: no reply, or no connection): true
+ * when it should go again (a redirect followed, a slot settled, a failover done). */
+bool kpc_remote_reroute(kpc_remote *r, struct kpc_remote_conn *cn, kpc_route *rt, const char *err,
+                        const char **why);
+/* The primaries (every node that serves a slot), or the one server: malloc'd. */
+kpc_status kpc_remote_primaries(kpc_remote *r, kpc_remote_addr **out, int *count);
 
 /* ---- remote_auth.c ---- */
 /* Load KPC_REMOTE_SECRET_FILE ("NEW" or "NEW:OLD", each a file of any length of

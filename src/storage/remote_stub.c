@@ -117,9 +117,10 @@ kpc_status kpc_remote_clear(kpc_remote *r, uint64_t *removed)
     *removed = 0;
     return KPC_E_UNAVAILABLE;
 }
-kpc_status kpc_remote_server_info(kpc_remote *r, kpc_remote_server *out)
+kpc_status kpc_remote_server_info(kpc_remote *r, kpc_remote_server **out, int *count)
 {
     (void)r;
-    memset(out, 0, sizeof *out);
+    *out = NULL;
+    *count = 0;
     return KPC_E_UNAVAILABLE;
 }

@@ -42,6 +42,33 @@ static bool copy_part(char *dst, size_t cap, const char *s, size_t n)
     return true;
 }
 
+/* HOST[:PORT] or [IPv6][:PORT] in [p, end): NULL, or what is wrong with it. */
+static const char *parse_addr(const char *p, const char *end, kpc_remote_addr *a)
+{
+    a->port = REDIS_PORT;
+    const char *hend = end;
+    if (p < end && p[0] == '[') {
+        const char *rb = memchr(p, ']', (size_t)(end - p));
+        if (rb == NULL)
+            return "unterminated [IPv6 address]";
+        if (!copy_part(a->host, sizeof a->host, p + 1, (size_t)(rb - p - 1)))
+            return "host too long";
+        hend = rb + 1;
+        if (hend < end && (*hend != ':' || !parse_int(hend + 1, (size_t)(end - hend - 1), 1, 65535, &a->port)))
+            return "bad port";
+    } else {
+        const char *colon = memchr(p, ':', (size_t)(end - p));
+        if (colon) {
+            hend = colon;
+            if (!parse_int(colon + 1, (size_t)(end - colon - 1), 1, 65535, &a->port))
+                return "bad port";
+        }
+        if (!copy_part(a->host, sizeof a->host, p, (size_t)(hend - p)))
+            return "host too long";
+    }
+    return a->host[0] ? NULL : "no host";
+}
+
 kpc_status kpc_remote_url_parse_from(const char *from, const char *url, kpc_remote_url *u)
 {
     memset(u, 0, sizeof *u);
@@ -73,30 +100,19 @@ kpc_status kpc_remote_url_parse_from(const char *from, const char *url, kpc_remo
                 why = "empty password";
             p = at + 1;
         }
-        const char *hend = end;
-        if (why == NULL && p < end && p[0] == '[') { /* [IPv6]:port */
-            const char *rb = memchr(p, ']', (size_t)(end - p));
-            if (rb == NULL)
-                why = "unterminated [IPv6 address]";
-            else {
-                if (!copy_part(u->host, sizeof u->host, p + 1, (size_t)(rb - p - 1)))
-                    why = "host too long";
-                hend = rb + 1;
-                if (why == NULL && hend < end && (*hend != ':' || !parse_int(hend + 1, (size_t)(end - hend - 1), 1, 65535, &u->port)))
-                    why = "bad port";
-            }
-        } else if (why == NULL) {
-            const char *colon = memchr(p, ':', (size_t)(end - p));
-            if (colon) {
-                hend = colon;
-                if (!parse_int(colon + 1, (size_t)(end - colon - 1), 1, 65535, &u->port))
-                    why = "bad port";
-            }
-            if (why == NULL && !copy_part(u->host, sizeof u->host, p, (size_t)(hend - p)))
-                why = "host too long";
+        for (const char *q = p; why == NULL && q <= end; q++) {
+            const char *comma = memchr(q, ',', (size_t)(end - q));
+            const char *stop = comma ? comma : end;
+            if (u->seeds == KPC_REMOTE_SEEDS_MAX)
+                why = "more than 16 addresses";
+            else if ((why = parse_addr(q, stop, &u->seed[u->seeds])) == NULL || u->seed[u->seeds].host[0])
+                u->seeds++; /* a bad one with its host is shown in the message */
+            q = stop;
         }
-        if (why == NULL && u->host[0] == '\0')
-            why = "no host";
+        if (u->seeds) {
+            memcpy(u->host, u->seed[0].host, sizeof u->host);
+            u->port = u->seed[0].port;
+        }
         if (why == NULL && slash && slash[1] != '\0' && !parse_int(slash + 1, strlen(slash + 1), 0, 65535, &u->db))
             why = "the path must be a database number";
     } else
@@ -107,8 +123,8 @@ kpc_status kpc_remote_url_parse_from(const char *from, const char *url, kpc_remo
         if (url && strncmp(url, "redis", 5) == 0 && u->host[0])
             kpc_remote_url_redacted(&safe, shown, sizeof shown);
         /* never the URL itself: it may hold a password */
-        KPC_LOG(KPC_LOG_ERROR, "%s: %s%s%s (expected redis://[[USER]:PASSWORD@]HOST[:PORT][/DB] "
-                "or redis+unix:///path)", from, why, shown[0] ? " in " : "", shown);
+        KPC_LOG(KPC_LOG_ERROR, "%s: %s%s%s (expected redis://[[USER]:PASSWORD@]HOST[:PORT][/DB], HOST[:PORT] "
+                "one address or a comma list of seeds, or redis+unix:///path)", from, why, shown[0] ? " in " : "", shown);
         memset(u->password, 0, sizeof u->password);
         return KPC_E_INVALID;
     }
@@ -121,9 +137,15 @@ void kpc_remote_url_redacted(const kpc_remote_url *u, char *out, size_t cap)
         snprintf(out, cap, "redis+unix://%s?db=%d", u->unix_path, u->db);
         return;
     }
-    const char *v6 = strchr(u->host, ':') ? "[" : "";
-    snprintf(out, cap, "redis://%s%s%s%s%s:%d/%d", u->user, u->password[0] ? ":***@" : "", v6, u->host,
-             v6[0] ? "]" : "", u->port, u->db);
+    size_t n = (size_t)snprintf(out, cap, "redis://%s%s", u->user, u->password[0] ? ":***@" : "");
+    for (int i = 0; i < (u->seeds ? u->seeds : 1) && n < cap; i++) {
+        const kpc_remote_addr *a = u->seeds ? &u->seed[i] : &(kpc_remote_addr){.port = u->port};
+        const char *host = u->seeds ? a->host : u->host;
+        const char *v6 = strchr(host, ':') ? "[" : "";
+        n += (size_t)snprintf(out + n, cap - n, "%s%s%s%s:%d", i ? "," : "", v6, host, v6[0] ? "]" : "", a->port);
+    }
+    if (n < cap)
+        snprintf(out + n, cap - n, "/%d", u->db);
 }
 
 

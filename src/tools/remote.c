@@ -58,18 +58,31 @@ static void ls_row(const char *name, uint64_t size, long long ttl_ms, long long 
 
 static int stats(kpc_tool *t, kpc_remote *r)
 {
-    kpc_remote_server sv;
+    kpc_remote_server *node = NULL;
+    int nodes = 0;
     kpc_remote_counters c;
-    if (kpc_remote_server_info(r, &sv) != KPC_OK || kpc_remote_cluster_counters(r, &c) != KPC_OK) {
+    if (kpc_remote_server_info(r, &node, &nodes) != KPC_OK || kpc_remote_cluster_counters(r, &c) != KPC_OK) {
         fprintf(stderr, "kpc remote stats: %s cannot be asked (see the message above)\n", kpc_remote_describe(r));
+        free(node);
         return KPC_TOOL_FAIL;
     }
+    /* the whole: sums over the primaries (one server: its own figures) */
+    kpc_remote_server sv = node[0];
+    for (int i = 1; i < nodes; i++) {
+        sv.keys += node[i].keys, sv.used_memory += node[i].used_memory, sv.maxmemory += node[i].maxmemory;
+        sv.connected_clients += node[i].connected_clients, sv.maxclients += node[i].maxclients;
+    }
+    /* allkeys-lru on every primary: every key kpc writes may go (a record is rebuilt once),
+     * and a volatile-* policy cannot evict records that never expire (KPC_REMOTE_TTL_S=0) */
+    bool advise = false;
+    for (int i = 0; i < nodes; i++)
+        advise |= !node[i].maxmemory || strncmp(node[i].policy, "allkeys-", 8) != 0;
     if (t->prometheus) {
         /* cluster-wide: one host's collector is enough (docs/manual.md, "Metrics") */
         const char *labels[] = {"remote", kpc_remote_describe(r), "prefix", kpc_remote_prefix(r), NULL};
         const kpc_tool_metric m[] = {
-            {"kpc_remote_records", false, "Records of this group in the Redis.", sv.keys},
-            {"kpc_remote_memory_used_bytes", false, "Memory the Redis uses (all its keys).", sv.used_memory},
+            {"kpc_remote_records", false, "Records of this group in the Redis (all primaries).", sv.keys},
+            {"kpc_remote_memory_used_bytes", false, "Memory the Redis uses (all its keys, all primaries).", sv.used_memory},
             {"kpc_remote_memory_limit_bytes", false, "The Redis's maxmemory (0: no limit).", sv.maxmemory},
             {"kpc_remote_clients", false, "Clients connected to the Redis.", sv.connected_clients},
             {"kpc_remote_clients_limit", false, "The Redis's maxclients.", sv.maxclients},
@@ -83,6 +96,7 @@ static int stats(kpc_tool *t, kpc_remote *r)
             {"kpc_remote_wait_timeouts_total", true, "Waits that ran out of time, cluster-wide.", c.wait_timeouts},
             {"kpc_remote_unserved_total", true, "Requests the tier did not serve (no secret, no trust), cluster-wide.",
              c.unserved}};
+        free(node);
         return kpc_tool_prometheus(labels, m, sizeof m / sizeof m[0]);
     }
     if (t->json) {
@@ -100,6 +114,18 @@ static int stats(kpc_tool *t, kpc_remote *r)
             {"wait_timeouts", c.wait_timeouts}, {"unserved", c.unserved}};
         for (size_t i = 0; i < sizeof f / sizeof f[0]; i++)
             cJSON_AddNumberToObject(o, f[i].k, (double)f[i].v);
+        cJSON *list = cJSON_AddArrayToObject(o, "primaries");
+        for (int i = 0; i < nodes; i++) {
+            cJSON *p = cJSON_CreateObject();
+            cJSON_AddStringToObject(p, "node", node[i].node);
+            cJSON_AddNumberToObject(p, "records", (double)node[i].keys);
+            cJSON_AddNumberToObject(p, "used_memory", (double)node[i].used_memory);
+            cJSON_AddNumberToObject(p, "maxmemory", (double)node[i].maxmemory);
+            cJSON_AddStringToObject(p, "maxmemory_policy", node[i].policy);
+            cJSON_AddNumberToObject(p, "connected_clients", (double)node[i].connected_clients);
+            cJSON_AddItemToArray(list, p);
+        }
+        free(node);
         return kpc_tool_print_json(o);
     }
     char used[16], max[16];
@@ -110,16 +136,22 @@ static int stats(kpc_tool *t, kpc_remote *r)
            kpc_remote_describe(r), sv.version, kpc_remote_prefix(r), (unsigned long long)sv.keys,
            kpc_remote_trust(r), used, sv.maxmemory ? max : "no limit", sv.policy,
            (unsigned long long)sv.connected_clients, (unsigned long long)sv.maxclients);
+    for (int i = 0; nodes > 1 && i < nodes; i++) {
+        kpc_tool_human(used, sizeof used, node[i].used_memory);
+        kpc_tool_human(max, sizeof max, node[i].maxmemory);
+        printf("primary        %s: %llu records, memory %s of %s (maxmemory-policy %s), %llu clients\n",
+               node[i].node, (unsigned long long)node[i].keys, used, node[i].maxmemory ? max : "no limit",
+               node[i].policy, (unsigned long long)node[i].connected_clients);
+    }
     printf("cluster-wide   hits %llu, misses %llu, builds %llu, waits %llu, takeovers %llu, errors %llu, "
            "refused %llu, wait timeouts %llu, unserved %llu\n",
            (unsigned long long)c.hits, (unsigned long long)c.misses, (unsigned long long)c.builds,
            (unsigned long long)c.waits, (unsigned long long)c.takeovers, (unsigned long long)c.errors,
            (unsigned long long)c.refused, (unsigned long long)c.wait_timeouts, (unsigned long long)c.unserved);
-    /* allkeys-lru: every key kpc writes may go (a record is rebuilt once), and a volatile-*
-     * policy cannot evict records that never expire (KPC_REMOTE_TTL_S=0) */
-    if (!sv.maxmemory || strncmp(sv.policy, "allkeys-", 8) != 0)
+    if (advise)
         printf("note           set maxmemory and maxmemory-policy allkeys-lru "
                "(docs/cluster.md, Setting up the Redis server)\n");
+    free(node);
     return KPC_TOOL_OK;
 }
 

@@ -7,6 +7,7 @@
 #include <errno.h>
 #include <ftw.h>
 #include <stdarg.h>
+#include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -184,6 +185,31 @@ kpc_context *bn_context(kpc_cache *c)
     if (s != KPC_OK)
         bn_die("kpc_context_create_for_target(%s): %s", bn_target(), kpc_status_str(s));
     return ctx;
+}
+
+kpc_cache *bn_rank_open(const _Atomic int *go, const char *url, kpc_context **ctx)
+{
+    while (!atomic_load(go))
+        usleep(100);
+    kpc_config cfg = {.struct_size = sizeof cfg, .remote = url};
+    kpc_cache *c = NULL;
+    *ctx = NULL;
+    if (kpc_cache_open(&cfg, &c) != KPC_OK)
+        return NULL;
+    if (kpc_context_create_for_target(c, bn_target(), ctx) != KPC_OK) {
+        kpc_cache_close(c);
+        return NULL;
+    }
+    return c;
+}
+
+uint64_t bn_rank_close(kpc_cache *c, kpc_context *ctx)
+{
+    kpc_stats st;
+    kpc_stats_get(c, &st);
+    kpc_context_destroy(ctx);
+    kpc_cache_close(c);
+    return st.builds;
 }
 
 size_t bn_get(kpc_context *ctx, const kpc_source *src)

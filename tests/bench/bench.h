@@ -60,6 +60,12 @@ void bn_rm_rf(const char *path);
 kpc_cache *bn_open(const char *dir, unsigned flags, size_t shm_entries);
 /* A compile-only context for bn_target(); exits on failure. */
 kpc_context *bn_context(kpc_cache *c);
+/* A rank of a cluster storm, once *go is set (the release of every rank at once): a cache
+ * of the environment's directory with the remote tier of url, and a context for
+ * bn_target() in *ctx; NULL when either fails (the rank fails: no exit, it may be one of
+ * many). bn_rank_close: its builds, the context and cache closed. */
+kpc_cache *bn_rank_open(const _Atomic int *go, const char *url, kpc_context **ctx);
+uint64_t bn_rank_close(kpc_cache *c, kpc_context *ctx);
 /* The compile target of the benchmarks: $KPC_BENCH_TARGET, else gfx90a on the AMD
  * platform and sm_90 on the NVIDIA one. */
 const char *bn_target(void);

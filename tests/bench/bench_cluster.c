@@ -105,13 +105,9 @@ static long long redis_ask(const char *cmd, const char *info_field)
 static int storm_rank(int host, int proc, void *arg)
 {
     storm_shared *s = arg;
-    while (!atomic_load(&s->go))
-        usleep(100);
-    kpc_config cfg = {.struct_size = sizeof cfg, .remote = s->remote};
-    kpc_cache *cache = NULL;
-    kpc_context *ctx = NULL;
-    if (kpc_cache_open(&cfg, &cache) != KPC_OK ||
-        kpc_context_create_for_target(cache, bn_target(), &ctx) != KPC_OK)
+    kpc_context *ctx;
+    kpc_cache *cache = bn_rank_open(&s->go, s->remote, &ctx);
+    if (cache == NULL)
         return 1;
     int bad = 0;
     kpc_source *srcs = calloc((size_t)K, sizeof *srcs);
@@ -129,11 +125,7 @@ static int storm_rank(int host, int proc, void *arg)
     }
     free(srcs);
     free(progs);
-    kpc_stats st;
-    kpc_stats_get(cache, &st);
-    s->builds[host * s->procs + proc] = st.builds;
-    kpc_context_destroy(ctx);
-    kpc_cache_close(cache);
+    s->builds[host * s->procs + proc] = bn_rank_close(cache, ctx);
     return bad ? 1 : 0;
 }
 
@@ -433,11 +425,8 @@ int main(int argc, char **argv)
     /* the hosts share a secret, as a site runs the tier */
     char *secret_dir = bn_tmpdir();
     char secret[4200];
-    snprintf(secret, sizeof secret, "%.*s/secret", (int)(strrchr(secret_dir, '/') - secret_dir), secret_dir);
-    FILE *f = fopen(secret, "w");
-    if (f == NULL || fputs("the bench's cluster secret\n", f) < 0 || fclose(f) != 0)
+    if (!tc_secret_file(secret_dir, secret, sizeof secret))
         bn_die("writing %s failed", secret);
-    chmod(secret, 0600);
     setenv("KPC_REMOTE_SECRET_FILE", secret, 1);
     sources = calloc((size_t)K, sizeof *sources);
     for (int i = 0; i < K; i++)

@@ -30,6 +30,11 @@ set_tests_properties(test_remote_trust PROPERTIES RUN_SERIAL TRUE)
 kpc_check_test(test_remote_spread LABELS remote TIMEOUT 600 SOURCES cluster_support.c remote_storm.c)
 target_link_libraries(test_remote_spread PRIVATE PkgConfig::HIREDIS)
 set_tests_properties(test_remote_spread PROPERTIES RUN_SERIAL TRUE)
+# a real Redis Cluster of 6 nodes on loopback ports (test_redis_cluster.c): the storm, a
+# reshard and a primary killed mid-storm, `kpc remote` across the primaries
+kpc_check_test(test_redis_cluster LABELS remote TIMEOUT 600 SOURCES cluster_support.c cluster_redis.c remote_storm.c)
+target_link_libraries(test_redis_cluster PRIVATE PkgConfig::HIREDIS)
+set_tests_properties(test_redis_cluster PROPERTIES RUN_SERIAL TRUE)
 # the unit case (all of test_remote) again, labelled "threads" (a lease's renewal thread, the waiters) so that
 # CI runs it under TSan too
 get_test_property(test_remote ENVIRONMENT KPC_REMOTE_TEST_ENV)
