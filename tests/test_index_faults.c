@@ -17,6 +17,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/mman.h>
+#include <sys/mount.h>
 #include <sys/stat.h>
 #include <sys/wait.h>
 #include <time.h>
@@ -25,6 +26,7 @@
 
 #include "hold_support.h"
 #include "index_support.h"
+#include "private_mounts.h"
 
 /* Reap p within secs seconds; past that, kill it and fail: a hang is a failure. */
 static int reap_within(pid_t p, double secs, const char *who)
@@ -412,6 +414,47 @@ START_TEST(stopped_builder_waiters_give_up)
 }
 END_TEST
 
+/* A /dev/shm without room for the host index (a tmpfs of 1 MiB; the segment is 8 MiB):
+ * every process's index is off (disk only, logged) and its requests are coordinated with
+ * no other process's, the documented fallback (docs/design.md, "Levels fail soft"), and
+ * nothing worse. Exactly: a process asking while another's compile of the same source is
+ * in flight (held open) compiles it too, without waiting; a process after them reads it
+ * from the disk. */
+START_TEST(full_dev_shm_costs_the_coordination)
+{
+    char why[512];
+    if (tm_private_mounts("/dev/shm", why, sizeof why) != 0) {
+        ts_skip("%s", why);
+        return;
+    }
+    ck_assert_int_eq(mount("tmpfs", "/dev/shm", "tmpfs", MS_NOSUID | MS_NODEV, "mode=1777,size=1m"), 0);
+    ck_assert_int_eq(mkdir(dir, 0700), 0); /* the log file lies beside it */
+    const char *codes[] = {ts_kernel_source(17)};
+    char *log_file = scratch_file("full.log");
+    storm_arg a = {.nsrc = 1, .codes = codes, .log_file = log_file};
+    ts_hold_arm();
+    pid_t first = spawn(storm_child, 0, &a);
+    ck_assert_int_eq(ts_hold_await(120), first);
+    /* with an index the second would wait for the first, held: it finishes on its own */
+    assert_exited_0(reap(spawn(storm_child, 1, &a)), "a process beside a compile in flight");
+    ts_hold_release();
+    assert_exited_0(reap(first), "the first process");
+    assert_exited_0(reap(spawn(storm_child, 2, &a)), "a process after them");
+    ts_hold_remove();
+    assert_same_objects(3, 1, -1);
+    ck_assert_uint_eq(sh->builds[0] + sh->builds[1] + sh->builds[2], 2);
+    ck_assert_uint_eq(sh->builds[2], 0);
+    ck_assert_uint_eq(sh->disk_hits[2], 1);
+    ck_assert_uint_eq(sh->waits[0] + sh->waits[1] + sh->waits[2], 0);
+    char *text = read_text(log_file);
+    ck_assert_msg(count_of(text, "No space left on device") == 3 &&
+                  count_of(text, "the host index is off for this process: disk only") == 3,
+                  "each process logs the full /dev/shm and its fallback once:\n%s", text);
+    free(text);
+    free(log_file);
+}
+END_TEST
+
 int main(void)
 {
     const TTest *tests[] = {damaged_lock_word_falls_back_to_disk,
@@ -420,6 +463,6 @@ int main(void)
                             truncated_segment_attached_processes_fall_back,
                             dead_builders_evicted_from_full_table, stale_temp_segments_swept,
                             fork_child_using_parent_cache_refused, stopped_builder_waiters_give_up,
-                            NULL};
+                            full_dev_shm_costs_the_coordination, NULL};
     return index_main("faults", 120, tests);
 }
