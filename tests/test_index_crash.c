@@ -45,6 +45,8 @@ START_TEST(builder_killed_mid_compile_is_taken_over)
     ck_assert_msg(victim > 0, "no process ever compiled the source");
     ck_assert_msg(kpc_index_test_builders(ix, builder, 4) == 1 && builder[0] == victim,
                   "the held compile's process %d is not the index's one builder", (int)victim);
+    /* the next compile, the heir's, is held too: its claim stays in sight until seen */
+    ts_hold_arm();
     double t_kill = now_s();
     ck_assert_int_eq(kill(victim, SIGKILL), 0);
     /* a waiter must notice within a liveness slice (200 ms): see it claim the build. The
@@ -57,6 +59,7 @@ START_TEST(builder_killed_mid_compile_is_taken_over)
         else
             sleep_ms(2);
     }
+    ts_hold_release();
     ck_assert_msg(t_claim > 0 && t_claim - t_kill < 5.0, "no waiter took the build over within 5 s (%.2f s)",
                   t_claim > 0 ? t_claim - t_kill : -1.0);
 
