@@ -10,11 +10,14 @@
 # appeared in /tmp (kpc-*) and /dev/shm during the run counts. Ends with one verdict line
 # over everything, which CI reads:
 #   kpc tests: 590 passed, 9 skipped, 0 failed (plain, asan+ubsan, tsan, nvidia: skipped, comgr, fuzz)
-# preceded by one line per skip with its reason. A skip is a test case that printed
-# "CASE: skipped: REASON", a test that CTest reports skipped (it printed "skipped: REASON"),
-# or a pass that could not run here; a skip that names no reason is a failure. Counted
-# are the cases of the Check tests (what Check ran, less the skipped ones) and each
-# other test as one. Exits non-zero if anything failed.
+# preceded by a line of each pass's wall and CPU seconds and one line per skip with its
+# reason. The passes run in two lanes side by side (asan beside the others, in order;
+# each pass's output is printed whole when it ends), since the suites mostly wait on the
+# processes they start: KPC_TEST_LANES=1 runs them one after another.
+# A skip is a test case that printed "CASE: skipped: REASON", a test that CTest reports
+# skipped (it printed "skipped: REASON"), or a pass that could not run here; a skip that
+# names no reason is a failure. Counted are the cases of the Check tests (what Check ran,
+# less the skipped ones) and each other test as one. Exits non-zero if anything failed.
 #
 # Adding a pass: write pass_NAME (build what it needs, then run_ctest DIR [ctest args], or
 # skip_pass "why") and add NAME to `passes` below.
@@ -24,7 +27,7 @@
 #   -h, --help  this text; runs nothing
 # environment: KPC_TEST_PASSES="plain tsan" runs only those passes (the verdict names
 # what ran); KPC_LEAK_CHECK=1 turns LeakSanitizer on in the asan pass; KPC_FUZZ_SECONDS
-# the seconds per fuzz target (default 15).
+# the seconds per fuzz target (default 15); KPC_TEST_LANES=1 one pass at a time.
 set -uo pipefail
 cd "$(dirname "$0")/.."
 root=$PWD
@@ -262,9 +265,58 @@ pass_fuzz() {
   fi
 }
 
-for current in "${passes[@]}"; do
-  "pass_$current"
+# ---- the passes, in lanes ----------------------------------------------------------------
+# Lanes run side by side, each its passes in order: the suites spend most of their time
+# waiting (on the processes they start, on Redis, on lease and lock timeouts), so the
+# longest pass, asan, runs in a lane of its own beside the others. KPC_TEST_LANES=1: every pass in one lane, in order.
+# A pass's output is printed whole when it ends; its counts are merged below in the
+# order of `passes`, with its wall and CPU seconds.
+children_cpu() { # cpu_s: user + sys seconds of this shell's waited-for children so far
+  local f=$logs/times.$BASHPID
+  times >"$f" # a builtin: this shell's, not a subshell's
+  cpu_s=$(tail -n 1 "$f" | awk '{ s = 0; for (i = 1; i <= 2; i++) { split($i, t, /[ms]/); s += t[1] * 60 + t[2] }
+                                  printf "%.0f", s }')
+  rm -f "$f"
+}
+run_pass() { # run_pass PASS, in a subshell: its output and counts under $logs
+  current=$1
+  total_passed=0 total_failed=0 total_skipped=0 summary=() skips=()
+  local start=$SECONDS cpu_s cpu0
+  children_cpu; cpu0=$cpu_s
+  "pass_$current" >"$logs/pass-$current.out" 2>&1
+  children_cpu
+  { echo "$total_passed $total_failed $total_skipped $((SECONDS - start)) $((cpu_s - cpu0))"
+    ((${#summary[@]} == 0)) || printf 'S%s\n' "${summary[@]}"
+    ((${#skips[@]} == 0)) || printf 'K%s\n' "${skips[@]}"; } >"$logs/pass-$current.counts"
+  flock "$logs/print.lock" cat "$logs/pass-$current.out" # whole, one pass at a time
+}
+lanes=(); alone=asan
+if [ "${KPC_TEST_LANES:-2}" -gt 1 ] && [[ " ${passes[*]} " == *" $alone "* ]] && ((${#passes[@]} > 1)); then
+  lanes=("$alone" "$(printf '%s\n' "${passes[@]}" | grep -vx "$alone" | tr '\n' ' ')")
+else
+  lanes=("${passes[*]}")
+fi
+run_start=$SECONDS
+for lane in "${lanes[@]}"; do
+  echo "== running: $lane"
+  ( for p in $lane; do run_pass "$p"; done ) &
 done
+wait
+timing=()
+for current in "${passes[@]}"; do
+  counts=$logs/pass-$current.counts
+  if [ ! -f "$counts" ]; then
+    total_failed=$((total_failed + 1)); summary+=("${pass_title[$current]}: did not finish"); continue
+  fi
+  { read -r p f k secs cpu
+    total_passed=$((total_passed + p)) total_failed=$((total_failed + f)) total_skipped=$((total_skipped + k))
+    timing+=("${pass_title[$current]} ${secs} s (CPU ${cpu} s)")
+    while IFS= read -r line; do
+      case $line in S*) summary+=("${line#S}") ;; K*) skips+=("${line#K}") ;; esac
+    done; } <"$counts"
+  rm -f "$counts" "$logs/pass-$current.out"
+done
+rm -f "$logs/print.lock"
 
 # ---- what the run left behind ----------------------------------------------------------
 left=()
@@ -297,6 +349,7 @@ if ((${#left[@]})); then
 fi
 
 echo
+echo "time: $(IFS=,; echo "${timing[*]}" | sed 's/,/, /g'); all $((SECONDS - run_start)) s in ${#lanes[@]} lane(s)"
 ((${#skips[@]})) && printf '%s\n' "${skips[@]}"
 verdict=$(IFS=,; echo "${summary[*]}" | sed 's/,/, /g')
 echo "kpc tests: $total_passed passed, $total_skipped skipped, $total_failed failed ($verdict)"

@@ -215,13 +215,24 @@ int tc_silent_listener(int *port)
     return fd; /* the kernel completes the handshakes; no one ever reads */
 }
 
+/* A host index of the default capacity (65536 entries) is 8392960 bytes: 9 MiB with room. */
+#define SEGMENT_MIB 9
+
 /* Give this process a host of its own: a mount namespace with a private tmpfs on
- * /dev/shm (its own host index). 0, or -1 with the reason in why. */
-static int enter_host(char *why, size_t cap)
+ * /dev/shm (its own host index) for `procs` ranks. Its size is what the index needs when
+ * every rank opens the cache at once: each creator allocates the whole segment under a
+ * temporary name before one of them links it (docs/design.md, "Creating, attaching,
+ * validating"), so room for one segment per rank, and one more. A smaller /dev/shm turns
+ * the index off in the ranks that find no room (disk only, uncoordinated: more builds),
+ * which test_index_faults' full_dev_shm_costs_the_coordination asserts on its own.
+ * 0, or -1 with the reason in why. */
+static int enter_host(int procs, char *why, size_t cap)
 {
     if (tm_private_mounts("/dev/shm", why, cap) != 0)
         return -1;
-    if (mount("tmpfs", "/dev/shm", "tmpfs", MS_NOSUID | MS_NODEV, "mode=1777,size=64m") != 0) {
+    char opts[64];
+    snprintf(opts, sizeof opts, "mode=1777,size=%dm", (procs + 1) * SEGMENT_MIB);
+    if (mount("tmpfs", "/dev/shm", "tmpfs", MS_NOSUID | MS_NODEV, opts) != 0) {
         snprintf(why, cap, "mount -t tmpfs on /dev/shm: %s", strerror(errno));
         return -1;
     }
@@ -243,7 +254,7 @@ bool tc_hosts_possible(void)
     if (pid == 0) {
         close(fds[0]);
         char why[512];
-        if (enter_host(why, sizeof why) == 0)
+        if (enter_host(1, why, sizeof why) == 0)
             _exit(0);
         ssize_t n = write(fds[1], why, strlen(why));
         _exit(n < 0 ? 2 : 1);
@@ -285,7 +296,7 @@ void *tc_shared(size_t size)
 static int host_main(int host, int procs, const char *base, bool shared_dir, tc_rank_fn fn, void *arg)
 {
     char why[512];
-    if (enter_host(why, sizeof why) != 0) {
+    if (enter_host(procs, why, sizeof why) != 0) {
         fprintf(stderr, "simulated host %d: %s\n", host, why);
         return procs;
     }

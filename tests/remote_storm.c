@@ -93,8 +93,6 @@ storm *rs_fake_storm(int procs, int k, int slow_ms)
 
 char *rs_source(const storm *s, int i)
 {
-    if (s->real && s->slow)
-        return ts_slow_source(12);
     char *buf = malloc(640);
     if (s->real)
         snprintf(buf, 640,

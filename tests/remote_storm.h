@@ -31,7 +31,6 @@ typedef struct storm {
     int procs, k;
     int slow_ms;       /* fake compiles sleep this long */
     bool real;         /* real hipRTC sources */
-    bool slow;         /* real: ts_slow_source(12), ~1 s or more to compile */
     bool failing;      /* sources that fail to compile */
     bool same_order;   /* every rank asks in the same order (else each from its own start) */
     bool batch;        /* one kpc_program_get_many for the K sources (else K kpc_program_get) */

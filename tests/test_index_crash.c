@@ -22,33 +22,31 @@
 #include <unistd.h>
 #include <xxhash.h>
 
+#include "hold_support.h"
 #include "index_support.h"
 
 START_TEST(builder_killed_mid_compile_is_taken_over)
 {
     enum { N = 6 };
-    char *slow = ts_slow_source(16); /* about 1 s of hipRTC here */
-    const char *codes[] = {slow};
+    /* the builder's compile is held open (tests/hold_support.h): the kill lands mid-compile
+     * however fast the compiler is (NVRTC takes tens of milliseconds for a source that
+     * hipRTC takes a second for) */
+    const char *codes[] = {ts_kernel_source(16)};
     precreate(0);
     kpc_index *ix = observe();
     storm_arg a = {.nproc = N, .nsrc = 1, .codes = codes};
+    ts_hold_arm();
     pid_t pids[N];
     for (int i = 0; i < N; i++)
         pids[i] = spawn(storm_child, i, &a);
 
-    /* wait for the one builder, let its compile get under way, kill it */
-    pid_t builder[4], victim = 0;
-    double deadline = now_s() + 120;
-    while (victim == 0 && now_s() < deadline) {
-        if (kpc_index_test_builders(ix, builder, 4) == 1)
-            victim = builder[0];
-        else
-            sleep_ms(2);
-    }
-    ck_assert_msg(victim > 0, "no process ever claimed the build");
-    sleep_ms(300);
+    /* the one builder's compiler has returned, its result held from kpc: kill it there */
+    pid_t builder[4], victim = ts_hold_await(120);
+    ck_assert_msg(victim > 0, "no process ever compiled the source");
     ck_assert_msg(kpc_index_test_builders(ix, builder, 4) == 1 && builder[0] == victim,
-                  "the build ended (or changed hands) before the kill: the source is too fast");
+                  "the held compile's process %d is not the index's one builder", (int)victim);
+    /* the next compile, the heir's, is held too: its claim stays in sight until seen */
+    ts_hold_arm();
     double t_kill = now_s();
     ck_assert_int_eq(kill(victim, SIGKILL), 0);
     /* a waiter must notice within a liveness slice (200 ms): see it claim the build. The
@@ -61,6 +59,7 @@ START_TEST(builder_killed_mid_compile_is_taken_over)
         else
             sleep_ms(2);
     }
+    ts_hold_release();
     ck_assert_msg(t_claim > 0 && t_claim - t_kill < 5.0, "no waiter took the build over within 5 s (%.2f s)",
                   t_claim > 0 ? t_claim - t_kill : -1.0);
 
@@ -91,7 +90,7 @@ START_TEST(builder_killed_mid_compile_is_taken_over)
     ck_assert_uint_eq(st.host_builds, 1);
     ck_assert_uint_eq(st.entries, 1);
     ck_assert(check);
-    free(slow);
+    ts_hold_remove();
 }
 END_TEST
 

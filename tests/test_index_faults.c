@@ -17,13 +17,16 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/mman.h>
+#include <sys/mount.h>
 #include <sys/stat.h>
 #include <sys/wait.h>
 #include <time.h>
 #include <unistd.h>
 #include <xxhash.h>
 
+#include "hold_support.h"
 #include "index_support.h"
+#include "private_mounts.h"
 
 /* Reap p within secs seconds; past that, kill it and fail: a hang is a failure. */
 static int reap_within(pid_t p, double secs, const char *who)
@@ -368,20 +371,19 @@ START_TEST(fork_child_using_parent_cache_refused)
 END_TEST
 
 /* a builder stopped (SIGSTOP) in the middle of a real compile is not waited for
- * past KPC_BUILD_WAIT_MAX_MS: the waiters build for themselves, counted. */
+ * past KPC_BUILD_WAIT_MAX_MS: the waiters build for themselves, counted. The compile is
+ * held open (tests/hold_support.h), so the stop lands in it however fast the compiler. */
 START_TEST(stopped_builder_waiters_give_up)
 {
     enum { N = 2 };
-    char *slow = ts_slow_source(16);
-    const char *codes[] = {slow};
+    const char *codes[] = {ts_kernel_source(16)};
     precreate(0);
     kpc_index *ix = observe();
     storm_arg a = {.nsrc = 1, .codes = codes};
+    ts_hold_arm();
     pid_t builder = spawn(storm_child, N, &a);
     pid_t b[4];
-    double deadline = now_s() + 60;
-    while (kpc_index_test_builders(ix, b, 4) != 1 && now_s() < deadline)
-        sleep_ms(2);
+    ck_assert_int_eq(ts_hold_await(60), builder);
     ck_assert_msg(kpc_index_test_builders(ix, b, 4) == 1 && b[0] == builder, "the builder never claimed");
     ck_assert_int_eq(kill(builder, SIGSTOP), 0);
     setenv("KPC_BUILD_WAIT_MAX_MS", "300", 1);
@@ -408,7 +410,48 @@ START_TEST(stopped_builder_waiters_give_up)
     free(out);
     kill(builder, SIGKILL);
     reap(builder);
-    free(slow);
+    ts_hold_remove();
+}
+END_TEST
+
+/* A /dev/shm without room for the host index (a tmpfs of 1 MiB; the segment is 8 MiB):
+ * every process's index is off (disk only, logged) and its requests are coordinated with
+ * no other process's, the documented fallback (docs/design.md, "Levels fail soft"), and
+ * nothing worse. Exactly: a process asking while another's compile of the same source is
+ * in flight (held open) compiles it too, without waiting; a process after them reads it
+ * from the disk. */
+START_TEST(full_dev_shm_costs_the_coordination)
+{
+    char why[512];
+    if (tm_private_mounts("/dev/shm", why, sizeof why) != 0) {
+        ts_skip("%s", why);
+        return;
+    }
+    ck_assert_int_eq(mount("tmpfs", "/dev/shm", "tmpfs", MS_NOSUID | MS_NODEV, "mode=1777,size=1m"), 0);
+    ck_assert_int_eq(mkdir(dir, 0700), 0); /* the log file lies beside it */
+    const char *codes[] = {ts_kernel_source(17)};
+    char *log_file = scratch_file("full.log");
+    storm_arg a = {.nsrc = 1, .codes = codes, .log_file = log_file};
+    ts_hold_arm();
+    pid_t first = spawn(storm_child, 0, &a);
+    ck_assert_int_eq(ts_hold_await(120), first);
+    /* with an index the second would wait for the first, held: it finishes on its own */
+    assert_exited_0(reap(spawn(storm_child, 1, &a)), "a process beside a compile in flight");
+    ts_hold_release();
+    assert_exited_0(reap(first), "the first process");
+    assert_exited_0(reap(spawn(storm_child, 2, &a)), "a process after them");
+    ts_hold_remove();
+    assert_same_objects(3, 1, -1);
+    ck_assert_uint_eq(sh->builds[0] + sh->builds[1] + sh->builds[2], 2);
+    ck_assert_uint_eq(sh->builds[2], 0);
+    ck_assert_uint_eq(sh->disk_hits[2], 1);
+    ck_assert_uint_eq(sh->waits[0] + sh->waits[1] + sh->waits[2], 0);
+    char *text = read_text(log_file);
+    ck_assert_msg(count_of(text, "No space left on device") == 3 &&
+                  count_of(text, "the host index is off for this process: disk only") == 3,
+                  "each process logs the full /dev/shm and its fallback once:\n%s", text);
+    free(text);
+    free(log_file);
 }
 END_TEST
 
@@ -420,6 +463,6 @@ int main(void)
                             truncated_segment_attached_processes_fall_back,
                             dead_builders_evicted_from_full_table, stale_temp_segments_swept,
                             fork_child_using_parent_cache_refused, stopped_builder_waiters_give_up,
-                            NULL};
+                            full_dev_shm_costs_the_coordination, NULL};
     return index_main("faults", 120, tests);
 }

@@ -210,7 +210,7 @@ START_TEST(docs_name_no_variable_outside_the_table)
 {
     static const char *const harness[] = {"KPC_CHAOS_SECONDS", "KPC_CHAOS_PROCS", "KPC_CHAOS_SOURCES",
                                           "KPC_FUZZ_SECONDS", "KPC_BENCH_ROWS", "KPC_BENCH_TMP",
-                                          "KPC_GPU_DEBS", "KPC_SANITIZE", NULL};
+                                          "KPC_GPU_DEBS", "KPC_SANITIZE", "KPC_TEST_LANES", NULL};
     static const char *const files[] = {"docs/man/kpc.1.scd", "docs/man/kpc.3.scd", "docs/man/kpc-shm-reset.1.scd",
                                         "docs/manual.md", "docs/design.md", "docs/cluster.md",
                                         "docs/platforms.md", "README.md", NULL};

@@ -20,6 +20,7 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "hold_support.h"
 #include "tool_support.h"
 
 /* Build sources in this process (a fresh cache handle; shm_entries as given). */
@@ -108,9 +109,11 @@ START_TEST(stats_json_has_the_right_numbers)
 }
 END_TEST
 
-/* Two processes want one slow source (one builds, one waits); then a builder is killed
- * mid-compile and the next process takes its build over. */
-static int get_slow(int kernels)
+/* Two processes want one source (one builds, one waits); then a builder is killed
+ * mid-compile and the next process takes its build over. Each builder's compile is held
+ * open (tests/hold_support.h) until the test has seen what it waits for: a waiter, a kill,
+ * however fast the compiler is. */
+static int get_source(int i)
 {
     kpc_config cfg = {.struct_size = sizeof cfg, .cache_dir = dir};
     kpc_cache *c = NULL;
@@ -119,27 +122,22 @@ static int get_slow(int kernels)
     kpc_context *ctx = NULL;
     if (kpc_context_create_for_target(c, ts_target(), &ctx) != KPC_OK)
         return 11;
-    char *code = ts_slow_source(kernels);
-    kpc_source src = ts_src(code, "slow.hip");
+    kpc_source src = ts_src(ts_kernel_source(i), "held.hip");
     kpc_program *p = NULL;
     kpc_status s = kpc_program_get(ctx, &src, &p);
     kpc_program_release(p);
-    free(code);
     kpc_context_destroy(ctx);
     kpc_cache_close(c);
     return s == KPC_OK ? 0 : 12;
 }
 
-static pid_t spawn_slow(int kernels, unsigned delay_ms)
+static pid_t spawn_get(int i)
 {
     fflush(NULL);
     pid_t pid = fork();
     ck_assert_int_ge(pid, 0);
-    if (pid == 0) {
-        struct timespec t = {0, (long)delay_ms * 1000000L};
-        nanosleep(&t, NULL);
-        _exit(get_slow(kernels));
-    }
+    if (pid == 0)
+        _exit(get_source(i));
     return pid;
 }
 
@@ -151,33 +149,43 @@ static int reap(pid_t pid)
     return WIFEXITED(st) ? WEXITSTATUS(st) : 128 + WTERMSIG(st);
 }
 
+/* The host index's counters once the cache's segment exists (a child made it). */
+static kpc_index_counters counters(kpc_index **ix)
+{
+    char root[4096];
+    if (*ix == NULL && realpath(dir, root))
+        kpc_index_open_existing(root, ix);
+    kpc_index_counters ic = {0};
+    if (*ix)
+        kpc_index_counters_get(*ix, &ic);
+    return ic;
+}
+
 START_TEST(stats_json_counts_waits_and_takeovers)
 {
     /* this process never loads the compiler: every compile runs in a fresh child */
-    pid_t a = spawn_slow(6, 0), b = spawn_slow(6, 100);
+    kpc_index *ix = NULL;
+    ts_hold_arm();
+    pid_t a = spawn_get(6);
+    ck_assert_int_eq(ts_hold_await(120), a);
+    pid_t b = spawn_get(6);
+    for (int i = 0; i < 12000 && counters(&ix).waits < 1; i++) /* until b waits on a */
+        usleep(10000);
+    ck_assert_uint_eq(counters(&ix).waits, 1);
+    ts_hold_release();
     ck_assert_int_eq(reap(a), 0);
     ck_assert_int_eq(reap(b), 0);
-    /* the builder of a second source dies once it holds the slot */
-    pid_t victim = spawn_slow(12, 0);
-    char root[4096];
-    kpc_index *ix = NULL;
-    for (int i = 0; i < 500; i++) { /* until its lookup (the claim) is counted */
-        if (ix == NULL && realpath(dir, root))
-            kpc_index_open_existing(root, &ix);
-        kpc_index_counters ic = {0};
-        if (ix)
-            kpc_index_counters_get(ix, &ic);
-        if (ic.lookups == 3)
-            break;
-        usleep(10000);
-    }
-    ck_assert_ptr_nonnull(ix);
-    usleep(200000); /* well into its compile */
+    /* the builder of a second source dies in its compile */
+    ts_hold_arm();
+    pid_t victim = spawn_get(12);
+    ck_assert_int_eq(ts_hold_await(120), victim);
+    ck_assert_uint_eq(counters(&ix).lookups, 3); /* its claim */
     kill(victim, SIGKILL);
     ck_assert_int_eq(reap(victim), 128 + SIGKILL);
-    pid_t heir = spawn_slow(12, 0);
+    pid_t heir = spawn_get(12);
     ck_assert_int_eq(reap(heir), 0);
     kpc_index_close(ix);
+    ts_hold_remove();
 
     cJSON *j = stats_json();
     const struct {
