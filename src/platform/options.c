@@ -134,9 +134,13 @@ static bool matches(const row *r, const char *const *opts, size_t n, size_t i, c
                     size_t *used)
 {
     const char *o = opts[i];
-    size_t len = strlen(r->spelling);
     *value = NULL;
     *used = 1;
+    /* every spelling is at least "-x" and o starts with '-': most rows differ here, and
+     * are refused without a strlen (the request reads its options on every hit) */
+    if (o[1] != r->spelling[1])
+        return false;
+    size_t len = strlen(r->spelling);
     if (strncmp(o, r->spelling, len) != 0)
         return false;
     switch (r->form) {
