@@ -34,7 +34,8 @@ typedef struct row {
 struct kpc_option_table {
     const char *name;
     bool source_dir_searched;
-    const row *rows; /* ended by a NULL spelling; the rows that name paths come first */
+    const row *rows; /* ended by a NULL spelling; the rows that name paths come first,
+                        then the target's, in one block */
 };
 
 #define KEY(s) {s, PREFIX, KPC_OPTION_KEY, 0}
@@ -210,12 +211,15 @@ bool kpc_option_sets_target(const char *opt)
     const char *const opts[] = {opt};
     const char *value;
     size_t used;
-    for (const row *r = hiprtc_rows; opt[0] == '-' && r->spelling; r++)
-        if (r->cls == KPC_OPTION_TARGET && matches(r, opts, 1, 0, &value, &used))
-            return true;
-    for (const row *r = nvrtc_rows; opt[0] == '-' && r->spelling; r++)
-        if (r->cls == KPC_OPTION_TARGET && matches(r, opts, 1, 0, &value, &used))
-            return true;
+    for (int t = 0; t < 2 && opt[0] == '-'; t++) {
+        const row *r = t == 0 ? hiprtc_rows : nvrtc_rows;
+        while (r->spelling && r->cls != KPC_OPTION_TARGET)
+            r++;
+        /* the target's rows are one block (see the tables): past it, no row names it */
+        for (; r->spelling && r->cls == KPC_OPTION_TARGET; r++)
+            if (matches(r, opts, 1, 0, &value, &used))
+                return true;
+    }
     return false;
 }
 
