@@ -91,6 +91,10 @@ static kpc_status read_options(const kpc_option_table *t, const kpc_source *src,
     *relative = *no_source_dir = false;
     size_t next = 0; /* the next option that is not the value of the one before */
     for (size_t i = 0; i < src->num_options; i++) {
+        if (i >= next && !kpc_option_may_name_path_or_target(src->options[i])) {
+            req->keyed++; /* -D..., -O3, -std=...: no row to walk */
+            continue;
+        }
         if (kpc_option_sets_target(src->options[i])) {
             KPC_LOG(KPC_LOG_ERROR, "kpc_program_get: option \"%s\" sets the target; the context "
                     "decides it", src->options[i]);
