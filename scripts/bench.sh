@@ -26,7 +26,10 @@
 #
 # What the full run runs (medians over repeated runs, warm-up excluded; see each
 # program's header comment for its method):
-#   bench_hit                      1  in-memory hit, 1 KB .. 256 KB; 1 .. nproc threads
+#   bench_hit                      1  in-memory hit, 1 KB .. 256 KB; 1 .. nproc threads; the
+#                                     4 KB hit beside its own floor (XXH3-128 of the request
+#                                     + the map's lookup, same process: goal 1.1x) and T
+#                                     threads on one program beside one thread (goal 1.2x)
 #   bench_xproc                    2  cross-process warm hit vs the real compile; the same
 #                                     hit from the shared tier (KPC_SHARED_DIR)
 #   bench_storm --procs 2,8,32,64  3  cold storm, K = 16: kpc (3 runs each), no-shm and
@@ -48,7 +51,9 @@
 #                                     Cluster: builds, wall against its bound, per node
 #                                     commands, bytes, peak clients (root)
 #   bench_manifest                 7  the hit of a source with 50 included files (in-memory
-#                                     and new process) beside the same headers in memory
+#                                     and new process) beside the same headers in memory;
+#                                     the new-process hit beside the no-include hit + the
+#                                     floor (50 fstatat in a fresh process; goal + 15 us)
 #   bench_comgr --procs 8          10 kpc beside comgr's own cache (plain hipRTC with it on):
 #                                     warm requests in a new process and in-process, 8
 #                                     processes x 4 kernels cold, the disk each keeps

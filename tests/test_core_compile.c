@@ -1,7 +1,8 @@
 /*
  * test_core_compile.c - the core library through real compiles: the
  * compile path (targets, options, headers, name expressions, lowered names, logs), the
- * key over every input (and a miss's reuse of the hit path's key), the compiler identity.
+ * key over every input (and the working directory in it only where it counts), the
+ * compiler identity.
  */
 #define _GNU_SOURCE
 #include "support.h"
@@ -13,6 +14,7 @@
 #include <string.h>
 #include <sys/stat.h>
 
+#include "core/request.h"
 #include "core_support.h"
 
 START_TEST(compiles_real_code_objects)
@@ -221,29 +223,30 @@ START_TEST(key_covers_every_input)
 }
 END_TEST
 
-/* A miss takes the key its hit path computed without the working directory only where
- * the directory does not count: a request with a relative -I gets a key of its own. */
-START_TEST(key_after_no_cwd_only_where_the_directory_does_not_count)
+/* The request path computes its key once, the working directory given or not: the key
+ * of a request read (kpc_key_compute_read) is the bytes kpc_key_compute gives, with the
+ * directory's digest exactly where it counts (a relative -I), never elsewhere. */
+START_TEST(key_read_once_holds_the_directory_only_where_it_counts)
 {
-    uint8_t id[16] = {1};
+    uint8_t id[16] = {1}, cwd[16];
     kpc_key_prefix pre;
     kpc_key_prefix_init(&pre, id, "amd", "gfx90a");
+    kpc_key_cwd(cwd);
     const char *abs[] = {"-I/abs/headers"}, *rel[] = {"-I./headers"};
     kpc_source s = ts_src("#include \"h.h\"\ncode", "n.hip");
-    kpc_key no_cwd, full, after, marker;
-    memset(marker.bytes, 0xa5, sizeof marker.bytes);
+    kpc_key without, with, full;
     s.options = abs, s.num_options = 1;
-    ck_assert(kpc_key_compute_no_cwd(&pre, &s, &no_cwd));
-    kpc_key_compute_prefixed(&pre, &s, &full);
-    ck_assert_mem_eq(no_cwd.bytes, full.bytes, 16); /* what the reuse rests on */
-    kpc_key_compute_after_no_cwd(&pre, &s, &marker, &after);
-    ck_assert_mem_eq(after.bytes, marker.bytes, 16); /* taken, not hashed again */
+    ck_assert(!kpc_request_needs_cwd(&s, pre.options));
+    kpc_key_compute_read(&pre, &s, NULL, &without);
+    kpc_key_compute(id, "amd", "gfx90a", &s, &full);
+    ck_assert_mem_eq(without.bytes, full.bytes, 16);
     s.options = rel;
-    ck_assert(kpc_key_compute_no_cwd(&pre, &s, &no_cwd));
-    kpc_key_compute_prefixed(&pre, &s, &full);
-    ck_assert(memcmp(no_cwd.bytes, full.bytes, 16) != 0); /* the directory counts */
-    kpc_key_compute_after_no_cwd(&pre, &s, &no_cwd, &after);
-    ck_assert_mem_eq(after.bytes, full.bytes, 16);
+    ck_assert(kpc_request_needs_cwd(&s, pre.options));
+    kpc_key_compute_read(&pre, &s, NULL, &without);
+    kpc_key_compute_read(&pre, &s, cwd, &with);
+    kpc_key_compute(id, "amd", "gfx90a", &s, &full);
+    ck_assert(memcmp(without.bytes, full.bytes, 16) != 0); /* the directory counts */
+    ck_assert_mem_eq(with.bytes, full.bytes, 16);
 }
 END_TEST
 
@@ -312,7 +315,7 @@ int main(void)
     const TTest *tests[] = {compiles_real_code_objects, memory_hit_returns_the_same_program,
                             options_and_headers_change_the_object, lowered_names_of_templates,
                             compile_error_gives_the_log, key_covers_every_input,
-                            key_after_no_cwd_only_where_the_directory_does_not_count,
+                            key_read_once_holds_the_directory_only_where_it_counts,
 #ifndef KPC_PLATFORM_NVIDIA
                             identity_is_real,
 #endif

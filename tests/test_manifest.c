@@ -8,6 +8,7 @@
  */
 #define _GNU_SOURCE
 #include "core/manifest.h"
+#include "core/request.h"
 #include "support.h"
 
 #include <fcntl.h>
@@ -335,28 +336,28 @@ START_TEST(needs_cwd)
         kpc_source s = ts_src("x", "k.hip");
         s.options = cases[i].opts;
         s.num_options = cases[i].n;
-        ck_assert_msg(kpc_manifest_needs_cwd(&s, kpc_options_for("amd")) == cases[i].want, "case %zu", i);
+        ck_assert_msg(kpc_request_needs_cwd(&s, kpc_options_for("amd")) == cases[i].want, "case %zu", i);
     }
     /* NVRTC searches the source's directory: a relative name counts, unless told not to
      * or the texts include nothing */
     kpc_source s = ts_src("x", "k.cu");
     const kpc_option_table *nv = kpc_options_for("nvidia");
-    ck_assert(!kpc_manifest_needs_cwd(&s, nv));
+    ck_assert(!kpc_request_needs_cwd(&s, nv));
     s = ts_src("#include \"h.h\"\nx", "k.cu");
-    ck_assert(!kpc_manifest_needs_cwd(&s, kpc_options_for("amd")));
-    ck_assert(kpc_manifest_needs_cwd(&s, nv));
+    ck_assert(!kpc_request_needs_cwd(&s, kpc_options_for("amd")));
+    ck_assert(kpc_request_needs_cwd(&s, nv));
     const char *hs[] = {"#include \"g.h\"\n"}, *hn[] = {"h.h"};
     kpc_source sh = ts_src("x", "k.cu");
     sh.header_sources = hs;
     sh.header_names = hn;
     sh.num_headers = 1;
-    ck_assert(kpc_manifest_needs_cwd(&sh, nv));
+    ck_assert(kpc_request_needs_cwd(&sh, nv));
     const char *nsi[] = {"--no-source-include"};
     s.options = nsi;
     s.num_options = 1;
-    ck_assert(!kpc_manifest_needs_cwd(&s, nv));
+    ck_assert(!kpc_request_needs_cwd(&s, nv));
     s = ts_src("#include \"h.h\"\nx", "/abs/k.cu");
-    ck_assert(!kpc_manifest_needs_cwd(&s, nv));
+    ck_assert(!kpc_request_needs_cwd(&s, nv));
 }
 END_TEST
 

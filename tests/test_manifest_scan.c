@@ -1,8 +1,8 @@
 /*
  * test_manifest_scan.c - how the platforms learn the files a compile read: the
  * make-format dependency file clang writes (parsed, and filtered by the AMD platform) and
- * the include scan NVRTC needs (it has no dependency output). What is then recorded and
- * checked: test_manifest.c.
+ * the include scan NVRTC needs (it has no dependency output), and the option rows those
+ * rest on (read on every request). What is then recorded and checked: test_manifest.c.
  */
 #define _GNU_SOURCE
 #ifndef KPC_PLATFORM_NVIDIA
@@ -10,6 +10,7 @@
 #endif
 #include "platform/depfile.h"
 #include "platform/include_scan.h"
+#include "platform/options.h"
 #include "manifest_support.h"
 #include "support.h"
 
@@ -159,6 +160,52 @@ START_TEST(include_scan)
 }
 END_TEST
 
+/* ---- the option rows, read on every request ----------------------------------------- */
+/* The request asks every option whether it may name a path or the target before walking
+ * a row (a look-up of its second byte): every spelling of a path or target row of either
+ * table still gets its class, and options of no such row are answered at once. */
+START_TEST(option_rows_read_on_their_second_byte)
+{
+    static const char *const targets[] = {"-march=gfx90a", "-mcpu=gfx90a", "--offload-arch=gfx90a",
+                                          "--amdgpu-target=gfx90a", "-arch", "-arch=sm_80",
+                                          "--gpu-architecture=sm_80", "--gpu-architecture"};
+    for (size_t i = 0; i < sizeof targets / sizeof targets[0]; i++)
+        ck_assert_msg(kpc_option_sets_target(targets[i]), "%s", targets[i]);
+    static const char *const others[] = {"-DN=4", "-std=c++17", "-O3", "-mtune=native", "-I/x", "-w",
+                                         "-fgpu-rdc", "x", "-"};
+    for (size_t i = 0; i < sizeof others / sizeof others[0]; i++)
+        ck_assert_msg(!kpc_option_sets_target(others[i]), "%s", others[i]);
+    const kpc_option_table *amd = kpc_options_for("amd"), *nv = kpc_options_for("nvidia");
+    static const struct {
+        const char *opt[2];
+        bool nvidia;
+        enum kpc_option_class cls;
+        const char *value;
+        size_t used;
+    } cases[] = {
+        {{"-I./inc", NULL}, false, KPC_OPTION_SEARCH_DIR, "./inc", 1},
+        {{"-iquote", "q"}, false, KPC_OPTION_SEARCH_DIR, "q", 2},
+        {{"-cxx-isystem", "c"}, false, KPC_OPTION_SEARCH_DIR, "c", 2},
+        {{"--include-path=p", NULL}, false, KPC_OPTION_SEARCH_DIR, "p", 1},
+        {{"-include", "f.h"}, false, KPC_OPTION_READ_FILE, "f.h", 2},
+        {{"--sysroot=/r", NULL}, false, KPC_OPTION_PATH, "/r", 1},
+        {{"-no-source-include", NULL}, true, KPC_OPTION_NO_SOURCE_DIR, NULL, 1},
+        {{"-DX=1", NULL}, false, KPC_OPTION_OTHER, NULL, 1},
+        {{"-std=c++17", NULL}, true, KPC_OPTION_OTHER, NULL, 1},
+    };
+    for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+        kpc_option o;
+        size_t n = cases[i].opt[1] ? 2 : 1;
+        kpc_option_classify_path(cases[i].nvidia ? nv : amd, cases[i].opt, n, 0, &o);
+        ck_assert_msg(o.cls == cases[i].cls && o.used == cases[i].used, "case %zu: class %d", i, (int)o.cls);
+        if (cases[i].value)
+            ck_assert_str_eq(o.value, cases[i].value);
+        else
+            ck_assert_ptr_null(o.value);
+    }
+}
+END_TEST
+
 
 static Suite *suite(void)
 {
@@ -168,6 +215,7 @@ static Suite *suite(void)
     tcase_add_test(tc, depfile_real_shape);
     tcase_add_test(tc, depfile_escapes);
     tcase_add_test(tc, include_scan);
+    tcase_add_test(tc, option_rows_read_on_their_second_byte);
     suite_add_tcase(s, tc);
     return s;
 }

@@ -54,7 +54,7 @@
 enum item_state { ITEM_TODO, ITEM_DONE, ITEM_PENDING, ITEM_REPEAT };
 
 typedef struct item {
-    kpc_key key;
+    kpc_normalized_request req;      /* read once: its key is the map's and the index's */
     enum item_state state;
     size_t first;         /* ITEM_REPEAT: the index of the key's first occurrence */
     kpc_map_entry *entry; /* ITEM_PENDING: the map entry this call holds */
@@ -76,7 +76,7 @@ typedef struct batch {
 /* Publish a resolved item to the map (kpc_request_publish) and keep the caller's reference. */
 static void settle(batch *b, item *it, kpc_map_entry *entry, kpc_status s, kpc_program *prog, char *log)
 {
-    kpc_request_publish(b->ctx, &it->key, entry, s, prog, log);
+    kpc_request_publish(b->ctx, &it->req.key, entry, s, prog, log);
     it->state = ITEM_DONE;
     it->status = s;
     it->prog = s == KPC_OK ? prog : NULL;
@@ -88,7 +88,7 @@ static void pass1(batch *b, size_t i)
     item *it = &b->items[i];
     kpc_map_entry *entry;
     kpc_program *prog = NULL;
-    kpc_status s = kpc_request_acquire(b->ctx, &it->key, &prog, &entry);
+    kpc_status s = kpc_request_acquire(b->ctx, &it->req.key, &prog, &entry);
     if (s != KPC_E_NOT_FOUND) { /* a hit, or another thread's build that we waited for */
         it->state = ITEM_DONE;
         it->status = s;
@@ -99,7 +99,7 @@ static void pass1(batch *b, size_t i)
     }
     char *log = NULL;
     bool busy = false;
-    s = kpc_resolve_miss_nowait(b->ctx, &it->key, &b->srcs[i], &prog, &log, &busy, &it->held);
+    s = kpc_resolve_miss_nowait(b->ctx, &it->req, &prog, &log, &busy, &it->held);
     if (busy) {
         it->state = ITEM_PENDING;
         it->entry = entry;
@@ -113,8 +113,8 @@ static void pass2(batch *b, size_t i)
     item *it = &b->items[i];
     kpc_program *prog = NULL;
     char *log = NULL;
-    kpc_status s = kpc_claim_held(&it->held) ? kpc_resolve_held(b->ctx, &it->key, &b->srcs[i], &it->held, &prog, &log)
-                                             : kpc_resolve_miss(b->ctx, &it->key, &b->srcs[i], &prog, &log);
+    kpc_status s = kpc_claim_held(&it->held) ? kpc_resolve_held(b->ctx, &it->req, &it->held, &prog, &log)
+                                             : kpc_resolve_miss(b->ctx, &it->req, &prog, &log);
     settle(b, it, it->entry, s, prog, log);
 }
 
@@ -168,7 +168,7 @@ static int key_order(const void *x, const void *y, void *arg)
 {
     const item *items = arg;
     size_t a = *(const size_t *)x, c = *(const size_t *)y;
-    int r = memcmp(items[a].key.bytes, items[c].key.bytes, 16);
+    int r = memcmp(items[a].req.key.bytes, items[c].req.key.bytes, 16);
     return r ? r : (a > c) - (a < c); /* the first occurrence sorts first */
 }
 
@@ -185,7 +185,7 @@ static kpc_status mark_repeats(item *items, size_t n)
     qsort_r(order, m, sizeof *order, key_order, items);
     for (size_t k = 1; k < m; k++) {
         item *prev = &items[order[k - 1]], *cur = &items[order[k]];
-        if (memcmp(prev->key.bytes, cur->key.bytes, 16) == 0) {
+        if (memcmp(prev->req.key.bytes, cur->req.key.bytes, 16) == 0) {
             cur->state = ITEM_REPEAT;
             cur->first = prev->state == ITEM_REPEAT ? prev->first : order[k - 1];
         }
@@ -224,11 +224,9 @@ kpc_status kpc_program_get_many(kpc_context *ctx, const kpc_source *srcs, size_t
         return KPC_E_NOMEM;
     for (size_t i = 0; i < n; i++) {
         item *it = &b.items[i];
-        it->status = kpc_request_check_source(&srcs[i]);
+        it->status = kpc_request_read(ctx, &srcs[i], &it->req);
         if (it->status != KPC_OK)
             it->state = ITEM_DONE; /* only this request fails */
-        else
-            kpc_request_key(ctx, &srcs[i], NULL, &it->key);
     }
     if (mark_repeats(b.items, n) != KPC_OK) {
         free(b.items);

@@ -20,16 +20,16 @@
  * the serialization's cost (bench_hit --breakdown: kpc_key_compute of a 1 KB source
  * went from the hash of its bytes + ~80 ns to + ~35 ns). The bytes hashed are the same.
  *
- * The working directory (its path's XXH3-128) enters the key (field 'W') only where the outcome may depend on
- * it: an option names a relative include path or file (core/manifest.h says which), or,
- * under NVRTC, which searches the source's own directory, the source's name is relative.
- * A request without either pays a scan of its options' first bytes and no system call.
+ * The working directory (its path's XXH3-128) enters the key (field 'W') only where the
+ * outcome may depend on it: reading the request decides that (core/request.h,
+ * kpc_request_needs_cwd) and hands the digest in; the key only writes it. A request
+ * that does not depend on it pays no system call.
  * The files a compile reads are not in the key: a manifest under the key lists them
  * (core/manifest.h).
  */
 #define _GNU_SOURCE /* PATH_MAX */
 #include "core/key.h"
-#include "core/manifest.h"
+#include "core/request.h" /* kpc_request_needs_cwd: the key of a request not read by it */
 
 #include <limits.h>
 #include <stdlib.h>
@@ -50,20 +50,14 @@
  * of -3 under a key of a request with -I was built without a manifest: never reached) */
 #define KEY_FORMAT "kpc-key-4"
 
-/* Whether the request's outcome may depend on the working directory; if so, *cwd gets
- * the XXH3-128 of its path (all zeros when it cannot be read: such a request's relative
- * files are never recorded, so its outcome is not cached: core/manifest.h). Out of line:
- * the path's buffer stays off the stack of every other request. */
-static __attribute__((noinline)) bool key_cwd(const kpc_source *src, const kpc_option_table *options,
-                                              uint8_t cwd[16])
+void kpc_key_cwd(uint8_t cwd[16])
 {
-    if (!kpc_manifest_needs_cwd(src, options))
-        return false;
+    /* all zeros when it cannot be read: such a request's relative files are never
+     * recorded, so its outcome is not cached (core/manifest.h) */
     char buf[PATH_MAX];
     memset(cwd, 0, 16);
     if (getcwd(buf, sizeof buf))
         XXH128_canonicalFromHash((XXH128_canonical_t *)cwd, XXH3_128bits(buf, strlen(buf)));
-    return true;
 }
 
 #define KEY_BUF 1024 /* the small fields of a request that is hashed in one shot */
@@ -156,9 +150,12 @@ void kpc_key_prefix_init(kpc_key_prefix *pre, const uint8_t compiler_id[16], con
                          const char *target)
 {
     pre->options = kpc_options_for(platform);
+    memcpy(pre->compiler_id, compiler_id, 16);
+    pre->platform = platform;
+    pre->target = target;
     size_t need = 9 + strlen(KEY_FORMAT) + 9 + strlen(platform) + 9 + 16 + 9 + strlen(target);
     if (need > sizeof pre->bytes) {
-        pre->len = SIZE_MAX; /* kpc_key_compute_prefixed cannot use it: never for real names */
+        pre->len = SIZE_MAX; /* the serializer writes them: never for real names */
         return;
     }
     uint8_t *p = pre->bytes;
@@ -167,14 +164,11 @@ void kpc_key_prefix_init(kpc_key_prefix *pre, const uint8_t compiler_id[16], con
     p = w_put(p, 'C', compiler_id, 16);
     p = w_str(p, 'T', target);
     pre->len = (size_t)(p - pre->bytes);
-    memcpy(pre->compiler_id, compiler_id, 16);
-    pre->platform = platform;
-    pre->target = target;
 }
 
 /* The whole serialization through the serializer, which streams when it overflows. */
 static void compute_slow(const uint8_t compiler_id[16], const char *platform, const char *target,
-                         const kpc_source *src, kpc_key *out)
+                         const kpc_source *src, const uint8_t *cwd, kpc_key *out)
 {
     serializer z;
     z.n = 0;
@@ -196,37 +190,23 @@ static void compute_slow(const uint8_t compiler_id[16], const char *platform, co
     head(&z, 'e', src->num_name_expressions); /* a count: the head alone */
     for (size_t i = 0; i < src->num_name_expressions; i++)
         put_str(&z, 'E', src->name_expressions[i]);
-    uint8_t cwd[16];
-    if (key_cwd(src, kpc_options_for(platform), cwd))
-        put(&z, 'W', cwd, sizeof cwd);
+    if (cwd)
+        put(&z, 'W', cwd, 16);
     XXH128_hash_t h = z.streaming ? XXH3_128bits_digest(&z.st) : XXH3_128bits(z.buf, z.n);
     XXH128_canonicalFromHash((XXH128_canonical_t *)out->bytes, h);
 }
 
-/* with_cwd < 0: decide (the option scan of kpc_manifest_needs_cwd); 0: the key of the
- * request as if it did not depend on the working directory (no scan, no system call).
- * no_cwd, when not NULL, is that key, already computed: it is the answer wherever the
- * scan finds that the directory does not count. False when that key cannot be had on
- * the fast path (the request is too large). */
-static bool compute_prefixed(const kpc_key_prefix *pre, const kpc_source *src, int with_cwd_wanted,
-                             const kpc_key *no_cwd, kpc_key *out)
+void kpc_key_compute_read(const kpc_key_prefix *pre, const kpc_source *src, const uint8_t *cwd, kpc_key *out)
 {
     /* the size of what follows the prefix; a request that would not fit takes the
      * serializer (one strlen more per small field than the fast path: only there) */
     if (pre->len > KEY_BUF) {
-        if (with_cwd_wanted == 0)
-            return false;
-        compute_slow(pre->compiler_id, pre->platform, pre->target, src, out);
-        return true;
+        compute_slow(pre->compiler_id, pre->platform, pre->target, src, cwd, out);
+        return;
     }
-    uint8_t cwd[16];
-    bool with_cwd = with_cwd_wanted != 0 && key_cwd(src, pre->options, cwd);
-    if (!with_cwd && no_cwd) {
-        *out = *no_cwd;
-        return true;
-    }
+    bool with_cwd = cwd != NULL;
     size_t need = pre->len + 9 + 9 + (src->name ? strlen(src->name) : 0) + 9 + 16 + 9 + 9 +
-                  (with_cwd ? 9 + sizeof cwd : 0);
+                  (with_cwd ? 9 + 16 : 0);
     /* the options' lengths, measured once (a hit with 8 options spent a third of its
      * option cost measuring them twice) */
     size_t olen[KEY_OPTS];
@@ -241,10 +221,8 @@ static bool compute_prefixed(const kpc_key_prefix *pre, const kpc_source *src, i
     for (size_t i = 0; i < src->num_name_expressions && need <= KEY_BUF; i++)
         need += 9 + strlen(src->name_expressions[i]);
     if (need > KEY_BUF) {
-        if (with_cwd_wanted == 0)
-            return false;
-        compute_slow(pre->compiler_id, pre->platform, pre->target, src, out);
-        return true;
+        compute_slow(pre->compiler_id, pre->platform, pre->target, src, cwd, out);
+        return;
     }
     uint8_t buf[KEY_BUF], *p = buf;
     memcpy(p, pre->bytes, pre->len);
@@ -263,26 +241,18 @@ static bool compute_prefixed(const kpc_key_prefix *pre, const kpc_source *src, i
     for (size_t i = 0; i < src->num_name_expressions; i++)
         p = w_str(p, 'E', src->name_expressions[i]);
     if (with_cwd)
-        p = w_put(p, 'W', cwd, sizeof cwd);
+        p = w_put(p, 'W', cwd, 16);
     XXH128_canonicalFromHash((XXH128_canonical_t *)out->bytes, XXH3_128bits(buf, (size_t)(p - buf)));
-    return true;
 }
 
 kpc_status kpc_key_compute_prefixed(const kpc_key_prefix *pre, const kpc_source *src, kpc_key *out)
 {
-    compute_prefixed(pre, src, -1, NULL, out);
+    uint8_t cwd[16];
+    bool with_cwd = kpc_request_needs_cwd(src, pre->options);
+    if (with_cwd)
+        kpc_key_cwd(cwd);
+    kpc_key_compute_read(pre, src, with_cwd ? cwd : NULL, out);
     return KPC_OK;
-}
-
-void kpc_key_compute_after_no_cwd(const kpc_key_prefix *pre, const kpc_source *src, const kpc_key *no_cwd,
-                                  kpc_key *out)
-{
-    compute_prefixed(pre, src, -1, no_cwd, out);
-}
-
-bool kpc_key_compute_no_cwd(const kpc_key_prefix *pre, const kpc_source *src, kpc_key *out)
-{
-    return pre->len != SIZE_MAX && compute_prefixed(pre, src, 0, NULL, out);
 }
 
 kpc_status kpc_key_compute(const uint8_t compiler_id[16], const char *platform, const char *target,
@@ -290,11 +260,7 @@ kpc_status kpc_key_compute(const uint8_t compiler_id[16], const char *platform, 
 {
     kpc_key_prefix pre;
     kpc_key_prefix_init(&pre, compiler_id, platform, target);
-    if (pre.len == SIZE_MAX)
-        compute_slow(compiler_id, platform, target, src, out);
-    else
-        kpc_key_compute_prefixed(&pre, src, out);
-    return KPC_OK;
+    return kpc_key_compute_prefixed(&pre, src, out);
 }
 
 void kpc_key_identity(const kpc_platform *pf, const uint8_t compiler_id[16], uint8_t key_id[16])

@@ -10,11 +10,8 @@
 
 void kpc_key_hex(const kpc_key *key, char out[KPC_KEY_HEX]);
 bool kpc_key_parse(const char *hex, kpc_key *out);
-/* The key of a source for a compiler identity and a normalized target. */
-kpc_status kpc_key_compute(const uint8_t compiler_id[16], const char *platform, const char *target,
-                           const kpc_source *src, kpc_key *out);
-/* The same in two steps: what every source of a context shares, serialized once (the
- * strings are not copied: they must outlive the prefix), then a source's key. */
+/* The prefix: what every source of a context shares, serialized once (the strings are
+ * not copied: they must outlive the prefix). */
 typedef struct kpc_key_prefix {
     uint8_t bytes[192];
     size_t len; /* SIZE_MAX: the names were too long for bytes */
@@ -24,18 +21,18 @@ typedef struct kpc_key_prefix {
 } kpc_key_prefix;
 void kpc_key_prefix_init(kpc_key_prefix *pre, const uint8_t compiler_id[16], const char *platform,
                          const char *target);
+/* The key of a request already read (core/request.h): cwd, the XXH3-128 of the working
+ * directory (kpc_key_cwd) where the request depends on it, else NULL. Hashes the source
+ * once; the request path's only key computation. */
+void kpc_key_compute_read(const kpc_key_prefix *pre, const kpc_source *src, const uint8_t *cwd, kpc_key *out);
+/* The XXH3-128 of the working directory's path, as the key holds it (zeros when it
+ * cannot be read). */
+void kpc_key_cwd(uint8_t cwd[16]);
+/* The key of a source not read as a request (tools, tests): the same bytes, the
+ * working directory decided by kpc_request_needs_cwd. */
 kpc_status kpc_key_compute_prefixed(const kpc_key_prefix *pre, const kpc_source *src, kpc_key *out);
-/* The key of src as if its outcome did not depend on the working directory: its key
- * exactly when kpc_manifest_needs_cwd is false, computed without that scan of the
- * options. False (out unset) when the prefix or the request is too large for the fast
- * path. The map's hit path uses it: a program is stored under such a key only by a
- * request that was found not to depend on it (the same options, so the same finding). */
-bool kpc_key_compute_no_cwd(const kpc_key_prefix *pre, const kpc_source *src, kpc_key *out);
-/* kpc_key_compute_prefixed for a request whose kpc_key_compute_no_cwd key is no_cwd: where
- * the working directory does not count, that is its key, and the source is not hashed
- * again (a miss of the map's hit path). */
-void kpc_key_compute_after_no_cwd(const kpc_key_prefix *pre, const kpc_source *src, const kpc_key *no_cwd,
-                                  kpc_key *out);
+kpc_status kpc_key_compute(const uint8_t compiler_id[16], const char *platform, const char *target,
+                           const kpc_source *src, kpc_key *out);
 /* The 16 bytes keys hash for a compiler identity: it with the values of pf->key_env now. */
 void kpc_key_identity(const kpc_platform *pf, const uint8_t compiler_id[16], uint8_t key_id[16]);
 

@@ -149,27 +149,4 @@ kpc_deps *kpc_manifest_take(kpc_manifest *m, const kpc_manifest_entry *e);
 kpc_status kpc_manifest_add(kpc_manifest *m, const kpc_key *object, uint32_t outcome,
                             const kpc_deps *deps);
 
-/*
- * Whether the request's outcome may depend on the working directory: an option names
- * a relative path to search or to read (what the compiler's option table,
- * platform/options.h, calls a search directory, a file read or a path). A quoted
- * #include never resolves against the working directory under hipRTC (the source is
- * compiled from comgr's own directory); a compiler that searches the source's own
- * directory (NVRTC) makes a relative source name count too, unless an option stops it,
- * and only if the source or an in-memory header says "include" anywhere (texts that
- * include nothing read nothing from that directory: such a request's key, and so its
- * hit, does not depend on a getcwd per request).
- */
-bool kpc_manifest_needs_cwd(const kpc_source *src, const kpc_option_table *options);
-
-/*
- * Whether the request's outcome is likely behind a manifest: an option names a directory
- * to search or a file to read. Such a request's hit looks for its manifest first and for
- * a record under the request key only when no entry matches, which saves a new process
- * the failed open of that record on every manifest hit. Either order finds a valid
- * outcome (a manifest entry only when its files match); the other requests keep the
- * record first, so a request that reads no file pays nothing for manifests.
- */
-bool kpc_manifest_expected(const kpc_source *src, const kpc_option_table *options);
-
 #endif /* KPC_CORE_MANIFEST_H */

@@ -1,23 +1,21 @@
 /*
- * request.c - kpc_program_get: a request checked, its key computed, then the context's
- * map (a hit, or a wait on another thread's build) and, on a miss, core/resolve.c.
+ * request.c - kpc_program_get, top to bottom: the request read once (kpc_request_read:
+ * its pointers checked, its options classified in one pass, its key computed in one),
+ * then the context's map (a hit, or a wait on another thread's build) and, on a miss,
+ * core/resolve.c with the read request; the outcome published to the map. No step goes
+ * back to the options or to an earlier file: docs/design.md draws the path.
  *
  * A hit on a program whose compile read files from disk checks them first
  * (core/manifest.h): one changed or gone, the entry is dropped and the request misses.
  * A program with no such file (p->deps NULL) costs one pointer test more than before.
- * kpc_program_get_many (core/batch.c) goes through the same two steps
- * (kpc_request_acquire, kpc_request_publish), so a batch checks what a single request
- * checks and keeps what it keeps.
+ * kpc_program_get_many (core/batch.c) reads its requests the same way and goes through
+ * the same two map steps (kpc_request_acquire, kpc_request_publish), so a batch checks
+ * what a single request checks and keeps what it keeps.
  *
- * What a request's options decide is decided once per program, not on every hit: the
- * string compares that refuse an option naming the target and find the options that make
- * the working directory part of the key (kpc_manifest_needs_cwd) cost as much as the rest
- * of a hit for a handful of options. So a request first checks only its pointers, computes
- * its key as if it did not depend on the working directory and asks the map: a program
- * is stored under such a key only by a request with the same options that passed those
- * checks and did not depend on it. Only a miss there runs the checks and, where the
- * working directory counts, computes the key with it (those requests pay the scan on
- * every hit, as before: they also pay a getcwd).
+ * The options are classified on every request, hits included: the option table's rows
+ * are refused on their second byte before any string compare (platform/options.c), so
+ * an option that names no path and no target costs a few byte compares, not a strcmp
+ * per row of the table.
  */
 #define _GNU_SOURCE
 #include "core/cache.h"
@@ -68,23 +66,94 @@ static kpc_status check_pointers(const kpc_source *src)
     return KPC_OK;
 }
 
-kpc_status kpc_request_check_source(const kpc_source *src)
+/* Whether the source or an in-memory header has the word "include" at all: a request
+ * whose texts have none reads nothing from the source's directory (conservative: a
+ * comment counts too). */
+static bool mentions_include(const kpc_source *src)
 {
-    kpc_status s = check_pointers(src);
-    if (s != KPC_OK)
-        return s;
+    static const char word[] = "include";
+    size_t len = src->code_len ? src->code_len : strlen(src->code);
+    if (memmem(src->code, len, word, sizeof word - 1) != NULL)
+        return true;
+    for (size_t i = 0; i < src->num_headers; i++)
+        if (strstr(src->header_sources[i], word) != NULL)
+            return true;
+    return false;
+}
+
+/* The one pass over the options: each classified once against the compiler's path rows,
+ * and each string (a value too) asked whether it names the target. KPC_E_INVALID
+ * (logged) for a target; else req's counts and *relative (an option names a relative
+ * path) and *no_source_dir (an option stops the search of the source's directory). */
+static kpc_status read_options(const kpc_option_table *t, const kpc_source *src, kpc_normalized_request *req,
+                               bool *relative, bool *no_source_dir)
+{
+    *relative = *no_source_dir = false;
+    size_t next = 0; /* the next option that is not the value of the one before */
     for (size_t i = 0; i < src->num_options; i++) {
+        if (i >= next && !kpc_option_may_name_path_or_target(src->options[i])) {
+            req->keyed++; /* -D..., -O3, -std=...: no row to walk */
+            continue;
+        }
         if (kpc_option_sets_target(src->options[i])) {
             KPC_LOG(KPC_LOG_ERROR, "kpc_program_get: option \"%s\" sets the target; the context "
                     "decides it", src->options[i]);
             return KPC_E_INVALID;
         }
+        if (i < next)
+            continue;
+        kpc_option o;
+        kpc_option_classify_path(t, src->options, src->num_options, i, &o);
+        next = i + o.used;
+        switch (o.cls) {
+        case KPC_OPTION_SEARCH_DIR: req->search_dirs++; break;
+        case KPC_OPTION_READ_FILE: req->files_read++; break;
+        case KPC_OPTION_NO_SOURCE_DIR: *no_source_dir = true; break;
+        case KPC_OPTION_PATH: break;
+        default: req->keyed++; break;
+        }
+        if ((o.cls == KPC_OPTION_SEARCH_DIR || o.cls == KPC_OPTION_READ_FILE || o.cls == KPC_OPTION_PATH) &&
+            (o.value == NULL || o.value[0] != '/'))
+            *relative = true;
     }
+    return KPC_OK;
+}
+
+/* The working-directory rule (request.h) on what read_options found. */
+static bool needs_cwd(const kpc_source *src, const kpc_option_table *t, bool relative, bool no_source_dir)
+{
+    return relative || (kpc_options_source_dir_searched(t) && !no_source_dir &&
+                        (src->name == NULL || src->name[0] != '/') && mentions_include(src));
+}
+
+bool kpc_request_needs_cwd(const kpc_source *src, const kpc_option_table *options)
+{
+    kpc_normalized_request r = {.src = src};
+    bool relative, no_source_dir;
+    /* a request with a target option has no key anyway: its rule's answer is moot */
+    return read_options(options, src, &r, &relative, &no_source_dir) == KPC_OK &&
+           needs_cwd(src, options, relative, no_source_dir);
+}
+
+kpc_status kpc_request_read(const kpc_context *ctx, const kpc_source *src, kpc_normalized_request *req)
+{
+    *req = (kpc_normalized_request){.src = src};
+    const kpc_option_table *t = ctx->key_prefix.options;
+    kpc_status s = check_pointers(src);
+    bool relative, no_source_dir;
+    if (s != KPC_OK || (s = read_options(t, src, req, &relative, &no_source_dir)) != KPC_OK)
+        return s;
     for (size_t i = 0; i < src->num_name_expressions; i++)
         if (src->name_expressions[i][0] == '\0') {
             KPC_LOG(KPC_LOG_ERROR, "kpc_program_get: name expression %zu is NULL or empty", i);
             return KPC_E_INVALID;
         }
+    req->reads_files = req->search_dirs + req->files_read > 0;
+    req->needs_cwd = needs_cwd(src, t, relative, no_source_dir);
+    uint8_t cwd[16];
+    if (req->needs_cwd)
+        kpc_key_cwd(cwd);
+    kpc_key_compute_read(&ctx->key_prefix, src, req->needs_cwd ? cwd : NULL, &req->key);
     return KPC_OK;
 }
 
@@ -93,24 +162,6 @@ static void count_hit(kpc_cache *cache)
 {
     atomic_fetch_add_explicit(&cache->mem_hits[kpc_thread_slot() % KPC_HIT_SLOTS].n, 1,
                               memory_order_relaxed);
-}
-
-/* The hit path: KPC_OK with *out, or KPC_E_NOT_FOUND to take the whole path (with
- * *no_cwd the key it computed, if any: kpc_key_compute_no_cwd's). */
-static kpc_status quick_hit(kpc_context *ctx, const kpc_source *src, kpc_program **out, kpc_key *key,
-                            bool *no_cwd)
-{
-    *no_cwd = kpc_key_compute_no_cwd(&ctx->key_prefix, src, key);
-    if (!*no_cwd || !kpc_map_hit(ctx->map, key, out))
-        return KPC_E_NOT_FOUND;
-    if ((*out)->deps == NULL || kpc_manifest_deps_match((*out)->deps)) {
-        count_hit(ctx->cache);
-        return KPC_OK;
-    }
-    kpc_map_forget(ctx->map, key, *out); /* a file changed: the whole path misses */
-    kpc_program_release(*out);
-    *out = NULL;
-    return KPC_E_NOT_FOUND;
 }
 
 kpc_status kpc_request_acquire(kpc_context *ctx, const kpc_key *key, kpc_program **out,
@@ -147,14 +198,6 @@ void kpc_request_publish(kpc_context *ctx, const kpc_key *key, kpc_map_entry *en
         kpc_map_forget(ctx->map, key, prog); /* shared with the waiters, kept by no one */
 }
 
-void kpc_request_key(const kpc_context *ctx, const kpc_source *src, const kpc_key *no_cwd, kpc_key *key)
-{
-    if (ctx->key_prefix.len != SIZE_MAX)
-        kpc_key_compute_after_no_cwd(&ctx->key_prefix, src, no_cwd, key);
-    else
-        kpc_key_compute(ctx->key_id, ctx->cache->platform->name, ctx->target, src, key);
-}
-
 kpc_status kpc_program_get(kpc_context *ctx, const kpc_source *src, kpc_program **out)
 {
     if (out)
@@ -166,28 +209,21 @@ kpc_status kpc_program_get(kpc_context *ctx, const kpc_source *src, kpc_program 
     kpc_status s = kpc_cache_check_process(ctx->cache, "kpc_program_get");
     if (s != KPC_OK)
         return s;
-    kpc_key key, no_cwd;
-    bool have_no_cwd = false;
-    if ((s = check_pointers(src)) != KPC_OK ||
-        (s = quick_hit(ctx, src, out, &no_cwd, &have_no_cwd)) != KPC_E_NOT_FOUND)
+    kpc_normalized_request req;
+    if ((s = kpc_request_read(ctx, src, &req)) != KPC_OK)
         return s;
-    s = kpc_request_check_source(src);
-    if (s != KPC_OK)
-        return s;
-    kpc_request_key(ctx, src, have_no_cwd ? &no_cwd : NULL, &key);
-
     kpc_map_entry *entry;
-    s = kpc_request_acquire(ctx, &key, out, &entry);
+    s = kpc_request_acquire(ctx, &req.key, out, &entry);
     if (s != KPC_E_NOT_FOUND)
         return s;
     kpc_program *prog = NULL;
     char *log = NULL;
-    s = kpc_resolve_miss(ctx, &key, src, &prog, &log);
+    s = kpc_resolve_miss(ctx, &req, &prog, &log);
     if (s == KPC_OK)
         *out = prog;
     else
         kpc__last_log_set(log);
-    kpc_request_publish(ctx, &key, entry, s, prog, log);
+    kpc_request_publish(ctx, &req.key, entry, s, prog, log);
     free(log);
     return s;
 }

@@ -1,6 +1,7 @@
 /*
- * request.h - what kpc_program_get does to a request before the map (core/request.c),
- * shared with kpc_program_get_many (core/batch.c).
+ * request.h - a request read once (core/request.c): what kpc_program_get and
+ * kpc_program_get_many (core/batch.c) make of a kpc_source before anything else, and the
+ * map steps both take with it.
  */
 #ifndef KPC_CORE_REQUEST_H
 #define KPC_CORE_REQUEST_H
@@ -8,14 +9,46 @@
 #include "core/context.h"
 #include "core/map.h"
 
-/* Check a request as kpc_program_get does: KPC_OK or KPC_E_INVALID (logged). */
-kpc_status kpc_request_check_source(const kpc_source *src);
-/* The key of a checked request on ctx; no_cwd: its kpc_key_compute_no_cwd key where that
- * was computed already (else NULL). */
-void kpc_request_key(const kpc_context *ctx, const kpc_source *src, const kpc_key *no_cwd, kpc_key *key);
-/* The context's map for key, as every request path asks it: a hit on a program whose
- * files from disk changed is dropped and misses; counted (hit, wait or miss).
- * KPC_E_NOT_FOUND: *entry is held, to be resolved and given to kpc_request_publish. */
+/*
+ * A normalized request: the source's checks passed, its options classified once, its key
+ * computed once. Every later step (the map, the host index, the tiers, the build, the
+ * record, the publish) reads this and never goes back to the options; the source's bytes
+ * are read again only by the compiler and by the record of a build.
+ */
+typedef struct kpc_normalized_request {
+    const kpc_source *src; /* the caller's (not copied): valid for the call */
+    kpc_key key;           /* the request key: the map's, the index's, and the identity of
+                              its manifest (the manifest lies under it) */
+    bool needs_cwd;        /* the key holds the working directory (kpc_request_needs_cwd) */
+    bool reads_files;      /* an option names a directory to search or a file to read: its
+                              outcome is likely behind a manifest, looked for first */
+    size_t search_dirs;    /* options naming a directory to search */
+    size_t files_read;     /* options naming a file read whole */
+    size_t keyed;          /* options keyed as they are written (neither a path nor a target) */
+} kpc_normalized_request;
+
+/* Read src on ctx into *req: KPC_OK, or KPC_E_INVALID (logged) for a request that cannot
+ * be served (a NULL where a pointer is due, an empty source or name expression, an
+ * option naming the target). */
+kpc_status kpc_request_read(const kpc_context *ctx, const kpc_source *src, kpc_normalized_request *req);
+
+/*
+ * Whether the request's outcome may depend on the working directory: an option names
+ * a relative path to search or to read (what the compiler's option table,
+ * platform/options.h, calls a search directory, a file read or a path). A quoted
+ * #include never resolves against the working directory under hipRTC (the source is
+ * compiled from comgr's own directory); a compiler that searches the source's own
+ * directory (NVRTC) makes a relative source name count too, unless an option stops it,
+ * and only if the source or an in-memory header says "include" anywhere (texts that
+ * include nothing read nothing from that directory). The same rule kpc_request_read
+ * applies; this is for a source not read as a request (core/key.c's kpc_key_compute).
+ */
+bool kpc_request_needs_cwd(const kpc_source *src, const kpc_option_table *options);
+
+/* The context's map for the request's key, as every request path asks it: a hit on a
+ * program whose files from disk changed is dropped and misses; counted (hit, wait or
+ * miss). KPC_E_NOT_FOUND: *entry is held, to be resolved and given to
+ * kpc_request_publish. */
 kpc_status kpc_request_acquire(kpc_context *ctx, const kpc_key *key, kpc_program **out,
                                kpc_map_entry **entry);
 /* Publish a resolved miss to the map (which takes its own reference to prog); a

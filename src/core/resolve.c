@@ -421,10 +421,11 @@ static kpc_status watch_cluster(kpc_context *ctx, const kpc_key *key, watch_stat
  * (the index is not asked again); on a NOWAIT return with *busy because another host's
  * builder holds the cluster lease, the claim, still held, handed out (nothing held when
  * the busy builder is on this host). Without held, the cluster is waited on. */
-static kpc_status obtain(kpc_context *ctx, const kpc_key *key, const kpc_source *src, bool skip_disk,
-                         unsigned nowait, kpc_claim *held, kpc_program **out, char **log, bool *from_disk,
-                         bool *busy)
+static kpc_status obtain(kpc_context *ctx, const kpc_normalized_request *req, bool skip_disk, unsigned nowait,
+                         kpc_claim *held, kpc_program **out, char **log, bool *from_disk, bool *busy)
 {
+    const kpc_key *key = &req->key;
+    const kpc_source *src = req->src;
     kpc_cache *cache = ctx->cache;
     kpc_tiers *tiers = &cache->tiers;
     unsigned flags = (skip_disk ? KPC_INDEX_STALE : 0) | nowait;
@@ -432,7 +433,7 @@ static kpc_status obtain(kpc_context *ctx, const kpc_key *key, const kpc_source 
     watch_state watch = {0};
     kpc_tier *coord = kpc_tier_coordinator(tiers);
     /* a request whose options name a directory or file to read: its manifest first */
-    bool manifest_first = kpc_manifest_expected(src, ctx->key_prefix.options);
+    bool manifest_first = req->reads_files;
     if (!nowait && cache->index && coord && coord->ops->peek && coord->watch_ns)
         watch.flags = KPC_INDEX_SLICE;
     for (int round = 0; round < MAX_ROUNDS; round++) {
@@ -517,11 +518,13 @@ static kpc_status obtain(kpc_context *ctx, const kpc_key *key, const kpc_source 
     return build(ctx, key, src, &none, out, log);
 }
 
-static kpc_status resolve(kpc_context *ctx, const kpc_key *key, const kpc_source *src, unsigned nowait,
+static kpc_status resolve(kpc_context *ctx, const kpc_normalized_request *req, unsigned nowait,
                           kpc_claim *held, kpc_program **out, char **log, bool *busy)
 {
+    const kpc_key *key = &req->key;
+    const kpc_source *src = req->src;
     bool from_disk;
-    kpc_status s = obtain(ctx, key, src, false, nowait, held, out, log, &from_disk, busy);
+    kpc_status s = obtain(ctx, req, false, nowait, held, out, log, &from_disk, busy);
     if (s != KPC_OK || ctx->device < 0)
         return s;
     const kpc_platform *pf = ctx->cache->platform;
@@ -550,7 +553,7 @@ static kpc_status resolve(kpc_context *ctx, const kpc_key *key, const kpc_source
         *out = NULL;
         if (removed && ctx->cache->index)
             kpc_index_forget(ctx->cache->index, key);
-        s = obtain(ctx, key, src, removed, 0, NULL, out, log, &from_disk, busy);
+        s = obtain(ctx, req, removed, 0, NULL, out, log, &from_disk, busy);
         if (s != KPC_OK)
             return s;
         p = *out;
@@ -568,24 +571,24 @@ static kpc_status resolve(kpc_context *ctx, const kpc_key *key, const kpc_source
     return KPC_OK;
 }
 
-kpc_status kpc_resolve_miss(kpc_context *ctx, const kpc_key *key, const kpc_source *src,
-                            kpc_program **out, char **log)
+kpc_status kpc_resolve_miss(kpc_context *ctx, const kpc_normalized_request *req, kpc_program **out,
+                            char **log)
 {
     bool busy = false;
-    return resolve(ctx, key, src, 0, NULL, out, log, &busy);
+    return resolve(ctx, req, 0, NULL, out, log, &busy);
 }
 
-kpc_status kpc_resolve_miss_nowait(kpc_context *ctx, const kpc_key *key, const kpc_source *src,
-                                   kpc_program **out, char **log, bool *busy, kpc_claim *held)
+kpc_status kpc_resolve_miss_nowait(kpc_context *ctx, const kpc_normalized_request *req, kpc_program **out,
+                                   char **log, bool *busy, kpc_claim *held)
 {
     *busy = false;
     memset(held, 0, sizeof *held);
-    return resolve(ctx, key, src, KPC_INDEX_NOWAIT, held, out, log, busy);
+    return resolve(ctx, req, KPC_INDEX_NOWAIT, held, out, log, busy);
 }
 
-kpc_status kpc_resolve_held(kpc_context *ctx, const kpc_key *key, const kpc_source *src, kpc_claim *held,
+kpc_status kpc_resolve_held(kpc_context *ctx, const kpc_normalized_request *req, kpc_claim *held,
                             kpc_program **out, char **log)
 {
     bool busy = false;
-    return resolve(ctx, key, src, 0, held, out, log, &busy);
+    return resolve(ctx, req, 0, held, out, log, &busy);
 }

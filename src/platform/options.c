@@ -17,6 +17,8 @@
 #define _GNU_SOURCE
 #include "platform/options.h"
 
+#include <pthread.h>
+#include <stdatomic.h>
 #include <string.h>
 #include <strings.h>
 
@@ -34,7 +36,8 @@ typedef struct row {
 struct kpc_option_table {
     const char *name;
     bool source_dir_searched;
-    const row *rows; /* ended by a NULL spelling; the rows that name paths come first */
+    const row *rows; /* ended by a NULL spelling; the rows that name paths come first,
+                        then the target's, in one block */
 };
 
 #define KEY(s) {s, PREFIX, KPC_OPTION_KEY, 0}
@@ -134,9 +137,9 @@ static bool matches(const row *r, const char *const *opts, size_t n, size_t i, c
                     size_t *used)
 {
     const char *o = opts[i];
-    size_t len = strlen(r->spelling);
     *value = NULL;
     *used = 1;
+    size_t len = strlen(r->spelling);
     if (strncmp(o, r->spelling, len) != 0)
         return false;
     switch (r->form) {
@@ -173,13 +176,39 @@ static bool names_path(enum kpc_option_class c)
            c == KPC_OPTION_NO_SOURCE_DIR;
 }
 
+/* The second bytes that begin a row naming a path or the target, in either table: an
+ * option with any other (-D..., -O3, -std=...) is none of those, and the request, which
+ * asks on every hit, is answered without walking a row. Filled once from the rows. */
+static bool names_path_or_target_at[256];
+static atomic_bool names_filled;
+static pthread_once_t names_once = PTHREAD_ONCE_INIT;
+
+static void fill_names(void)
+{
+    const row *const tables[] = {hiprtc_rows, nvrtc_rows};
+    for (size_t t = 0; t < sizeof tables / sizeof tables[0]; t++)
+        for (const row *r = tables[t]; r->spelling; r++)
+            if (names_path(r->cls) || r->cls == KPC_OPTION_TARGET)
+                names_path_or_target_at[(unsigned char)r->spelling[1]] = true;
+    atomic_store_explicit(&names_filled, true, memory_order_release);
+}
+
+bool kpc_option_may_name_path_or_target(const char *opt)
+{
+    if (!atomic_load_explicit(&names_filled, memory_order_acquire))
+        pthread_once(&names_once, fill_names);
+    return opt != NULL && opt[0] == '-' && names_path_or_target_at[(unsigned char)opt[1]];
+}
+
 static void classify(const kpc_option_table *t, bool paths_only, const char *const *opts, size_t n,
                      size_t i, kpc_option *out)
 {
     *out = (kpc_option){KPC_OPTION_OTHER, 0, NULL, 1};
-    for (const row *r = t->rows; opts[i] != NULL && opts[i][0] == '-' && r->spelling &&
-                                 (!paths_only || names_path(r->cls)); r++)
-        if (matches(r, opts, n, i, &out->value, &out->used)) {
+    const char *o = opts[i];
+    if (o == NULL || o[0] != '-' || (paths_only && !kpc_option_may_name_path_or_target(o)))
+        return;
+    for (const row *r = t->rows; r->spelling && (!paths_only || names_path(r->cls)); r++)
+        if (r->spelling[1] == o[1] && matches(r, opts, n, i, &out->value, &out->used)) {
             out->cls = r->cls;
             out->group = r->group;
             return;
@@ -206,12 +235,15 @@ bool kpc_option_sets_target(const char *opt)
     const char *const opts[] = {opt};
     const char *value;
     size_t used;
-    for (const row *r = hiprtc_rows; opt[0] == '-' && r->spelling; r++)
-        if (r->cls == KPC_OPTION_TARGET && matches(r, opts, 1, 0, &value, &used))
-            return true;
-    for (const row *r = nvrtc_rows; opt[0] == '-' && r->spelling; r++)
-        if (r->cls == KPC_OPTION_TARGET && matches(r, opts, 1, 0, &value, &used))
-            return true;
+    for (int t = 0; t < 2 && kpc_option_may_name_path_or_target(opt); t++) {
+        const row *r = t == 0 ? hiprtc_rows : nvrtc_rows;
+        while (r->spelling && r->cls != KPC_OPTION_TARGET)
+            r++;
+        /* the target's rows are one block (see the tables): past it, no row names it */
+        for (; r->spelling && r->cls == KPC_OPTION_TARGET; r++)
+            if (r->spelling[1] == opt[1] && matches(r, opts, 1, 0, &value, &used))
+                return true;
+    }
     return false;
 }
 

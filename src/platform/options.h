@@ -57,6 +57,10 @@ void kpc_option_classify(const kpc_option_table *t, const char *const *opts, siz
  * every request. */
 void kpc_option_classify_path(const kpc_option_table *t, const char *const *opts, size_t n, size_t i,
                               kpc_option *out);
+/* False when opt can name no path and no target under any compiler kpc knows (its
+ * second byte begins no such row): a few instructions, asked first of every option of
+ * every request; true says only that the rows must be asked. */
+bool kpc_option_may_name_path_or_target(const char *opt);
 /* True if opt names the target under any compiler kpc knows: a request may not. */
 bool kpc_option_sets_target(const char *opt);
 

@@ -12,9 +12,10 @@
  *   new process     kpc_program_get alone in a fresh process (fork + exec of this
  *                   program in its helper mode), which reads the manifest and then the
  *                   record from disk; median over --runs processes after a warm-up.
- *                   Goal: the 50-file hit within 40 us of the no-include hit of the
- *                   same run (one fstatat per file, relative to its directory opened
- *                   once; nothing hashed or allocated per file unless a stat differs)
+ *                   Goals: the 50-file hit within 40 us of the no-include hit of the
+ *                   same run, and within the floor + 15 us of it (one fstatat per file,
+ *                   relative to its directory opened once; nothing hashed or allocated
+ *                   per file unless a stat differs)
  *   the floor       that method alone, without kpc: a fresh process opens the headers'
  *                   directory (O_PATH), makes the 50 fstatat and closes it; median over
  *                   --runs processes. Where it is near 40 us, the goal cannot be met on
@@ -276,6 +277,13 @@ int main(int argc, char **argv)
     snprintf(goal, sizeof goal, "<= reference + 40 us");
     bn_row("manifest_xproc_50_cost", "7 new-process hit, 50 included files", vt,
            "new-process hit, no included file", rt, ratio, goal, xp_files - xp_none <= 40e3, xp_files, "ns");
+    /* the goal stated against what the machine charges for the check itself: the 50
+     * files cost at most the floor + 15 us over the no-include hit of the same run */
+    double over = xp_files - xp_none - xp_floor;
+    bn_fmt_time(rt, sizeof rt, (xp_none + xp_floor) / 1e9);
+    snprintf(ratio, sizeof ratio, "%+.1f us", over / 1e3);
+    bn_row("manifest_xproc_50_at_floor", "7 new-process hit, 50 included files, against the floor", vt,
+           "no-include hit + floor", rt, ratio, "<= reference + 15 us", over <= 15e3, xp_files, "ns");
     row("manifest_xproc_0", "7 new-process hit, no included file", xp_none,
         "the 50 headers in memory", xp_memory);
     /* the method's own cost on this machine, against the goal's budget */
