@@ -12,9 +12,10 @@
 # it afresh to DIR/run/RELEASE, clones the current commit (HEAD, not uncommitted changes)
 # into /root/kpc there and runs, as root, `scripts/demo.sh` then `scripts/test.sh` once
 # per pass (KPC_TEST_PASSES=PASS: the first installs the test packages; each ends with
-# its own verdict, so the table gives each pass's counts) inside it as a container would: its own mount, PID and IPC namespaces, the root bound on itself
-# and pivot_root'ed into (so `/` is a mount point and nsenter cannot leave it), with a
-# fresh /proc, /dev, and tmpfs /dev/shm, /tmp and /run. The downloaded packages are kept
+# its own verdict, so the table gives each pass's counts) inside it as a container
+# would: its own mount, PID and IPC namespaces, the root bound on itself and
+# pivot_root'ed into (so `/` is a mount point and nsenter cannot leave it), with a fresh
+# /proc, /dev, and tmpfs /dev/shm, /tmp and /run. The downloaded packages are kept
 # in DIR/apt/RELEASE between runs. Logs: DIR/logs/RELEASE-demo.log and
 # DIR/logs/RELEASE-test-PASS.log; the last run's root stays until the next run of that
 # release (--shell enters it).

@@ -8,13 +8,13 @@
 # Open MPI, every version: ranks beyond the cores (--oversubscribe), as root (CI runs as
 # root in a container), the ob1 messaging layer (never looking for InfiniBand or UCX), and
 # no memory patcher: Open MPI rewrites the first bytes of mprotect, munmap and the like
-# for UCX's registration cache, and under AddressSanitizer those are ASan's interceptors:
-# since the interceptors became short jumps (GCC 16's libasan, clang 17 on) the rewrite
-# lands mid-instruction and the rank dies on SIGILL inside MPI_Init. No test here
-# registers memory. The launcher is ORTE in Open MPI 4 (OMPI_MCA_ settings) and PRRTE with
-# PMIx from Open MPI 5 on (PRTE_MCA_ settings; shared memory is btl "sm", formerly "vader",
-# and its single-copy mechanisms are the smsc framework). Other MPIs (MPICH's hydra) get
-# nothing added and need nothing.
+# for UCX's registration cache, and under AddressSanitizer those are ASan's interceptors;
+# with GCC 16's and clang 21's runtimes the rewrite breaks them and the rank dies inside
+# MPI_Init (SIGILL, SEGV; GCC 12 and clang 14 with Open MPI 4 were spared). No test here
+# registers memory. The launcher is ORTE in Open MPI 4 (OMPI_MCA_ settings), PRRTE with
+# PMIx from Open MPI 5 on (PRTE_MCA_ settings; shared memory is btl "sm", formerly
+# "vader", and its single-copy mechanisms are the smsc framework). Other MPIs (MPICH's
+# hydra) get nothing added and need nothing.
 set -eu
 transport=$1 mpiexec=$2
 shift 2
