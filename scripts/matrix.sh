@@ -30,6 +30,9 @@
 # usage: scripts/matrix.sh [--passes "plain asan ..."] [--dir DIR] [RELEASE...]
 #        scripts/matrix.sh --shell RELEASE [COMMAND...]   a shell (or COMMAND) in the
 #                                             last run's root, in /root/kpc
+#        scripts/matrix.sh --table [--passes P] [RELEASE...]   the tables again, from the
+#                                             logs of each release's last run (a pass
+#                                             that run left out: "not run")
 #   RELEASE      bookworm, trixie, sid (default: all three, in that order)
 #   --passes P   the passes of scripts/test.sh to run, each on its own (default: every
 #                pass, as its `passes=(...)` line lists them)
@@ -43,13 +46,14 @@ repo=$PWD
 
 dir=${KPC_MATRIX_DIR:-/var/cache/kpc-matrix}
 passes=${KPC_TEST_PASSES:-}
-shell="" shell_cmd=""
+shell="" shell_cmd="" table_only=0
 releases=()
 while (($#)); do
   case $1 in
     --passes) passes=$2; shift ;;
     --dir) dir=$2; shift ;;
     --shell) shell=$2; shift 2; shell_cmd=$*; break ;;
+    --table) table_only=1 ;;
     -h|--help) sed -n '2,/^set -euo/p' "$0" | sed '$d; s/^# \{0,1\}//'; exit 0 ;;
     bookworm|trixie|sid) releases+=("$1") ;;
     *) echo "matrix: unknown argument '$1' (see scripts/matrix.sh --help)" >&2; exit 2 ;;
@@ -108,7 +112,7 @@ commit=$(git rev-parse HEAD)
 [ -n "$passes" ] || passes=$(git show "$commit:scripts/test.sh" | sed -nE 's/^passes=\((.*)\)$/\1/p' | head -n 1)
 [ -n "$passes" ] || { echo "matrix: no passes=(...) line in scripts/test.sh; name them with --passes" >&2; exit 2; }
 read -r -a pass_list <<<"$passes"
-[ -z "$(git status --porcelain --untracked-files=no)" ] ||
+((table_only)) || [ -z "$(git status --porcelain --untracked-files=no)" ] ||
   echo "matrix: uncommitted changes are not tested: the roots get commit ${commit:0:12}" >&2
 mkdir -p "$dir/run" "$dir/apt" "$dir/logs"
 
@@ -124,7 +128,7 @@ row() {
     if counts=$(verdict "$rel" "$p"); then
       read -r a b c <<<"$counts"
       passed=$((passed + a)) skipped=$((skipped + b)) failed=$((failed + c))
-    else
+    elif (($? == 1)); then
       failed=$((failed + 1)) # no verdict: the pass did not finish
     fi
   done
@@ -137,11 +141,12 @@ row() {
     "${warm:-demo failed}" "${inproc:-?}"
 }
 
-# verdict RELEASE PASS: "passed skipped failed" from that pass's verdict line; fails
-# where the pass left none
+# verdict RELEASE PASS: "passed skipped failed" from that pass's verdict line; status 1
+# where the pass left none, 2 where the run did not run it
 verdict() {
   local line
-  line=$(grep -E '^kpc tests: ' "$dir/logs/$1-test-$2.log" 2>/dev/null | tail -n 1)
+  [ -f "$dir/logs/$1-test-$2.log" ] || return 2
+  line=$(grep -E '^kpc tests: ' "$dir/logs/$1-test-$2.log" | tail -n 1)
   [ -n "$line" ] || return 1
   sed -nE 's/^kpc tests: ([0-9]+) passed, ([0-9]+) skipped, ([0-9]+) failed.*/\1 \2 \3/p' <<<"$line"
 }
@@ -154,7 +159,7 @@ pass_row() {
   clang=$(awk '$1 == "clang" { print $2; exit }' "$versions" 2>/dev/null)
   for p in "${pass_list[@]}"; do
     if ! counts=$(verdict "$rel" "$p"); then
-      cells+=" no verdict (log: $rel-test-$p.log) |"
+      if (($? == 1)); then cells+=" no verdict (log: $rel-test-$p.log) |"; else cells+=" not run |"; fi
       continue
     fi
     read -r a b c <<<"$counts"
@@ -166,6 +171,7 @@ pass_row() {
 }
 
 for rel in "${releases[@]}"; do
+  ((table_only == 0)) || break
   base=$dir/$rel run=$dir/run/$rel
   if [ ! -d "$base" ]; then
     echo "== $rel: debootstrap --variant=minbase $rel from $mirror (once; kept in $base)"
@@ -182,7 +188,8 @@ for rel in "${releases[@]}"; do
   cp -a "$base" "$run"
   git clone --quiet --no-checkout "$repo" "$run/root/kpc"
   git -C "$run/root/kpc" checkout --quiet --detach "$commit"
-  rm -f "$dir/logs/$rel-"{demo,test,versions}.* "$dir/logs/$rel-test-"*.log
+  rm -f "$dir/logs/$rel-"{demo,test,versions,commit}.* "$dir/logs/$rel-test-"*.log
+  echo "$commit" >"$dir/logs/$rel-commit.txt"
   echo "== $rel: scripts/demo.sh (log: $dir/logs/$rel-demo.log)"
   container "$run" "cd /root/kpc && scripts/demo.sh" >"$dir/logs/$rel-demo.log" 2>&1 ||
     echo "matrix: $rel: the demo failed (its log above)" >&2
@@ -198,7 +205,11 @@ for rel in "${releases[@]}"; do
 done
 
 echo
-echo "kpc release matrix, commit ${commit:0:12}, $(date -u +%Y-%m-%d), test passes: ${pass_list[*]}"
+runs=""
+for rel in "${releases[@]}"; do
+  runs+=" $rel $(cut -c1-12 "$dir/logs/$rel-commit.txt" 2>/dev/null || echo '?')"
+done
+echo "kpc release matrix, $(date -u +%Y-%m-%d), test passes: ${pass_list[*]}; commits:$runs"
 echo
 echo "| release | HIP runtime | hipRTC | comgr | GCC | passed | skipped | failed | cold: demo's builds | warm: its hits, new processes | hit in process |"
 echo "| --- | --- | --- | --- | --- | ---: | ---: | ---: | ---: | ---: | ---: |"
