@@ -3,16 +3,20 @@
 # and run each for a bounded time on its corpus (tests/fuzz/corpus/<name>/, plus the
 # seeds the target writes from the library's own writer at start). Exits non-zero when a
 # target finds a crash, a leak, a timeout or a wrong answer; the input is kept under
-# build-fuzz/artifacts/. Skipped (exit 0) without clang-14. Used by scripts/test.sh.
+# build-fuzz/artifacts/. The compiler: the release's clang (`clang`, Debian's package of
+# that name, with libclang-rt-dev for libFuzzer: clang 14 on Debian 12, 19 on 13, 21 on
+# sid), or KPC_FUZZ_CC; skipped (exit 0) without it. Used by scripts/test.sh.
+#   KPC_FUZZ_CC       the clang to build with (default: clang)
 #   KPC_FUZZ_SECONDS  seconds per target (default 15)
 #   KPC_FUZZ_MERGE=1  merge what the run found back into tests/fuzz/corpus/ (minimized)
 set -euo pipefail
 cd "$(dirname "$0")/.."
-cc=$(command -v clang-14 || true)
+cc=$(command -v "${KPC_FUZZ_CC:-clang}" || true)
 if [ -z "$cc" ]; then
-  echo "fuzz: clang-14 not found: skipped"
+  echo "fuzz: ${KPC_FUZZ_CC:-clang} not found: skipped"
   exit 0
 fi
+echo "fuzz: $("$cc" --version | head -n 1)"
 seconds=${KPC_FUZZ_SECONDS:-15}
 CC=$cc cmake -S . -B build-fuzz -DCMAKE_BUILD_TYPE=RelWithDebInfo -DKPC_FUZZ=ON \
   -DKPC_SANITIZE=address,undefined -DKPC_BUILD_TESTS=OFF -DKPC_BUILD_BENCH=OFF >/dev/null

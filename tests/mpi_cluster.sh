@@ -1,5 +1,6 @@
 #!/bin/sh
-# mpi_cluster.sh H P K MODE MPIEXEC [MPI FLAGS...] -- the cluster storm through mpirun:
+# mpi_cluster.sh H P K MODE MPIEXEC [ARGS...] -- the cluster storm through mpirun (the
+# command MPIEXEC ARGS, to which it adds -n and the program: tests/mpi_run.sh tcp mpirun):
 # a redis-server on a Unix socket (no port to pick, no persistence), H simulated hosts
 # (each a directory that its ranks see as /dev/shm), then H x P ranks of mpi_cluster,
 # each in a mount namespace of its own made by mpi_host.sh. Everything it started is
@@ -46,4 +47,4 @@ shift
 head -c 32 /dev/urandom | od -An -tx1 | tr -d ' \n' >"$dir/secret"
 chmod 600 "$dir/secret"
 KPC_REMOTE="redis+unix://$dir/redis.sock" KPC_REMOTE_SECRET_FILE="$dir/secret" KPC_DISABLE=0 KPC_REMOTE_TIMEOUT_MS=5000 \
-  "$mpiexec" -n $((hosts * procs)) "$@" sh "$here/mpi_host.sh" "$dir" "$procs" "$prog" "$k" "$mode"
+  "$mpiexec" "$@" -n $((hosts * procs)) sh "$here/mpi_host.sh" "$dir" "$procs" "$prog" "$k" "$mode"

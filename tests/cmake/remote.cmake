@@ -45,28 +45,20 @@ set_tests_properties(test_remote_unit PROPERTIES TIMEOUT 120 LABELS "remote;thre
 
 # The same storm launched by mpirun (tests/mpi_cluster.sh): H=4 hosts x P=8 ranks x K=8
 # real hipRTC sources. The ranks of different hosts are in
-# different mount namespaces, so Open MPI talks over TCP, not /dev/shm. Open MPI flags
-# and environment as tests/cmake/mpi.cmake sets them.
+# different mount namespaces, so Open MPI talks over TCP, not /dev/shm (tests/mpi_run.sh
+# tcp: the flags and environment each Open MPI wants).
 find_package(MPI COMPONENTS C QUIET)
 if(MPI_C_FOUND AND MPIEXEC_EXECUTABLE)
   add_executable(mpi_cluster mpi_cluster.c)
   target_link_libraries(mpi_cluster PRIVATE kpc_test_support MPI::MPI_C)
-  set(_kpc_cl_flags "")
   set(_kpc_cl_env "")
-  execute_process(COMMAND ${MPIEXEC_EXECUTABLE} --version OUTPUT_VARIABLE _kpc_cl_v ERROR_VARIABLE _kpc_cl_v)
-  if(_kpc_cl_v MATCHES "Open MPI|OpenRTE")
-    set(_kpc_cl_flags --oversubscribe --allow-run-as-root)
-    set(_kpc_cl_env "OMPI_ALLOW_RUN_AS_ROOT=1;OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1"
-      "OMPI_MCA_btl=self,tcp;OMPI_MCA_btl_tcp_if_include=lo;OMPI_MCA_oob_tcp_if_include=lo"
-      "OMPI_MCA_pml=ob1;OMPI_MCA_plm_rsh_agent=false;OMPI_MCA_rmaps_base_oversubscribe=1")
-  endif()
   list(APPEND _kpc_cl_env "HWLOC_COMPONENTS=-pci") # why: tests/cmake/mpi.cmake
   if(KPC_SANITIZE MATCHES "address")
     list(APPEND _kpc_cl_env "ASAN_OPTIONS=detect_leaks=0:abort_on_error=1:use_sigaltstack=0")
   endif()
   add_test(NAME mpi_cluster
     COMMAND sh ${CMAKE_CURRENT_SOURCE_DIR}/mpi_cluster.sh 4 8 8 real
-            ${MPIEXEC_EXECUTABLE} ${_kpc_cl_flags} ${MPIEXEC_PREFLAGS})
+            sh ${CMAKE_CURRENT_SOURCE_DIR}/mpi_run.sh tcp ${MPIEXEC_EXECUTABLE} ${MPIEXEC_PREFLAGS})
   # 77: skipped (no root or no mount namespaces here; the script says why)
   set_tests_properties(mpi_cluster PROPERTIES LABELS "remote;mpi" TIMEOUT 300 RUN_SERIAL TRUE SKIP_RETURN_CODE 77
     ENVIRONMENT "KPC_MPI_CLUSTER=$<TARGET_FILE:mpi_cluster>;${_kpc_cl_env}")
