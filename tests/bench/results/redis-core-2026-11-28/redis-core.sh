@@ -5,6 +5,10 @@
 # call makes), 32 clients; the server's own CPU seconds (INFO cpu, user + sys) per call
 # beside the client's rate, since on a small machine redis-benchmark shares the cores.
 # usage: redis-core.sh [PORT]   (starts and stops its own redis-server on 127.0.0.1)
+# On the device machine (device-2026-11-28.log), with Debian 12's redis-server, redis-tools,
+# libjemalloc2 and liblzf1 .deb files (apt-get download) carried in D:
+#   for f in D/*.deb; do dpkg -x $f /tmp/rd; done; PATH=/tmp/rd/usr/bin:$PATH \
+#   LD_LIBRARY_PATH=/tmp/rd/usr/lib/x86_64-linux-gnu bash redis-core.sh 6398   (twice)
 set -euo pipefail
 P=${1:-6399}
 d=$(mktemp -d)
