@@ -208,8 +208,8 @@ static void compute_slow(const uint8_t compiler_id[16], const char *platform, co
  * no_cwd, when not NULL, is that key, already computed: it is the answer wherever the
  * scan finds that the directory does not count. False when that key cannot be had on
  * the fast path (the request is too large). */
-static bool compute_prefixed(const kpc_key_prefix *pre, const kpc_source *src, int with_cwd_wanted,
-                             const kpc_key *no_cwd, kpc_key *out)
+static bool compute_request(const kpc_key_prefix *pre, const kpc_source *src, int with_cwd_wanted,
+                            const kpc_key *no_cwd, kpc_key *out)
 {
     /* the size of what follows the prefix; a request that would not fit takes the
      * serializer (one strlen more per small field than the fast path: only there) */
@@ -266,6 +266,29 @@ static bool compute_prefixed(const kpc_key_prefix *pre, const kpc_source *src, i
         p = w_put(p, 'W', cwd, sizeof cwd);
     XXH128_canonicalFromHash((XXH128_canonical_t *)out->bytes, XXH3_128bits(buf, (size_t)(p - buf)));
     return true;
+}
+
+#ifdef KPC_TEST_HOOKS
+static kpc_key test_key;
+static bool test_key_set;
+
+void kpc_key_test_override(const kpc_key *key)
+{
+    test_key_set = key != NULL;
+    if (key)
+        test_key = *key;
+}
+#endif
+
+static bool compute_prefixed(const kpc_key_prefix *pre, const kpc_source *src, int with_cwd_wanted,
+                             const kpc_key *no_cwd, kpc_key *out)
+{
+    bool ok = compute_request(pre, src, with_cwd_wanted, no_cwd, out);
+#ifdef KPC_TEST_HOOKS
+    if (ok && test_key_set)
+        *out = test_key;
+#endif
+    return ok;
 }
 
 kpc_status kpc_key_compute_prefixed(const kpc_key_prefix *pre, const kpc_source *src, kpc_key *out)

@@ -39,4 +39,10 @@ void kpc_key_compute_after_no_cwd(const kpc_key_prefix *pre, const kpc_source *s
 /* The 16 bytes keys hash for a compiler identity: it with the values of pf->key_env now. */
 void kpc_key_identity(const kpc_platform *pf, const uint8_t compiler_id[16], uint8_t key_id[16]);
 
+#ifdef KPC_TEST_HOOKS
+/* Every request's key is key from now on (NULL: computed again): two requests made to
+ * collide, as a chosen input could (tests/test_collision.c). */
+void kpc_key_test_override(const kpc_key *key);
+#endif
+
 #endif /* KPC_CORE_KEY_H */
