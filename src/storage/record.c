@@ -1,6 +1,7 @@
 /*
  * record.c - the record codec: a 256-byte little-endian header (magic, version, key,
- * kind, sizes, payload and header checksums, target, source name, compiler identity)
+ * kind, sizes, payload and header checksums, target, source name, request digest (version
+ * 4), compiler identity)
  * and the payload, read and written through base/bytes.h. The flags say what a CODE
  * record's bytes are (LLVM bitcode, never loaded as a module). Every reader, whatever the tier, checks a record whole here before
  * it is used: a record that fails is never trusted. Layout: docs/file-format.md.
