@@ -6,7 +6,8 @@
  * KPC_SHARED_DIR, a pack of KPC_PACK_PATH, the cluster tier on a private redis-server
  * with a secret, so that its records are served), must answer the second with a miss: a build
  * of its own source, request_mismatches counted, an info line with the key, and never the
- * first one's bytes. The fake compiler for the tiers, one case through real hipRTC.
+ * first one's bytes. Also a record that keeps no request (KPC_KEEP_SOURCES=0) and a
+ * compile failure's log. The fake compiler for the tiers, one case through real hipRTC.
  */
 #define _GNU_SOURCE
 #include "support.h"
@@ -139,6 +140,40 @@ START_TEST(disk_collision_is_a_miss)
 }
 END_TEST
 
+/* A record that keeps no request (KPC_KEEP_SOURCES=0) still keeps its digest. */
+START_TEST(disk_collision_without_sources_is_a_miss)
+{
+    setenv("KPC_KEEP_SOURCES", "0", 1);
+    disk_case(false);
+    unsetenv("KPC_KEEP_SOURCES");
+}
+END_TEST
+
+/* A compile failure another process kept (its log) is not the answer of another request
+ * under the key: b is built, not failed with a's log. */
+START_TEST(failure_log_collision_is_a_miss)
+{
+    got ra = reference(&src_a), rb = reference(&src_b);
+    char *dir = ts_tmpdir();
+    kpc_key_test_override(&forced);
+    kpc_source bad = ts_src("#error the fake compiler fails this\n", "bad.hip");
+    kpc_cache *c = ts_open(dir, 0, 0);
+    kpc_context *ctx = ts_context(c);
+    kpc_program *p = NULL;
+    ck_assert_int_eq(kpc_program_get(ctx, &bad, &p), KPC_E_COMPILE);
+    kpc_context_destroy(ctx);
+    kpc_cache_close(c);
+    got b = get_in(dir, &src_b);
+    kpc_key_test_override(NULL);
+    assert_mismatch_built(&b, &ra, &rb);
+    ck_assert_uint_eq(b.st.cached_failures, 0);
+    got_free(&ra);
+    got_free(&rb);
+    got_free(&b);
+    ts_cleanup(dir);
+}
+END_TEST
+
 START_TEST(shared_dir_collision_is_a_miss)
 {
     got ra = reference(&src_a), rb = reference(&src_b);
@@ -228,7 +263,8 @@ END_TEST
 
 int main(void)
 {
-    const TTest *tests[] = {disk_collision_is_a_miss, shared_dir_collision_is_a_miss, pack_collision_is_a_miss,
+    const TTest *tests[] = {disk_collision_is_a_miss, disk_collision_without_sources_is_a_miss,
+                            failure_log_collision_is_a_miss, shared_dir_collision_is_a_miss, pack_collision_is_a_miss,
                             redis_collision_is_a_miss, real_hiprtc_collision_is_a_miss, NULL};
     return ts_main_case("collision", "tiers", 300, setup, teardown, tests);
 }
