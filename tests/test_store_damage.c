@@ -169,7 +169,7 @@ START_TEST(every_damage_kind_is_rebuilt)
     snprintf(copy_path, sizeof copy_path, "%s.pristine-copy", o.path);
 
     /* one byte flipped: in every header field, and in the payload (code, names) */
-    const size_t header_offsets[] = {0, 7, 8, 12, 16, 31, 32, 36, 40, 48, 56, 64, 72, 80, 144, 224, 240, 248, 255};
+    const size_t header_offsets[] = {0, 7, 8, 12, 16, 31, 32, 36, 40, 48, 56, 64, 72, 80, 144, 192, 224, 240, 248, 255};
     const size_t payload_offsets[] = {256, 256 + o.code_size / 2, 256 + o.code_size - 1, 256 + o.code_size,
                                       o.file_size - 1};
     for (size_t i = 0; i < sizeof header_offsets / sizeof header_offsets[0]; i++) {
@@ -186,7 +186,7 @@ START_TEST(every_damage_kind_is_rebuilt)
     }
     /* another format version, with a header that is otherwise sound */
     memcpy(buf, o.file, o.file_size);
-    le32_put(buf + 8, 4); /* 1 to 3 are read */
+    le32_put(buf + 8, 5); /* 1 to 4 are read */
     reseal_header(buf);
     ts_write_file(o.path, buf, o.file_size);
     expect_rebuilt(dir, &src, &o, "unsupported format version");
@@ -307,9 +307,9 @@ START_TEST(bitcode_record_is_never_loaded)
     unsigned char *file = ts_read_file(path, &fsize), *pfile = ts_read_file(plain_path, &psize);
     ck_assert_ptr_nonnull(file);
     ck_assert_ptr_nonnull(pfile);
-    ck_assert_uint_eq(le32_at(file + 8), 3); /* version */
+    ck_assert_uint_eq(le32_at(file + 8), 4); /* version: flags (3) and the request digest (4) */
     ck_assert_uint_eq(le32_at(file + 36), 1); /* flags: bitcode */
-    ck_assert_uint_le(le32_at(pfile + 8), 2); /* a code object: what older readers take */
+    ck_assert_uint_eq(le32_at(pfile + 8), 4); /* a code object with the request digest */
     ck_assert_uint_eq(le32_at(pfile + 36), 0);
     free(pfile);
 

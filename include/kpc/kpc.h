@@ -160,6 +160,9 @@ typedef struct kpc_stats {
     /* this process: requests answered by the shared directory of KPC_SHARED_DIR, and
      * records there refused as damaged (each then built, or read from a tier below) */
     uint64_t shared_hits, shared_refused;
+    /* this process: records from another process (any tier) refused because they were
+     * built from another request under the same key (a collision: each then built) */
+    uint64_t request_mismatches;
 } kpc_stats;
 
 typedef struct kpc_source {

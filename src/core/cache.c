@@ -120,6 +120,7 @@ static void stats_fill(kpc_cache *cache, kpc_stats *out)
     out->disk_hits = atomic_load(&cache->disk_hits);
     out->builds = atomic_load(&cache->builds);
     out->build_failures = atomic_load(&cache->build_failures);
+    out->request_mismatches = atomic_load(&cache->request_mismatches);
     out->waits = atomic_load(&cache->waits);
     out->cached_failures = atomic_load(&cache->cached_failures);
     if (cache->index) {

@@ -34,6 +34,7 @@ struct kpc_cache {
     kpc_backfill fill; /* copies of the cluster's records to disk (running: a cluster tier) */
     /* process counters */
     _Atomic uint64_t mem_misses, disk_hits, builds, build_failures, waits, cached_failures;
+    _Atomic uint64_t request_mismatches; /* records of another request under the key (a collision) */
     atomic_int contexts;
     pid_t pid;          /* the process that opened it (kpc.h: a fork child must not use it) */
     unsigned fork_gen;  /* the process's fork generation then: see kpc_cache_check_process */

@@ -196,7 +196,7 @@ static void compute_slow(const uint8_t compiler_id[16], const char *platform, co
     XXH128_canonicalFromHash((XXH128_canonical_t *)out->bytes, h);
 }
 
-void kpc_key_compute_read(const kpc_key_prefix *pre, const kpc_source *src, const uint8_t *cwd, kpc_key *out)
+static void compute_read(const kpc_key_prefix *pre, const kpc_source *src, const uint8_t *cwd, kpc_key *out)
 {
     /* the size of what follows the prefix; a request that would not fit takes the
      * serializer (one strlen more per small field than the fast path: only there) */
@@ -243,6 +243,29 @@ void kpc_key_compute_read(const kpc_key_prefix *pre, const kpc_source *src, cons
     if (with_cwd)
         p = w_put(p, 'W', cwd, 16);
     XXH128_canonicalFromHash((XXH128_canonical_t *)out->bytes, XXH3_128bits(buf, (size_t)(p - buf)));
+}
+
+#ifdef KPC_TEST_HOOKS
+static kpc_key test_key;
+static bool test_key_set;
+
+void kpc_key_test_override(const kpc_key *key)
+{
+    test_key_set = key != NULL;
+    if (key)
+        test_key = *key;
+}
+#endif
+
+/* the key of a request read once (request.c), the working directory's identity in it where
+ * that counts (cwd) */
+void kpc_key_compute_read(const kpc_key_prefix *pre, const kpc_source *src, const uint8_t *cwd, kpc_key *out)
+{
+    compute_read(pre, src, cwd, out);
+#ifdef KPC_TEST_HOOKS
+    if (test_key_set)
+        *out = test_key;
+#endif
 }
 
 kpc_status kpc_key_compute_prefixed(const kpc_key_prefix *pre, const kpc_source *src, kpc_key *out)

@@ -36,4 +36,10 @@ kpc_status kpc_key_compute(const uint8_t compiler_id[16], const char *platform, 
 /* The 16 bytes keys hash for a compiler identity: it with the values of pf->key_env now. */
 void kpc_key_identity(const kpc_platform *pf, const uint8_t compiler_id[16], uint8_t key_id[16]);
 
+#ifdef KPC_TEST_HOOKS
+/* Every request's key is key from now on (NULL: computed again): two requests made to
+ * collide, as a chosen input could (tests/test_collision.c). */
+void kpc_key_test_override(const kpc_key *key);
+#endif
+
 #endif /* KPC_CORE_KEY_H */

@@ -30,9 +30,28 @@
 #include "base/grace.h"
 #include "base/log.h"
 #include "platform/names.h"
+#include "storage/record.h"
 
 #include <stdlib.h>
 #include <string.h>
+
+kpc_status kpc_program_from_record(const kpc_key *key, kpc_record *rec, kpc_program **out)
+{
+    kpc_build b = {0};
+    b.names = malloc(rec->names_size ? rec->names_size : 1);
+    if (b.names == NULL)
+        return KPC_E_NOMEM;
+    memcpy(b.names, (char *)rec->payload + rec->code_size, rec->names_size);
+    b.names_size = rec->names_size;
+    b.code = rec->payload; /* the code is the head of the payload: keep it */
+    b.code_size = rec->code_size;
+    b.bitcode = (rec->flags & KPC_RECORD_BITCODE) != 0;
+    rec->payload = NULL;
+    kpc_status s = kpc_program_new(key, &b, out);
+    if (s != KPC_OK)
+        kpc_platform_build_free(&b);
+    return s;
+}
 
 kpc_status kpc_program_new(const kpc_key *key, kpc_build *b, kpc_program **out)
 {

@@ -53,6 +53,10 @@ struct kpc_program {
 /* A program of b's code and names (ownership taken; b's are NULL after); its object key
  * is key until the caller sets another. */
 kpc_status kpc_program_new(const kpc_key *key, kpc_build *b, kpc_program **out);
+/* A program of the CODE record rec read from a tier: its payload moves into the program
+ * (rec->payload NULL after, whatever the outcome). */
+struct kpc_record;
+kpc_status kpc_program_from_record(const kpc_key *key, struct kpc_record *rec, kpc_program **out);
 /* The map takes the reference it was given (kpc_map_publish, before the entry is seen
  * READY); from then on a hit may count in the thread's slot. */
 void kpc_program_map_take(kpc_program *prog);

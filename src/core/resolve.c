@@ -43,6 +43,7 @@
 #include "core/backfill.h"
 #include "core/cache.h"
 #include "core/context.h"
+#include "core/hit.h"
 #include "core/key.h"
 #include "core/manifest.h"
 #include "core/program.h"
@@ -58,24 +59,6 @@
 #include <unistd.h>
 
 #define MAX_ROUNDS 4 /* index rounds before building without it: bounds a pathological race */
-
-static kpc_status prog_from_record(const kpc_key *key, kpc_record *rec, kpc_program **out)
-{
-    kpc_build b = {0};
-    b.names = malloc(rec->names_size ? rec->names_size : 1);
-    if (b.names == NULL)
-        return KPC_E_NOMEM;
-    memcpy(b.names, (char *)rec->payload + rec->code_size, rec->names_size);
-    b.names_size = rec->names_size;
-    b.code = rec->payload; /* the code is the head of the payload: keep it */
-    b.code_size = rec->code_size;
-    b.bitcode = (rec->flags & KPC_RECORD_BITCODE) != 0;
-    rec->payload = NULL;
-    kpc_status s = kpc_program_new(key, &b, out);
-    if (s != KPC_OK)
-        kpc_platform_build_free(&b);
-    return s;
-}
 
 static void fill_record(kpc_record *rec, const kpc_context *ctx, const kpc_key *key,
                         const kpc_source *src, uint32_t kind)
@@ -186,13 +169,18 @@ static bool record_deps(const kpc_build *b, uint64_t started_ns, kpc_deps **deps
 
 /* The log of a build another process ran and failed; NULL when its log record is gone
  * (or, behind a manifest, when the files changed since). */
-static char *failed_log(kpc_context *ctx, const kpc_key *key)
+static char *failed_log(kpc_context *ctx, const kpc_key *key, const kpc_source *src)
 {
+    kpc_hit_request a = {key, src, false, {0}};
     kpc_record rec;
     kpc_deps *deps = NULL;
     if (kpc_tier_read(&ctx->cache->tiers, key, ctx->target, KPC_RECORD_LOG, &rec) != KPC_OK &&
         read_via_manifest(ctx, key, &rec, &deps) != KPC_OK)
         return NULL;
+    if (!kpc_hit_serves(ctx, &a, &rec)) {
+        kpc_manifest_deps_free(deps);
+        return NULL;
+    }
     char *log = rec.kind == KPC_RECORD_LOG ? log_text(&rec) : NULL;
     kpc_record_free(&rec);
     kpc_manifest_deps_free(deps);
@@ -252,6 +240,7 @@ static kpc_status build(kpc_context *ctx, const kpc_key *key, const kpc_source *
                 ctx->target);
         const char *text = b.log ? b.log : "";
         fill_record(&rec, ctx, &object, src, KPC_RECORD_LOG);
+    rec.has_digest = kpc_request_digest(key, src, rec.request_digest);
         rec.code_size = strlen(text);
         store_outcome(ctx, key, src, claim, keep, deps, &object,
                       &(outcome){&rec, text, NULL, KPC_CLAIM_FAILED, KPC_MANIFEST_LOG});
@@ -281,6 +270,7 @@ static kpc_status build(kpc_context *ctx, const kpc_key *key, const kpc_source *
             src->name ? src->name : "(unnamed)", ctx->target, (double)(kpc__now_ns() - t0) / 1e6,
             b.code_size, b.num_deps);
     fill_record(&rec, ctx, &object, src, KPC_RECORD_CODE);
+    rec.has_digest = kpc_request_digest(key, src, rec.request_digest);
     rec.flags = b.bitcode ? KPC_RECORD_BITCODE : 0;
     rec.code_size = b.code_size;
     rec.names_size = b.names_size;
@@ -323,7 +313,7 @@ static kpc_status take_record(kpc_context *ctx, const kpc_key *key, kpc_claim *c
                               kpc_deps *deps, kpc_tier *from, kpc_program **out, bool *from_disk)
 {
     kpc_record head = *rec; /* the claim publishes the size; the payload moves below */
-    kpc_status r = prog_from_record(key, rec, out);
+    kpc_status r = kpc_program_from_record(key, rec, out);
     kpc_record_free(rec);
     if (r != KPC_OK) {
         kpc_manifest_deps_free(deps);
@@ -350,9 +340,10 @@ static kpc_status take_record(kpc_context *ctx, const kpc_key *key, kpc_claim *c
 /* With the host slot held and no tier holding the record: ask the coordinating tier
  * (without waiting on another host's builder when nowait: then *busy, the slot still
  * held). KPC_E_NOT_FOUND: build (under its lease, if it granted one), unless *busy. */
-static kpc_status coordinate(kpc_context *ctx, const kpc_key *key, kpc_claim *claim, bool nowait,
-                             kpc_program **out, char **log, bool *from_disk, bool *busy)
+static kpc_status coordinate(kpc_context *ctx, const kpc_key *key, const kpc_source *src, kpc_claim *claim,
+                             bool nowait, kpc_program **out, char **log, bool *from_disk, bool *busy)
 {
+    kpc_hit_request a = {key, src, false, {0}};
     kpc_tiers *tiers = &ctx->cache->tiers;
     kpc_tier *coord = kpc_tier_coordinator(tiers);
     kpc_tier_begin res;
@@ -362,6 +353,8 @@ static kpc_status coordinate(kpc_context *ctx, const kpc_key *key, kpc_claim *cl
         *busy = true;
         return KPC_E_NOT_FOUND;
     }
+    if ((res.verdict == KPC_TIER_HIT || res.verdict == KPC_TIER_FAILED) && !kpc_hit_serves(ctx, &a, &res.rec))
+        return KPC_E_NOT_FOUND; /* built here, under the claim */
     if (res.verdict == KPC_TIER_HIT && res.rec.kind != KPC_RECORD_CODE) {
         kpc_record_free(&res.rec); /* only a CODE record answers a key unchecked */
         return KPC_E_NOT_FOUND;
@@ -391,9 +384,10 @@ typedef struct watch_state {
     uint64_t next_ns;  /* the next look */
 } watch_state;
 
-static kpc_status watch_cluster(kpc_context *ctx, const kpc_key *key, watch_state *w, kpc_program **out,
-                                bool *from_disk)
+static kpc_status watch_cluster(kpc_context *ctx, const kpc_key *key, const kpc_source *src, watch_state *w,
+                                kpc_program **out, bool *from_disk)
 {
+    kpc_hit_request a = {key, src, false, {0}};
     kpc_tiers *tiers = &ctx->cache->tiers;
     kpc_tier *coord = kpc_tier_coordinator(tiers);
     uint64_t now = kpc__now_ns();
@@ -407,9 +401,9 @@ static kpc_status watch_cluster(kpc_context *ctx, const kpc_key *key, watch_stat
     kpc_claim none;
     memset(&none, 0, sizeof none);
     kpc_record rec;
-    if (kpc_tier_read(tiers, key, ctx->target, KPC_RECORD_CODE, &rec) == KPC_OK)
+    if (kpc_tier_read(tiers, key, ctx->target, KPC_RECORD_CODE, &rec) == KPC_OK && kpc_hit_serves(ctx, &a, &rec))
         return take_record(ctx, key, &none, &rec, NULL, NULL, out, from_disk);
-    if (coord->ops->peek(coord, key, ctx->target, &rec) != KPC_OK)
+    if (coord->ops->peek(coord, key, ctx->target, &rec) != KPC_OK || !kpc_hit_serves(ctx, &a, &rec))
         return KPC_E_NOT_FOUND;
     KPC_LOG(KPC_LOG_INFO, "this host's builder of the key is taking long; another host published it: "
             "taking that");
@@ -431,6 +425,7 @@ static kpc_status obtain(kpc_context *ctx, const kpc_normalized_request *req, bo
     unsigned flags = (skip_disk ? KPC_INDEX_STALE : 0) | nowait;
     *from_disk = false;
     watch_state watch = {0};
+    kpc_hit_request a = {key, src, false, {0}};
     kpc_tier *coord = kpc_tier_coordinator(tiers);
     /* a request whose options name a directory or file to read: its manifest first */
     bool manifest_first = req->reads_files;
@@ -449,7 +444,7 @@ static kpc_status obtain(kpc_context *ctx, const kpc_normalized_request *req, bo
         if (waited && !(watch.flags & KPC_INDEX_AGAIN))
             atomic_fetch_add_explicit(&cache->waits, 1, memory_order_relaxed);
         if (verdict == KPC_INDEX_BUSY && !nowait) { /* a slice of a watched wait: nothing held */
-            kpc_status s = watch_cluster(ctx, key, &watch, out, from_disk);
+            kpc_status s = watch_cluster(ctx, key, src, &watch, out, from_disk);
             if (s != KPC_E_NOT_FOUND)
                 return s;
             round--;
@@ -460,7 +455,7 @@ static kpc_status obtain(kpc_context *ctx, const kpc_normalized_request *req, bo
             return KPC_E_NOT_FOUND;
         }
         if (verdict == KPC_INDEX_FAILED) {
-            if ((*log = failed_log(ctx, key)) != NULL) {
+            if ((*log = failed_log(ctx, key, src)) != NULL) {
                 atomic_fetch_add_explicit(&cache->cached_failures, 1, memory_order_relaxed);
                 return KPC_E_COMPILE;
             }
@@ -477,10 +472,17 @@ static kpc_status obtain(kpc_context *ctx, const kpc_normalized_request *req, bo
              * for first where one is expected (manifest_first) */
             kpc_status via = manifest_first ? read_via_manifest(ctx, key, &rec, &deps) : KPC_E_NOT_FOUND;
             if (via != KPC_OK) {
-                if (kpc_tier_read(tiers, key, ctx->target, KPC_RECORD_CODE, &rec) == KPC_OK)
+                if (kpc_tier_read(tiers, key, ctx->target, KPC_RECORD_CODE, &rec) == KPC_OK) {
+                    if (!kpc_hit_serves(ctx, &a, &rec)) /* built again, over the other request's */
+                        return build(ctx, key, src, &claim, out, log);
                     return take_record(ctx, key, &claim, &rec, NULL, NULL, out, from_disk);
+                }
                 if (!manifest_first)
                     via = read_via_manifest(ctx, key, &rec, &deps);
+            }
+            if (via == KPC_OK && !kpc_hit_serves(ctx, &a, &rec)) {
+                kpc_manifest_deps_free(deps);
+                return build(ctx, key, src, &claim, out, log);
             }
             if (via == KPC_OK) {
                 if (rec.kind == KPC_RECORD_CODE)
@@ -499,7 +501,7 @@ static kpc_status obtain(kpc_context *ctx, const kpc_normalized_request *req, bo
             }
         }
         if (kpc_claim_held(&claim)) {
-            kpc_status s = coordinate(ctx, key, &claim, nowait && held, out, log, from_disk, busy);
+            kpc_status s = coordinate(ctx, key, src, &claim, nowait && held, out, log, from_disk, busy);
             if (s != KPC_E_NOT_FOUND)
                 return s;
             if (*busy) { /* another host builds it: the slot goes out with *busy */

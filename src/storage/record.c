@@ -1,6 +1,7 @@
 /*
  * record.c - the record codec: a 256-byte little-endian header (magic, version, key,
- * kind, sizes, payload and header checksums, target, source name, compiler identity)
+ * kind, sizes, payload and header checksums, target, source name, request digest (version
+ * 4), compiler identity)
  * and the payload, read and written through base/bytes.h. The flags say what a CODE
  * record's bytes are (LLVM bitcode, never loaded as a module). Every reader, whatever the tier, checks a record whole here before
  * it is used: a record that fails is never trusted. Layout: docs/file-format.md.
@@ -10,6 +11,7 @@
 #include "base/bytes.h"
 #include "platform/names.h"
 
+#include <bsd/string.h>
 #include <stdlib.h>
 #include <string.h>
 #define XXH_STATIC_LINKING_ONLY /* XXH3_state_t on the stack */
@@ -18,6 +20,7 @@
 enum {
     H_MAGIC = 0, H_VERSION = 8, H_HSIZE = 12, H_KEY = 16, H_KIND = 32, H_FLAGS = 36, H_PAYLOAD = 40,
     H_CODE = 48, H_NAMES = 56, H_SUM = 64, H_CREATED = 72, H_TARGET = 80, H_SOURCE = 144,
+    H_DIGEST = 192, /* version 4: the source name takes 48 bytes, the request digest 32 */
     H_COMPILER = 224, H_REQUEST = 240, H_HSUM = 248
 };
 _Static_assert(H_HSUM + 8 == KPC_RECORD_HEADER, "the header layout must add up to KPC_RECORD_HEADER");
@@ -31,7 +34,7 @@ static void encode_header(uint8_t h[KPC_RECORD_HEADER], const kpc_record *r, uin
     kpc__put_bytes(&w, KPC_STORE_MAGIC, 8);
     /* the oldest version that holds the record: older readers still take it, and one
      * with flags (3) is refused by readers that would not heed them */
-    kpc__put_u32(&w, r->flags ? 3u : r->request_size ? 2u : 1u);
+    kpc__put_u32(&w, r->has_digest ? 4u : r->flags ? 3u : r->request_size ? 2u : 1u);
     kpc__put_u32(&w, KPC_RECORD_HEADER);
     kpc__put_bytes(&w, r->key.bytes, 16);
     kpc__put_u32(&w, r->kind);
@@ -42,7 +45,14 @@ static void encode_header(uint8_t h[KPC_RECORD_HEADER], const kpc_record *r, uin
     kpc__put_u64(&w, payload_sum);
     kpc__put_u64(&w, r->created_ns);
     kpc__put_fixed_str(&w, r->target, 64);
-    kpc__put_fixed_str(&w, r->source_name, 80);
+    if (r->has_digest) {
+        char name[H_DIGEST - H_SOURCE];
+        strlcpy(name, r->source_name, sizeof name); /* the name is for people: cut short */
+        kpc__put_fixed_str(&w, name, sizeof name);
+        kpc__put_bytes(&w, r->request_digest, 32);
+    } else {
+        kpc__put_fixed_str(&w, r->source_name, H_COMPILER - H_SOURCE);
+    }
     kpc__put_bytes(&w, r->compiler_id, 16);
     kpc__put_u64(&w, r->request_size);
     kpc__put_u64(&w, w.len == H_HSUM ? XXH3_64bits(h, H_HSUM) : 0);
@@ -77,8 +87,18 @@ const char *kpc_record_decode_header(const uint8_t *h, size_t avail, kpc_record 
     kpc__get_skip(&in, 8); /* the payload's checksum: kpc_record_take checks it */
     r->created_ns = kpc__get_u64(&in);
     kpc__get_fixed_str(&in, r->target, sizeof r->target);
-    kpc__get_fixed_str(&in, r->source_name, sizeof r->source_name);
+    if (version >= 4u) {
+        char name[H_DIGEST - H_SOURCE];
+        kpc__get_fixed_str(&in, name, sizeof name);
+        strlcpy(r->source_name, name, sizeof r->source_name);
+    } else {
+        kpc__get_fixed_str(&in, r->source_name, sizeof r->source_name);
+    }
     bool strings_ok = !in.bad;
+    if (version >= 4u) {
+        kpc__get_copy(&in, r->request_digest, 32);
+        r->has_digest = true;
+    }
     kpc__get_copy(&in, r->compiler_id, 16);
     uint64_t request = kpc__get_u64(&in);
     r->request_size = version >= 2u ? request : 0; /* reserved (not checked) in 1 */
@@ -145,6 +165,11 @@ const char *kpc_record_take(void *buf, size_t size, const kpc_key *key, const ch
     out->payload = buf;
     out->request = out->request_size ? (uint8_t *)buf + out->code_size + out->names_size : NULL;
     return NULL;
+}
+
+bool kpc_record_serves(const kpc_record *r, const uint8_t want[32])
+{
+    return !r->has_digest || want == NULL || memcmp(r->request_digest, want, 32) == 0;
 }
 
 void kpc_record_free(kpc_record *r)

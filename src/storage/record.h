@@ -14,8 +14,8 @@
 #include <stdint.h>
 
 #define KPC_STORE_MAGIC "KPCOBJ\x00\x01"
-#define KPC_STORE_VERSION 3u /* the newest version read and written: 2 adds the request
-                              * section, 3 the flags; each record is written with the oldest
+#define KPC_STORE_VERSION 4u /* the newest version read and written: 2 adds the request
+                              * section, 3 the flags, 4 the request digest; each record is written with the oldest
                               * version that can hold it (1: no request section, no flags), so
                               * older readers still take what they can read, and refuse a
                               * record whose flags they would not know to heed */
@@ -36,7 +36,12 @@ typedef struct kpc_record {
     uint32_t flags; /* KPC_RECORD_BITCODE or 0 */
     uint64_t created_ns;
     char target[64];
-    char source_name[80];
+    char source_name[80]; /* 48 bytes with its NUL from version 4 on */
+    /* The BLAKE2b-256 of the request the record was built from (kpc_request_digest),
+     * kept from version 4 on (has_digest); a hit from another process is served only
+     * when it is the asking request's (kpc_record_serves) */
+    bool has_digest;
+    uint8_t request_digest[32];
     uint8_t compiler_id[16];
     void *payload; /* malloc'd: code, names, then the request section (CODE), the log text (LOG),
                     * the manifest (MANIFEST) */
@@ -64,5 +69,11 @@ const char *kpc_record_decode_header(const uint8_t *h, size_t avail, kpc_record 
  * and the reason returned. */
 const char *kpc_record_take(void *buf, size_t size, const kpc_key *key, const char *target,
                             uint32_t kind, kpc_record *out);
+
+/* Whether r may answer the request whose digest (kpc_request_digest) is want: the one
+ * comparison every hit from outside the process passes, whatever tier it came from. A
+ * record that keeps no digest (written before version 4, or without libsodium) is served
+ * as before: docs/file-format.md. */
+bool kpc_record_serves(const kpc_record *r, const uint8_t want[32]);
 
 #endif /* KPC_STORAGE_RECORD_H */

@@ -33,6 +33,9 @@
 #include <string.h>
 #include <unistd.h>
 #include <zstd.h>
+#if defined(KPC_HAVE_REMOTE)
+#include <sodium.h>
+#endif
 
 #define REQ_MAGIC "KPRQ"
 #define REQ_VERSION 1u
@@ -243,3 +246,56 @@ kpc_status kpc_request_decode(const void *section, size_t size, kpc_request *out
     }
     return KPC_OK;
 }
+
+/* ---- the digest a record keeps of its request ----------------------------------------- */
+#if defined(KPC_HAVE_REMOTE)
+/* A count or a length alone. */
+static void digest_count(crypto_generichash_state *st, uint64_t n)
+{
+    uint8_t b[8];
+    for (int i = 0; i < 8; i++)
+        b[i] = (uint8_t)(n >> (8 * i)); /* little-endian, whatever the host */
+    crypto_generichash_update(st, b, sizeof b);
+}
+
+static void digest_field(crypto_generichash_state *st, const void *data, uint64_t len)
+{
+    digest_count(st, len);
+    if (len)
+        crypto_generichash_update(st, data, len);
+}
+
+static void digest_str(crypto_generichash_state *st, const char *s)
+{
+    digest_field(st, s ? s : "", slen(s));
+}
+
+bool kpc_request_digest(const kpc_key *key, const kpc_source *src, uint8_t out[32])
+{
+    crypto_generichash_state st;
+    crypto_generichash_init(&st, NULL, 0, 32);
+    digest_field(&st, key->bytes, sizeof key->bytes);
+    digest_field(&st, src->code, src->code_len ? src->code_len : strlen(src->code));
+    digest_str(&st, src->name);
+    digest_count(&st, src->num_options);
+    for (size_t i = 0; i < src->num_options; i++)
+        digest_str(&st, src->options[i]);
+    digest_count(&st, src->num_headers);
+    for (size_t i = 0; i < src->num_headers; i++) {
+        digest_str(&st, src->header_names[i]);
+        digest_str(&st, src->header_sources[i]);
+    }
+    digest_count(&st, src->num_name_expressions);
+    for (size_t i = 0; i < src->num_name_expressions; i++)
+        digest_str(&st, src->name_expressions[i]);
+    crypto_generichash_final(&st, out, 32);
+    return true;
+}
+#else
+bool kpc_request_digest(const kpc_key *key, const kpc_source *src, uint8_t out[32])
+{
+    (void)key, (void)src;
+    memset(out, 0, 32);
+    return false;
+}
+#endif

@@ -6,7 +6,11 @@
 #ifndef KPC_STORAGE_REQUEST_CODEC_H
 #define KPC_STORAGE_REQUEST_CODEC_H
 
+#include "base/util.h"
 #include "kpc/kpc.h"
+
+#include <stdbool.h>
+#include <stdint.h>
 
 #include <stddef.h>
 
@@ -25,5 +29,12 @@ kpc_status kpc_request_encode(const kpc_source *src, const char *const *env_name
 /* Decode a section; KPC_E_CORRUPT when it fails any check, KPC_E_NOMEM. */
 kpc_status kpc_request_decode(const void *section, size_t size, kpc_request *out);
 void kpc_request_free(kpc_request *rq);
+
+/* The BLAKE2b-256 (libsodium) of what the request is for the key: key, then the source,
+ * its name, options, headers (names and texts) and name expressions whole, each with its
+ * length. Unlike the key (XXH3, made for speed, not against chosen inputs), no one can
+ * make two requests share it. False without libsodium (a build without the cluster
+ * tier): the request has no digest then. */
+bool kpc_request_digest(const kpc_key *key, const kpc_source *src, uint8_t out[32]);
 
 #endif /* KPC_STORAGE_REQUEST_CODEC_H */

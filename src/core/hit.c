@@ -1,0 +1,28 @@
+/*
+ * hit.c - a record from another process answers only the request it was built from. The
+ * key (XXH3-128) is made for speed, not against chosen inputs, and a service that
+ * compiles its users' sources lets them choose; the record keeps a BLAKE2b-256 of its
+ * request (kpc_request_digest), and a hit compares it with the asking request's.
+ */
+#include "core/hit.h"
+#include "core/cache.h"
+#include "core/key.h"
+#include "base/log.h"
+#include "storage/request_codec.h"
+
+bool kpc_hit_serves(kpc_context *ctx, kpc_hit_request *a, kpc_record *rec)
+{
+    if (!a->known && !rec->has_digest)
+        return true; /* an older record: served as before (docs/file-format.md) */
+    if (!a->known)
+        a->known = kpc_request_digest(a->key, a->src, a->digest);
+    if (kpc_record_serves(rec, a->known ? a->digest : NULL))
+        return true;
+    char hex[KPC_KEY_HEX];
+    kpc_key_hex(a->key, hex);
+    KPC_LOG(KPC_LOG_INFO, "the record under key %s for %s was built from another request (a collision "
+            "of the key): a miss, never served", hex, ctx->target);
+    atomic_fetch_add_explicit(&ctx->cache->request_mismatches, 1, memory_order_relaxed);
+    kpc_record_free(rec);
+    return false;
+}

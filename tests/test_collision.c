@@ -1,0 +1,270 @@
+/*
+ * test_collision.c - a record is served from another process only to the request it was
+ * built from. Two different requests are made to share one key (the test hook
+ * kpc_key_test_override, as a chosen input against XXH3 could); the record the first left
+ * under it, in each tier that crosses a process (the disk tree, the shared directory of
+ * KPC_SHARED_DIR, a pack of KPC_PACK_PATH, the cluster tier on a private redis-server
+ * with a secret, so that its records are served), must answer the second with a miss: a build
+ * of its own source, request_mismatches counted, an info line with the key, and never the
+ * first one's bytes. Also a record that keeps no request (KPC_KEEP_SOURCES=0) and a
+ * compile failure's log. The fake compiler for the tiers, one case through real hipRTC.
+ */
+#define _GNU_SOURCE
+#include "support.h"
+#include "core/key.h"
+
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#ifdef KPC_TEST_REDIS
+#include "cluster_support.h"
+#endif
+
+static const kpc_key forced = {{0x6b, 0x70, 0x63, 0x2d, 0x63, 0x6f, 0x6c, 0x6c, 0x69, 0x73, 0x69, 0x6f, 0x6e,
+                                0x21, 0x21, 0x21}};
+
+typedef struct got {
+    void *code;
+    size_t size;
+    kpc_stats st;
+    char *log;
+} got;
+
+/* A new cache handle (a new process, as far as the tiers go) on dir gets src. */
+static got get_in(const char *dir, const kpc_source *src)
+{
+    got g;
+    ts_log_begin(KPC_LOG_INFO);
+    kpc_cache *c = ts_open(dir, 0, 0);
+    kpc_context *ctx = ts_context(c);
+    g.code = ts_get_code(ctx, src, &g.size);
+    ck_assert_int_eq(kpc_stats_get(c, &g.st), KPC_OK);
+    kpc_context_destroy(ctx);
+    kpc_cache_close(c);
+    g.log = ts_log_end();
+    return g;
+}
+
+static void got_free(got *g)
+{
+    free(g->code);
+    free(g->log);
+}
+
+/* Two caches' results and the two references freed, and the directories (d3 may be
+ * NULL) removed. */
+static void two_hosts_done(got *all[4], char *d1, char *d2, char *d3)
+{
+    for (size_t i = 0; i < 4; i++)
+        got_free(all[i]);
+    ts_cleanup(d1);
+    ts_cleanup(d2);
+    if (d3)
+        ts_cleanup(d3);
+}
+
+/* The object src builds to, from a cache of its own, its key not forced. */
+static got reference(const kpc_source *src)
+{
+    char *dir = ts_tmpdir();
+    got g = get_in(dir, src);
+    ts_cleanup(dir);
+    return g;
+}
+
+/* b got its own object, built, the mismatch counted and logged; not a's bytes. */
+static void assert_mismatch_built(const got *b, const got *ref_a, const got *ref_b)
+{
+    ck_assert_msg(b->size == ref_b->size && memcmp(b->code, ref_b->code, b->size) == 0,
+                  "the second request did not get its own object");
+    ck_assert_msg(b->size != ref_a->size || memcmp(b->code, ref_a->code, b->size) != 0,
+                  "the second request was served the first one's object");
+    ck_assert_uint_eq(b->st.builds, 1);
+    ck_assert_uint_eq(b->st.disk_hits, 0);
+    ck_assert_uint_eq(b->st.request_mismatches, 1);
+    char hex[KPC_KEY_HEX];
+    kpc_key_hex(&forced, hex);
+    ck_assert_msg(strstr(b->log, "was built from another request") != NULL && strstr(b->log, hex) != NULL,
+                  "no info line with the key:\n%s", b->log);
+}
+
+static kpc_source src_a, src_b;
+
+static void setup(void)
+{
+    ts_fake_install();
+    src_a = ts_src(ts_kernel_source(0), "a.hip");
+    src_b = ts_src(ts_kernel_source(1), "b.hip");
+}
+
+static void teardown(void)
+{
+    kpc_key_test_override(NULL);
+    ts_fake_remove();
+}
+
+/* The disk tree: a's record under the shared key is a miss for b, rebuilt as b's; then
+ * b's is a hit for b (and a is the miss now). */
+static void disk_case(bool real)
+{
+    got ra = reference(&src_a), rb = reference(&src_b);
+    if (real) /* hipRTC's own objects, not the fake compiler's */
+        ck_assert(ts_is_code_object(ra.code, ra.size) && ts_is_code_object(rb.code, rb.size));
+    char *dir = ts_tmpdir();
+    kpc_key_test_override(&forced);
+    got a = get_in(dir, &src_a);
+    ck_assert_uint_eq(a.st.builds, 1);
+    got b = get_in(dir, &src_b);
+    assert_mismatch_built(&b, &ra, &rb);
+    got again = get_in(dir, &src_b);
+    ck_assert_uint_eq(again.st.builds, 0);
+    ck_assert_uint_eq(again.st.disk_hits, 1);
+    ck_assert_uint_eq(again.st.request_mismatches, 0);
+    ck_assert(again.size == rb.size && memcmp(again.code, rb.code, rb.size) == 0);
+    got a2 = get_in(dir, &src_a);
+    ck_assert_uint_eq(a2.st.request_mismatches, 1);
+    ck_assert(a2.size == ra.size && memcmp(a2.code, ra.code, ra.size) == 0);
+    kpc_key_test_override(NULL);
+    got *all[] = {&ra, &rb, &a, &b, &again, &a2};
+    for (size_t i = 0; i < sizeof all / sizeof all[0]; i++)
+        got_free(all[i]);
+    ts_cleanup(dir);
+}
+
+START_TEST(disk_collision_is_a_miss)
+{
+    disk_case(false);
+}
+END_TEST
+
+/* A record that keeps no request (KPC_KEEP_SOURCES=0) still keeps its digest. */
+START_TEST(disk_collision_without_sources_is_a_miss)
+{
+    setenv("KPC_KEEP_SOURCES", "0", 1);
+    disk_case(false);
+    unsetenv("KPC_KEEP_SOURCES");
+}
+END_TEST
+
+/* A compile failure another process kept (its log) is not the answer of another request
+ * under the key: b is built, not failed with a's log. */
+START_TEST(failure_log_collision_is_a_miss)
+{
+    got ra = reference(&src_a), rb = reference(&src_b);
+    char *dir = ts_tmpdir();
+    kpc_key_test_override(&forced);
+    kpc_source bad = ts_src("#error the fake compiler fails this\n", "bad.hip");
+    kpc_cache *c = ts_open(dir, 0, 0);
+    kpc_context *ctx = ts_context(c);
+    kpc_program *p = NULL;
+    ck_assert_int_eq(kpc_program_get(ctx, &bad, &p), KPC_E_COMPILE);
+    kpc_context_destroy(ctx);
+    kpc_cache_close(c);
+    got b = get_in(dir, &src_b);
+    kpc_key_test_override(NULL);
+    assert_mismatch_built(&b, &ra, &rb);
+    ck_assert_uint_eq(b.st.cached_failures, 0);
+    got_free(&ra);
+    got_free(&rb);
+    got_free(&b);
+    ts_cleanup(dir);
+}
+END_TEST
+
+START_TEST(shared_dir_collision_is_a_miss)
+{
+    got ra = reference(&src_a), rb = reference(&src_b);
+    char *host_a = ts_tmpdir(), *host_b = ts_tmpdir(), *shared = ts_tmpdir();
+    ck_assert_int_eq(mkdir(shared, 0700), 0);
+    setenv("KPC_SHARED_DIR", shared, 1);
+    kpc_key_test_override(&forced);
+    got a = get_in(host_a, &src_a);
+    got b = get_in(host_b, &src_b);
+    unsetenv("KPC_SHARED_DIR");
+    kpc_key_test_override(NULL);
+    assert_mismatch_built(&b, &ra, &rb);
+    /* shared_hits counts what the tier handed up; the request refused it (above) */
+    two_hosts_done((got *[]){&ra, &rb, &a, &b}, host_a, host_b, shared);
+}
+END_TEST
+
+START_TEST(pack_collision_is_a_miss)
+{
+    got ra = reference(&src_a), rb = reference(&src_b);
+    char *from = ts_tmpdir(), *dir = ts_tmpdir();
+    kpc_key_test_override(&forced);
+    got a = get_in(from, &src_a);
+    char pack[4200];
+    snprintf(pack, sizeof pack, "%s.kpack", from);
+    const char *argv[] = {getenv("KPC_TOOL"), "pack", "create", pack, "--cache-dir", from, NULL};
+    char *out = NULL, *err = NULL;
+    int rc = ts_exec(argv, NULL, &out, &err);
+    ck_assert_msg(rc == 0, "kpc pack create: %d: %s%s", rc, out, err);
+    free(out);
+    free(err);
+    setenv("KPC_PACK_PATH", pack, 1);
+    got b = get_in(dir, &src_b);
+    unsetenv("KPC_PACK_PATH");
+    kpc_key_test_override(NULL);
+    assert_mismatch_built(&b, &ra, &rb);
+    /* pack_hits counts what the tier handed up; the request refused it (above) */
+    unlink(pack);
+    two_hosts_done((got *[]){&ra, &rb, &a, &b}, from, dir, NULL);
+}
+END_TEST
+
+/* Two hosts (two cache directories) on one Redis: host A's record, authenticated with the
+ * group's secret, is a miss for host B's other request under the same key. */
+START_TEST(redis_collision_is_a_miss)
+{
+#ifndef KPC_TEST_REDIS
+    ts_skip("this build has no cluster tier or no redis-server");
+#else
+    tc_redis redis;
+    ck_assert_msg(tc_redis_start(&redis), "redis-server could not be started");
+    got ra = reference(&src_a), rb = reference(&src_b);
+    char *host_a = ts_tmpdir(), *host_b = ts_tmpdir(), *keys = ts_tmpdir();
+    ck_assert_int_eq(mkdir(keys, 0700), 0);
+    char secret[4200];
+    snprintf(secret, sizeof secret, "%s/secret", keys);
+    ts_write_file(secret, "the group's secret", 18);
+    ck_assert_int_eq(chmod(secret, 0600), 0);
+    setenv("KPC_REMOTE", redis.url, 1);
+    setenv("KPC_REMOTE_SECRET_FILE", secret, 1);
+    kpc_key_test_override(&forced);
+    setenv("KPC_HOST_ID", "hostA", 1);
+    got a = get_in(host_a, &src_a);
+    setenv("KPC_HOST_ID", "hostB", 1);
+    got b = get_in(host_b, &src_b);
+    kpc_key_test_override(NULL);
+    unsetenv("KPC_HOST_ID");
+    unsetenv("KPC_REMOTE_SECRET_FILE");
+    unsetenv("KPC_REMOTE");
+    tc_redis_stop(&redis);
+    ck_assert_uint_eq(a.st.builds, 1);
+    /* the cluster handed A's record up (a hit of the tier); the request refused it */
+    ck_assert_uint_eq(b.st.remote_hits, 1);
+    assert_mismatch_built(&b, &ra, &rb);
+    two_hosts_done((got *[]){&ra, &rb, &a, &b}, host_a, host_b, keys);
+#endif
+}
+END_TEST
+
+/* The same as the disk case through real hipRTC (platform "amd", real compiles). */
+START_TEST(real_hiprtc_collision_is_a_miss)
+{
+    ts_fake_remove();
+    disk_case(true);
+}
+END_TEST
+
+int main(void)
+{
+    const TTest *tests[] = {disk_collision_is_a_miss, disk_collision_without_sources_is_a_miss,
+                            failure_log_collision_is_a_miss, shared_dir_collision_is_a_miss, pack_collision_is_a_miss,
+                            redis_collision_is_a_miss, real_hiprtc_collision_is_a_miss, NULL};
+    return ts_main_case("collision", "tiers", 300, setup, teardown, tests);
+}
