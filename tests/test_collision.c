@@ -12,6 +12,8 @@
 #define _GNU_SOURCE
 #include "support.h"
 #include "core/key.h"
+#include "storage/record.h"
+#include "storage/store.h"
 
 #include <stdio.h>
 #include <stdlib.h>
@@ -141,6 +143,50 @@ START_TEST(disk_collision_is_a_miss)
 END_TEST
 
 /* A record that keeps no request (KPC_KEEP_SOURCES=0) still keeps its digest. */
+/* A record of an earlier release keeps no request digest: nothing shows which request it
+ * was built from, so another process does not serve it; it builds once more, and its new
+ * record (with the digest) is a hit from then on. */
+START_TEST(record_without_digest_is_built_again)
+{
+    got ra = reference(&src_a);
+    char *dir = ts_tmpdir();
+    got first = get_in(dir, &src_a);
+    ck_assert_uint_eq(first.st.builds, 1);
+    /* the same record written again as an earlier release wrote it: no digest */
+    kpc_cache *c = ts_open(dir, 0, 0);
+    kpc_context *ctx = ts_context(c);
+    kpc_key key;
+    ts_key(ctx, &src_a, &key);
+    kpc_store *st = NULL;
+    ck_assert_int_eq(kpc_store_open_shared(dir, &st), KPC_OK);
+    kpc_record rec;
+    ck_assert_int_eq(kpc_store_read(st, &key, kpc_context_target(ctx), KPC_RECORD_CODE, &rec), KPC_OK);
+    ck_assert(rec.has_digest);
+    rec.has_digest = false;
+    const uint8_t *p = rec.payload;
+    ck_assert_int_eq(kpc_store_write(st, &rec, p, p + rec.code_size, rec.names_size), KPC_OK);
+    kpc_record_free(&rec);
+    ck_assert_int_eq(kpc_store_read(st, &key, kpc_context_target(ctx), KPC_RECORD_CODE, &rec), KPC_OK);
+    ck_assert_msg(!rec.has_digest, "the record was not rewritten without its digest");
+    kpc_record_free(&rec);
+    kpc_store_close(st);
+    kpc_context_destroy(ctx);
+    kpc_cache_close(c);
+    got old = get_in(dir, &src_a);
+    ck_assert_uint_eq(old.st.builds, 1);
+    ck_assert_uint_eq(old.st.disk_hits, 0);
+    ck_assert_uint_eq(old.st.request_mismatches, 0);
+    ck_assert(old.size == ra.size && memcmp(old.code, ra.code, ra.size) == 0);
+    got again = get_in(dir, &src_a);
+    ck_assert_uint_eq(again.st.builds, 0);
+    ck_assert_uint_eq(again.st.disk_hits, 1);
+    got *all[] = {&ra, &first, &old, &again};
+    for (size_t i = 0; i < sizeof all / sizeof all[0]; i++)
+        got_free(all[i]);
+    ts_cleanup(dir);
+}
+END_TEST
+
 START_TEST(disk_collision_without_sources_is_a_miss)
 {
     setenv("KPC_KEEP_SOURCES", "0", 1);
@@ -263,8 +309,8 @@ END_TEST
 
 int main(void)
 {
-    const TTest *tests[] = {disk_collision_is_a_miss, disk_collision_without_sources_is_a_miss,
-                            failure_log_collision_is_a_miss, shared_dir_collision_is_a_miss, pack_collision_is_a_miss,
+    const TTest *tests[] = {disk_collision_is_a_miss, record_without_digest_is_built_again,
+                            disk_collision_without_sources_is_a_miss, failure_log_collision_is_a_miss, shared_dir_collision_is_a_miss, pack_collision_is_a_miss,
                             redis_collision_is_a_miss, real_hiprtc_collision_is_a_miss, NULL};
     return ts_main_case("collision", "tiers", 300, setup, teardown, tests);
 }

@@ -7,6 +7,7 @@
 #define _GNU_SOURCE
 #include "support.h"
 #include "platform/compile.h"
+#include "storage/request_codec.h"
 
 #include <errno.h>
 #include <fcntl.h>
@@ -129,6 +130,8 @@ static void fake_hold(kpc_context *ctx, const kpc_source *src, uint32_t kind, co
     memcpy(fake.rec.compiler_id, ctx->compiler_id, 16);
     fake.rec.code_size = code_size;
     fake.rec.names_size = names_size;
+    /* as every record this release writes: the request's digest, which a hit compares */
+    fake.rec.has_digest = kpc_request_digest(&fake.rec.key, src, fake.rec.request_digest);
     fake.payload_size = code_size + names_size;
     fake.payload = malloc(fake.payload_size);
     memcpy(fake.payload, payload, fake.payload_size);
