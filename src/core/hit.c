@@ -10,27 +10,31 @@
 #include "base/log.h"
 #include "storage/request_codec.h"
 
+/* A record that does not answer a's request: a miss, said with its key (its hex spelt
+ * only here, never on a served hit), and the record freed. */
+static bool refused(const kpc_context *ctx, const kpc_hit_request *a, kpc_record *rec, int level,
+                    const char *why)
+{
+    char hex[KPC_KEY_HEX];
+    kpc_key_hex(a->key, hex);
+    KPC_LOG(level, "the record under key %s for %s %s", hex, ctx->target, why);
+    kpc_record_free(rec);
+    return false;
+}
+
 bool kpc_hit_serves(kpc_context *ctx, kpc_hit_request *a, kpc_record *rec)
 {
     if (!a->known)
         a->known = kpc_request_digest(a->key, a->src, a->digest);
     if (!a->known)
         return true; /* a build without libsodium computes no digest: the key alone (docs/trust.md) */
-    char hex[KPC_KEY_HEX];
-    kpc_key_hex(a->key, hex);
-    if (!rec->has_digest) {
-        /* written before records kept their request's digest: nothing to compare, so it
-         * is built once more, and the new record (with its digest) replaces it */
-        KPC_LOG(KPC_LOG_DEBUG, "the record under key %s for %s keeps no request digest (an older "
-                "format): a miss, built again", hex, ctx->target);
-        kpc_record_free(rec);
-        return false;
-    }
+    /* written before records kept their request's digest: nothing to compare, so it is
+     * built once more, and the new record (with its digest) replaces it */
+    if (!rec->has_digest)
+        return refused(ctx, a, rec, KPC_LOG_DEBUG, "keeps no request digest (an older format): a miss, built again");
     if (kpc_record_serves(rec, a->digest))
         return true;
-    KPC_LOG(KPC_LOG_INFO, "the record under key %s for %s was built from another request (a collision "
-            "of the key): a miss, never served", hex, ctx->target);
     atomic_fetch_add_explicit(&ctx->cache->request_mismatches, 1, memory_order_relaxed);
-    kpc_record_free(rec);
-    return false;
+    return refused(ctx, a, rec, KPC_LOG_INFO,
+                   "was built from another request (a collision of the key): a miss, never served");
 }
