@@ -20,6 +20,7 @@
 #include <string.h>
 #include <sys/stat.h>
 #include <unistd.h>
+#include <zstd.h>
 
 #ifdef KPC_TEST_REDIS
 #include "cluster_support.h"
@@ -142,17 +143,32 @@ START_TEST(disk_collision_is_a_miss)
 }
 END_TEST
 
-/* A record that keeps no request (KPC_KEEP_SOURCES=0) still keeps its digest. */
-/* A record of an earlier release keeps no request digest: nothing shows which request it
- * was built from, so another process does not serve it; it builds once more, and its new
- * record (with the digest) is a hit from then on. */
-START_TEST(record_without_digest_is_built_again)
+/* The section of this release (version 2: the request's bytes as they are) made into
+ * the one earlier releases wrote (version 1: the same bytes in a zstd frame), in place
+ * of rec's; the new payload is *payload (malloc'd). */
+static void compress_section(kpc_record *rec, void **payload)
 {
-    got ra = reference(&src_a);
-    char *dir = ts_tmpdir();
-    got first = get_in(dir, &src_a);
-    ck_assert_uint_eq(first.st.builds, 1);
-    /* the same record written again as an earlier release wrote it: no digest */
+    const uint8_t *sec = rec->request;
+    ck_assert_uint_ge(rec->request_size, 16);
+    ck_assert(memcmp(sec, "KPRQ\2\0\0\0", 8) == 0);
+    size_t raw = rec->request_size - 16, bound = ZSTD_compressBound(raw);
+    uint8_t *p = malloc(rec->code_size + rec->names_size + 16 + bound);
+    ck_assert_ptr_nonnull(p);
+    memcpy(p, rec->payload, rec->code_size + rec->names_size);
+    uint8_t *old = p + rec->code_size + rec->names_size;
+    memcpy(old, sec, 16);
+    old[4] = 1;
+    size_t z = ZSTD_compress(old + 16, bound, sec + 16, raw, 3);
+    ck_assert(!ZSTD_isError(z));
+    rec->request = old;
+    rec->request_size = 16 + z;
+    *payload = p;
+}
+
+/* a's record in dir rewritten as an earlier release wrote it: its request section
+ * compressed, and with its digest or (keep_digest false) without. */
+static void rewrite_as_older(const char *dir, bool keep_digest)
+{
     kpc_cache *c = ts_open(dir, 0, 0);
     kpc_context *ctx = ts_context(c);
     kpc_key key;
@@ -162,16 +178,40 @@ START_TEST(record_without_digest_is_built_again)
     kpc_record rec;
     ck_assert_int_eq(kpc_store_read(st, &key, kpc_context_target(ctx), KPC_RECORD_CODE, &rec), KPC_OK);
     ck_assert(rec.has_digest);
-    rec.has_digest = false;
-    const uint8_t *p = rec.payload;
+    rec.has_digest = keep_digest;
+    void *payload;
+    compress_section(&rec, &payload);
+    const uint8_t *p = payload;
     ck_assert_int_eq(kpc_store_write(st, &rec, p, p + rec.code_size, rec.names_size), KPC_OK);
+    free(payload);
     kpc_record_free(&rec);
     ck_assert_int_eq(kpc_store_read(st, &key, kpc_context_target(ctx), KPC_RECORD_CODE, &rec), KPC_OK);
-    ck_assert_msg(!rec.has_digest, "the record was not rewritten without its digest");
+    ck_assert_msg(rec.has_digest == keep_digest && ((const uint8_t *)rec.request)[4] == 1,
+                  "the record was not rewritten as an earlier release wrote it");
     kpc_record_free(&rec);
     kpc_store_close(st);
     kpc_context_destroy(ctx);
     kpc_cache_close(c);
+}
+
+/* a's record built in dir, then rewritten as an earlier release wrote it */
+static got built_then_aged(const char *dir, bool keep_digest)
+{
+    got first = get_in(dir, &src_a);
+    ck_assert_uint_eq(first.st.builds, 1);
+    rewrite_as_older(dir, keep_digest);
+    return first;
+}
+
+/* A record of an earlier release keeps no request digest, and its request compressed:
+ * nothing shows which request it was built from without decompressing, so another
+ * process does not serve it; it builds once more, and its new record is a hit from
+ * then on. */
+START_TEST(record_without_digest_is_built_again)
+{
+    got ra = reference(&src_a);
+    char *dir = ts_tmpdir();
+    got first = built_then_aged(dir, false);
     got old = get_in(dir, &src_a);
     ck_assert_uint_eq(old.st.builds, 1);
     ck_assert_uint_eq(old.st.disk_hits, 0);
@@ -181,6 +221,28 @@ START_TEST(record_without_digest_is_built_again)
     ck_assert_uint_eq(again.st.builds, 0);
     ck_assert_uint_eq(again.st.disk_hits, 1);
     got *all[] = {&ra, &first, &old, &again};
+    for (size_t i = 0; i < sizeof all / sizeof all[0]; i++)
+        got_free(all[i]);
+    ts_cleanup(dir);
+}
+END_TEST
+
+/* The release before this one kept the digest and its request compressed: its record is
+ * served to its own request (by the digest) and refused to another under its key. */
+START_TEST(compressed_request_is_checked_by_digest)
+{
+    got ra = reference(&src_a), rb = reference(&src_b);
+    char *dir = ts_tmpdir();
+    kpc_key_test_override(&forced);
+    got first = built_then_aged(dir, true);
+    got a = get_in(dir, &src_a);
+    ck_assert_uint_eq(a.st.builds, 0);
+    ck_assert_uint_eq(a.st.disk_hits, 1);
+    ck_assert(a.size == ra.size && memcmp(a.code, ra.code, ra.size) == 0);
+    got b = get_in(dir, &src_b);
+    assert_mismatch_built(&b, &ra, &rb);
+    kpc_key_test_override(NULL);
+    got *all[] = {&ra, &rb, &first, &a, &b};
     for (size_t i = 0; i < sizeof all / sizeof all[0]; i++)
         got_free(all[i]);
     ts_cleanup(dir);
@@ -299,6 +361,40 @@ START_TEST(redis_collision_is_a_miss)
 }
 END_TEST
 
+/* One context, both requests under the forced key: the in-memory map keys them with its
+ * own secret, not by the request key, so b is not handed a's program; b's miss reaches
+ * a's record on disk (refused) and builds; then each is an in-memory hit with its own
+ * bytes. */
+START_TEST(in_memory_collision_is_a_miss)
+{
+    got ra = reference(&src_a), rb = reference(&src_b);
+    char *dir = ts_tmpdir();
+    kpc_key_test_override(&forced);
+    kpc_cache *c = ts_open(dir, 0, 0);
+    kpc_context *ctx = ts_context(c);
+    size_t size[4];
+    void *code[4] = {ts_get_code(ctx, &src_a, &size[0]), ts_get_code(ctx, &src_b, &size[1]),
+                     ts_get_code(ctx, &src_a, &size[2]), ts_get_code(ctx, &src_b, &size[3])};
+    kpc_stats st;
+    ck_assert_int_eq(kpc_stats_get(c, &st), KPC_OK);
+    for (size_t i = 0; i < 4; i++) {
+        const got *want = i % 2 ? &rb : &ra;
+        ck_assert_msg(size[i] == want->size && memcmp(code[i], want->code, want->size) == 0,
+                      "request %zu (%s) did not get its own object", i, i % 2 ? "b" : "a");
+        free(code[i]);
+    }
+    ck_assert_uint_eq(st.builds, 2);
+    ck_assert_uint_eq(st.request_mismatches, 1);
+    ck_assert_uint_eq(st.mem_hits, 2);
+    kpc_context_destroy(ctx);
+    kpc_cache_close(c);
+    kpc_key_test_override(NULL);
+    got_free(&ra);
+    got_free(&rb);
+    ts_cleanup(dir);
+}
+END_TEST
+
 /* The same as the disk case through real hipRTC (platform "amd", real compiles). */
 START_TEST(real_hiprtc_collision_is_a_miss)
 {
@@ -309,8 +405,9 @@ END_TEST
 
 int main(void)
 {
-    const TTest *tests[] = {disk_collision_is_a_miss, record_without_digest_is_built_again,
+    const TTest *tests[] = {disk_collision_is_a_miss, record_without_digest_is_built_again, compressed_request_is_checked_by_digest,
                             disk_collision_without_sources_is_a_miss, failure_log_collision_is_a_miss, shared_dir_collision_is_a_miss, pack_collision_is_a_miss,
-                            redis_collision_is_a_miss, real_hiprtc_collision_is_a_miss, NULL};
+                            redis_collision_is_a_miss, in_memory_collision_is_a_miss,
+                            real_hiprtc_collision_is_a_miss, NULL};
     return ts_main_case("collision", "tiers", 300, setup, teardown, tests);
 }

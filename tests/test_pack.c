@@ -32,6 +32,12 @@ static kpc_source source_k(int k, char names[][16])
 }
 
 /* ---- the request codec ---- */
+/* The section's verdict for src. */
+static void assert_compare(const void *sec, size_t size, const kpc_source *src, enum kpc_request_match want)
+{
+    ck_assert_int_eq(kpc_request_compare(sec, size, src), want);
+}
+
 START_TEST(request_round_trip)
 {
     const char *opts[] = {"-O3", "-DN=4"};
@@ -74,13 +80,44 @@ START_TEST(request_round_trip)
     ck_assert_int_eq(memcmp(k1.bytes, k2.bytes, 16), 0);
     kpc_request_free(&rq);
 
+    /* compared in place: the same request, then each field changed (its text, its length,
+     * a count) */
+    assert_compare(sec, size, &src, KPC_REQUEST_SAME);
+    kpc_source other = src;
+    other.code = "template<class T> __global__ void k(T *y) {}\n";
+    assert_compare(sec, size, &other, KPC_REQUEST_OTHER);
+    other = src;
+    other.name = NULL;
+    assert_compare(sec, size, &other, KPC_REQUEST_OTHER);
+    const char *opts2[] = {"-O3", "-DN=5"};
+    other = src;
+    other.options = opts2;
+    assert_compare(sec, size, &other, KPC_REQUEST_OTHER);
+    other.num_options = 1;
+    assert_compare(sec, size, &other, KPC_REQUEST_OTHER);
+    const char *hs2[] = {"#define A 1\n", " "};
+    other = src;
+    other.header_sources = hs2;
+    assert_compare(sec, size, &other, KPC_REQUEST_OTHER);
+    other = src;
+    other.num_name_expressions = 0;
+    assert_compare(sec, size, &other, KPC_REQUEST_OTHER);
+    assert_compare(sec, size - 1, &src, KPC_REQUEST_UNREAD);
+    assert_compare(sec, 10, &src, KPC_REQUEST_UNREAD);
+    other = src;
+    other.num_options = 3; /* a request longer than the one kept */
+    const char *opts3[] = {"-O3", "-DN=4", "-g"};
+    other.options = opts3;
+    assert_compare(sec, size, &other, KPC_REQUEST_OTHER);
+
     /* damage of every kind is refused, never a crash */
     uint8_t *bad = malloc(size + 8);
     for (size_t i = 0; i < size; i += (size > 64 ? size / 64 : 1)) {
         memcpy(bad, sec, size);
         bad[i] ^= 0x5a;
         kpc_status s = kpc_request_decode(bad, size, &rq);
-        if (s == KPC_OK) /* a flip zstd cannot see (no checksum in the frame) still parses */
+        if (s == KPC_OK) /* a flip in a string's bytes still parses (the record's checksum
+                          * covers the section; the section has none of its own) */
             kpc_request_free(&rq);
         else
             ck_assert_int_eq(s, KPC_E_CORRUPT);

@@ -76,7 +76,7 @@ typedef struct batch {
 /* Publish a resolved item to the map (kpc_request_publish) and keep the caller's reference. */
 static void settle(batch *b, item *it, kpc_map_entry *entry, kpc_status s, kpc_program *prog, char *log)
 {
-    kpc_request_publish(b->ctx, &it->req.key, entry, s, prog, log);
+    kpc_request_publish(b->ctx, &it->req, entry, s, prog, log);
     it->state = ITEM_DONE;
     it->status = s;
     it->prog = s == KPC_OK ? prog : NULL;
@@ -88,7 +88,7 @@ static void pass1(batch *b, size_t i)
     item *it = &b->items[i];
     kpc_map_entry *entry;
     kpc_program *prog = NULL;
-    kpc_status s = kpc_request_acquire(b->ctx, &it->req.key, &prog, &entry);
+    kpc_status s = kpc_request_acquire(b->ctx, &it->req, &prog, &entry);
     if (s != KPC_E_NOT_FOUND) { /* a hit, or another thread's build that we waited for */
         it->state = ITEM_DONE;
         it->status = s;
@@ -168,7 +168,7 @@ static int key_order(const void *x, const void *y, void *arg)
 {
     const item *items = arg;
     size_t a = *(const size_t *)x, c = *(const size_t *)y;
-    int r = memcmp(items[a].req.key.bytes, items[c].req.key.bytes, 16);
+    int r = memcmp(items[a].req.map_key.bytes, items[c].req.map_key.bytes, 16);
     return r ? r : (a > c) - (a < c); /* the first occurrence sorts first */
 }
 
@@ -185,7 +185,7 @@ static kpc_status mark_repeats(item *items, size_t n)
     qsort_r(order, m, sizeof *order, key_order, items);
     for (size_t k = 1; k < m; k++) {
         item *prev = &items[order[k - 1]], *cur = &items[order[k]];
-        if (memcmp(prev->req.key.bytes, cur->req.key.bytes, 16) == 0) {
+        if (memcmp(prev->req.map_key.bytes, cur->req.map_key.bytes, 16) == 0) {
             cur->state = ITEM_REPEAT;
             cur->first = prev->state == ITEM_REPEAT ? prev->first : order[k - 1];
         }

@@ -25,6 +25,22 @@ void kpc_key_prefix_init(kpc_key_prefix *pre, const uint8_t compiler_id[16], con
  * directory (kpc_key_cwd) where the request depends on it, else NULL. Hashes the source
  * once; the request path's only key computation. */
 void kpc_key_compute_read(const kpc_key_prefix *pre, const kpc_source *src, const uint8_t *cwd, kpc_key *out);
+/*
+ * The in-memory map's key: the same serialization less the prefix (a map is its
+ * context's: every key in it would share those bytes), every hash of it (the source's,
+ * each header's, the whole) XXH3-128 with a secret of the context's own instead of
+ * libxxhash's published one. The request key is made to be equal in every process, so
+ * anyone may compute it and search for two inputs that share it; a record from another
+ * process is checked against its request for that reason (core/hit.h). An in-memory hit
+ * is not checked: its key is one no input can be chosen to share, because no one outside
+ * the process knows the secret it is hashed with.
+ */
+typedef struct kpc_map_secret {
+    uint8_t bytes[192]; /* libxxhash's default secret's size */
+} kpc_map_secret;
+void kpc_key_map_secret_init(kpc_map_secret *secret);
+void kpc_key_compute_map(const kpc_key_prefix *pre, const kpc_map_secret *secret, const kpc_source *src,
+                         const uint8_t *cwd, kpc_key *out);
 /* The XXH3-128 of the working directory's path, as the key holds it (zeros when it
  * cannot be read). */
 void kpc_key_cwd(uint8_t cwd[16]);

@@ -13,6 +13,7 @@
  */
 #define _GNU_SOURCE
 #include "core/manifest.h"
+#include "base/hash.h"
 #include "base/fault.h"
 #include "base/log.h"
 
@@ -25,8 +26,6 @@
 #include <string.h>
 #include <sys/stat.h>
 #include <unistd.h>
-#define XXH_STATIC_LINKING_ONLY /* XXH3_state_t on the stack */
-#include <xxhash.h>
 
 #define OBJECT_KEY_TAG "kpc-object-1"
 #define DIR_SLOTS 8 /* directories held open during one check */

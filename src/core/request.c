@@ -1,6 +1,7 @@
 /*
  * request.c - kpc_program_get, top to bottom: the request read once (kpc_request_read:
- * its pointers checked, its options classified in one pass, its key computed in one),
+ * its pointers checked, its options classified in one pass, its map key computed in one;
+ * the request key, which only a miss needs, after the map has missed),
  * then the context's map (a hit, or a wait on another thread's build) and, on a miss,
  * core/resolve.c with the read request; the outcome published to the map. No step goes
  * back to the options or to an earlier file: docs/design.md draws the path.
@@ -150,10 +151,10 @@ kpc_status kpc_request_read(const kpc_context *ctx, const kpc_source *src, kpc_n
         }
     req->reads_files = req->search_dirs + req->files_read > 0;
     req->needs_cwd = needs_cwd(src, t, relative, no_source_dir);
-    uint8_t cwd[16];
     if (req->needs_cwd)
-        kpc_key_cwd(cwd);
-    kpc_key_compute_read(&ctx->key_prefix, src, req->needs_cwd ? cwd : NULL, &req->key);
+        kpc_key_cwd(req->cwd);
+    kpc_key_compute_map(&ctx->key_prefix, &ctx->map_secret, src, req->needs_cwd ? req->cwd : NULL,
+                        &req->map_key);
     return KPC_OK;
 }
 
@@ -164,9 +165,10 @@ static void count_hit(kpc_cache *cache)
                               memory_order_relaxed);
 }
 
-kpc_status kpc_request_acquire(kpc_context *ctx, const kpc_key *key, kpc_program **out,
+kpc_status kpc_request_acquire(kpc_context *ctx, kpc_normalized_request *req, kpc_program **out,
                                kpc_map_entry **entry)
 {
+    const kpc_key *key = &req->map_key;
     kpc_cache *cache = ctx->cache;
     bool waited;
     kpc_status s;
@@ -179,18 +181,20 @@ kpc_status kpc_request_acquire(kpc_context *ctx, const kpc_key *key, kpc_program
         kpc_program_release(*out);
         *out = NULL;
     }
-    if (s == KPC_E_NOT_FOUND)
+    if (s == KPC_E_NOT_FOUND) {
         atomic_fetch_add_explicit(&cache->mem_misses, 1, memory_order_relaxed);
-    else if (waited)
+        kpc_key_compute_read(&ctx->key_prefix, req->src, req->needs_cwd ? req->cwd : NULL, &req->key);
+    } else if (waited)
         atomic_fetch_add_explicit(&cache->waits, 1, memory_order_relaxed);
     else if (s == KPC_OK)
         count_hit(cache);
     return s;
 }
 
-void kpc_request_publish(kpc_context *ctx, const kpc_key *key, kpc_map_entry *entry, kpc_status s,
-                         kpc_program *prog, const char *log)
+void kpc_request_publish(kpc_context *ctx, const kpc_normalized_request *req, kpc_map_entry *entry,
+                         kpc_status s, kpc_program *prog, const char *log)
 {
+    const kpc_key *key = &req->map_key;
     if (s == KPC_OK)
         kpc_program_retain(prog); /* the map's; the caller keeps its own */
     kpc_map_publish(ctx->map, entry, s, prog, log);
@@ -213,7 +217,7 @@ kpc_status kpc_program_get(kpc_context *ctx, const kpc_source *src, kpc_program 
     if ((s = kpc_request_read(ctx, src, &req)) != KPC_OK)
         return s;
     kpc_map_entry *entry;
-    s = kpc_request_acquire(ctx, &req.key, out, &entry);
+    s = kpc_request_acquire(ctx, &req, out, &entry);
     if (s != KPC_E_NOT_FOUND)
         return s;
     kpc_program *prog = NULL;
@@ -223,7 +227,7 @@ kpc_status kpc_program_get(kpc_context *ctx, const kpc_source *src, kpc_program 
         *out = prog;
     else
         kpc__last_log_set(log);
-    kpc_request_publish(ctx, &req.key, entry, s, prog, log);
+    kpc_request_publish(ctx, &req, entry, s, prog, log);
     free(log);
     return s;
 }

@@ -17,9 +17,12 @@
  */
 typedef struct kpc_normalized_request {
     const kpc_source *src; /* the caller's (not copied): valid for the call */
-    kpc_key key;           /* the request key: the map's, the index's, and the identity of
-                              its manifest (the manifest lies under it) */
-    bool needs_cwd;        /* the key holds the working directory (kpc_request_needs_cwd) */
+    kpc_key map_key;       /* the context's map's (core/key.h: hashed with its secret) */
+    kpc_key key;           /* the request key: the index's, every tier's, and the identity
+                              of its manifest (the manifest lies under it); computed once
+                              the map has missed (kpc_request_acquire), as a hit needs none */
+    bool needs_cwd;        /* both keys hold the working directory (kpc_request_needs_cwd) */
+    uint8_t cwd[16];       /* its digest, where needs_cwd */
     bool reads_files;      /* an option names a directory to search or a file to read: its
                               outcome is likely behind a manifest, looked for first */
     size_t search_dirs;    /* options naming a directory to search */
@@ -45,15 +48,15 @@ kpc_status kpc_request_read(const kpc_context *ctx, const kpc_source *src, kpc_n
  */
 bool kpc_request_needs_cwd(const kpc_source *src, const kpc_option_table *options);
 
-/* The context's map for the request's key, as every request path asks it: a hit on a
- * program whose files from disk changed is dropped and misses; counted (hit, wait or
- * miss). KPC_E_NOT_FOUND: *entry is held, to be resolved and given to
+/* The context's map for the request, as every request path asks it: a hit on a program
+ * whose files from disk changed is dropped and misses; counted (hit, wait or miss).
+ * KPC_E_NOT_FOUND: req->key is computed, and *entry is held, to be resolved and given to
  * kpc_request_publish. */
-kpc_status kpc_request_acquire(kpc_context *ctx, const kpc_key *key, kpc_program **out,
+kpc_status kpc_request_acquire(kpc_context *ctx, kpc_normalized_request *req, kpc_program **out,
                                kpc_map_entry **entry);
 /* Publish a resolved miss to the map (which takes its own reference to prog); a
  * transient program (its outcome stored nowhere) goes to the waiters but is not kept. */
-void kpc_request_publish(kpc_context *ctx, const kpc_key *key, kpc_map_entry *entry, kpc_status s,
-                         kpc_program *prog, const char *log);
+void kpc_request_publish(kpc_context *ctx, const kpc_normalized_request *req, kpc_map_entry *entry,
+                         kpc_status s, kpc_program *prog, const char *log);
 
 #endif /* KPC_CORE_REQUEST_H */

@@ -26,6 +26,7 @@
  */
 #define _GNU_SOURCE
 #include "storage/pack.h"
+#include "base/hash.h"
 #include "base/bytes.h"
 #include "base/fault.h"
 #include "base/log.h"
@@ -38,7 +39,6 @@
 #include <string.h>
 #include <sys/stat.h>
 #include <unistd.h>
-#include <xxhash.h>
 
 #define PACK_MAGIC "KPCPACK\x01"
 #define PACK_VERSION 1u

@@ -8,14 +8,13 @@
  */
 #define _GNU_SOURCE
 #include "storage/record.h"
+#include "base/hash.h"
 #include "base/bytes.h"
 #include "platform/names.h"
 
 #include <bsd/string.h>
 #include <stdlib.h>
 #include <string.h>
-#define XXH_STATIC_LINKING_ONLY /* XXH3_state_t on the stack */
-#include <xxhash.h>
 
 enum {
     H_MAGIC = 0, H_VERSION = 8, H_HSIZE = 12, H_KEY = 16, H_KIND = 32, H_FLAGS = 36, H_PAYLOAD = 40,

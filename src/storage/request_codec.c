@@ -1,15 +1,17 @@
 /*
  * request_codec.c - the request a record keeps beside its code object, so that `kpc replay`
- * can build it again for a new compiler or another target.
+ * can build it again for a new compiler or another target, and so that a hit from another
+ * process can be compared with the request asked, byte for byte (core/hit.c).
  *
  * A request is everything kpc_program_get was given (source text, name, options,
  * in-memory headers, name expressions) plus the values of the environment variables the
  * compiler turns into hidden options (the platform's key_env), which enter the key: a
  * replay must set them as the application had them, or it would build objects under
  * keys nobody asks for. It is serialized little-endian, every string with its length
- * (no NUL needed, none assumed), then compressed with zstd (libzstd) as one frame:
+ * (no NUL needed, none assumed):
  *
- *   section   "KPRQ" | u32 version (1) | u64 raw size | zstd frame of the raw bytes
+ *   section   "KPRQ" | u32 version | u64 raw size | the raw bytes (version 2)
+ *                                                 | a zstd frame of them (version 1)
  *   raw       u64 len + source text | u32 len + name
  *             | u32 count, count x (u32 len + option)
  *             | u32 count, count x (u32 len + header name, u64 len + header text)
@@ -18,10 +20,16 @@
  *             | u32 len + working directory (relative -I paths and include manifests
  *               are resolved from it)
  *
+ * Version 2 keeps the bytes as they are: a hit compares them with the request asked in
+ * place (kpc_request_compare), a memcmp of the source, where version 1's frame cost a
+ * decompression on every hit, about as much as a collision-resistant digest of the
+ * source (docs/benchmarks.md, "Collision check"). Version 1 sections are still read.
+ *
  * Invariants: decode trusts nothing (the section sits in a checksummed record, but a
  * pack may come from anywhere): every length is checked against what is left, the raw
- * size is bounded (1 GiB) and must match the frame's content size exactly, and trailing
- * bytes are refused. Format: docs/file-format.md ("The request section").
+ * size is bounded (1 GiB) and must match what follows the head exactly (version 1: the
+ * frame's content size), and trailing bytes are refused. Format: docs/file-format.md
+ * ("The request section").
  */
 #include "storage/request_codec.h"
 #include "base/bytes.h"
@@ -38,10 +46,10 @@
 #endif
 
 #define REQ_MAGIC "KPRQ"
-#define REQ_VERSION 1u
+#define REQ_VERSION_ZSTD 1u
+#define REQ_VERSION_RAW 2u
 #define REQ_HEAD 16u
 #define REQ_MAX_RAW (1ull << 30)
-#define REQ_LEVEL 3 /* zstd's default: ~1-2 ms for a 100 KB source, a few % of a compile */
 
 static size_t slen(const char *s) { return s ? strlen(s) : 0; }
 
@@ -82,31 +90,24 @@ kpc_status kpc_request_encode(const kpc_source *src, const char *const *env_name
     if (getcwd(cwd, sizeof cwd) == NULL)
         cwd[0] = '\0'; /* unknown: a replay resolves relative paths from its own */
     kpc__put_lstr(&w, 4, cwd, strlen(cwd));
-    void *raw;
+    uint8_t *raw;
     size_t raw_len;
-    kpc_status st = kpc__writer_finish(&w, &raw, &raw_len);
+    kpc_status st = kpc__writer_finish(&w, (void **)&raw, &raw_len);
     if (st != KPC_OK)
         return st;
-    size_t bound = ZSTD_compressBound(raw_len);
-    uint8_t *sec = malloc(REQ_HEAD + bound);
+    uint8_t *sec = realloc(raw, REQ_HEAD + raw_len);
     if (sec == NULL) {
         free(raw);
         return KPC_E_NOMEM;
     }
+    memmove(sec + REQ_HEAD, sec, raw_len);
     kpc__writer head;
     kpc__writer_fixed(&head, sec, REQ_HEAD);
     kpc__put_bytes(&head, REQ_MAGIC, 4);
-    kpc__put_u32(&head, REQ_VERSION);
+    kpc__put_u32(&head, REQ_VERSION_RAW);
     kpc__put_u64(&head, raw_len);
-    size_t z = ZSTD_compress(sec + REQ_HEAD, bound, raw, raw_len, REQ_LEVEL);
-    free(raw);
-    if (ZSTD_isError(z)) {
-        KPC_LOG(KPC_LOG_WARN, "ZSTD_compress: %s: the request is not kept", ZSTD_getErrorName(z));
-        free(sec);
-        return KPC_E_NOMEM;
-    }
     *out = sec;
-    *size = REQ_HEAD + z;
+    *size = REQ_HEAD + raw_len;
     return KPC_OK;
 }
 
@@ -213,31 +214,43 @@ static bool parse_raw(kpc__reader *r, kpc_request *rq)
     return kpc__reader_done(r) && s->code != NULL && code_len > 0;
 }
 
+/* The section's head checked: its version, and the raw size in *raw_size. */
+static bool read_head(const void *section, size_t size, uint32_t *version, uint64_t *raw_size)
+{
+    kpc__reader h;
+    kpc__reader_init(&h, section, size < REQ_HEAD ? size : REQ_HEAD);
+    const uint8_t *magic = kpc__get_bytes(&h, 4);
+    *version = kpc__get_u32(&h);
+    *raw_size = kpc__get_u64(&h);
+    return kpc__reader_done(&h) && memcmp(magic, REQ_MAGIC, 4) == 0 && *raw_size <= REQ_MAX_RAW &&
+           (*version == REQ_VERSION_ZSTD || (*version == REQ_VERSION_RAW && size - REQ_HEAD == *raw_size));
+}
+
 kpc_status kpc_request_decode(const void *section, size_t size, kpc_request *out)
 {
     memset(out, 0, sizeof *out);
     const uint8_t *p = section;
-    kpc__reader h;
-    kpc__reader_init(&h, section, size < REQ_HEAD ? size : REQ_HEAD);
-    const uint8_t *magic = kpc__get_bytes(&h, 4);
-    uint32_t version = kpc__get_u32(&h);
-    uint64_t raw_size = kpc__get_u64(&h);
-    if (!kpc__reader_done(&h) || memcmp(magic, REQ_MAGIC, 4) != 0 || version != REQ_VERSION ||
-        raw_size > REQ_MAX_RAW)
+    uint32_t version;
+    uint64_t raw_size;
+    if (!read_head(section, size, &version, &raw_size))
         return KPC_E_CORRUPT;
-    unsigned long long content = ZSTD_getFrameContentSize(p + REQ_HEAD, size - REQ_HEAD);
-    if (content != raw_size)
-        return KPC_E_CORRUPT;
-    uint8_t *raw = malloc(raw_size ? raw_size : 1);
-    if (raw == NULL)
-        return KPC_E_NOMEM;
-    size_t got = ZSTD_decompress(raw, raw_size, p + REQ_HEAD, size - REQ_HEAD);
-    if (ZSTD_isError(got) || got != raw_size) {
-        free(raw);
-        return KPC_E_CORRUPT;
-    }
     kpc__reader r;
-    kpc__reader_init(&r, raw, raw_size);
+    uint8_t *raw = NULL;
+    if (version == REQ_VERSION_RAW) {
+        kpc__reader_init(&r, p + REQ_HEAD, raw_size);
+    } else {
+        unsigned long long content = ZSTD_getFrameContentSize(p + REQ_HEAD, size - REQ_HEAD);
+        if (content != raw_size)
+            return KPC_E_CORRUPT;
+        if ((raw = malloc(raw_size ? raw_size : 1)) == NULL)
+            return KPC_E_NOMEM;
+        size_t got = ZSTD_decompress(raw, raw_size, p + REQ_HEAD, size - REQ_HEAD);
+        if (ZSTD_isError(got) || got != raw_size) {
+            free(raw);
+            return KPC_E_CORRUPT;
+        }
+        kpc__reader_init(&r, raw, raw_size);
+    }
     bool ok = parse_raw(&r, out);
     free(raw);
     if (!ok) {
@@ -245,6 +258,46 @@ kpc_status kpc_request_decode(const void *section, size_t size, kpc_request *out
         return KPC_E_CORRUPT;
     }
     return KPC_OK;
+}
+
+/* ---- comparing in place ---------------------------------------------------------------- */
+/* Whether the next string (its length in len_bytes) is s's len bytes. */
+static bool same_str(kpc__reader *r, int len_bytes, const char *s, size_t len)
+{
+    size_t got;
+    const char *at = kpc__get_lstr(r, len_bytes, REQ_MAX_RAW, &got);
+    return at != NULL && got == len && memcmp(at, s ? s : "", len) == 0;
+}
+
+static bool same_count(kpc__reader *r, size_t n)
+{
+    uint32_t got = kpc__get_u32(r);
+    return !r->bad && got == n;
+}
+
+enum kpc_request_match kpc_request_compare(const void *section, size_t size, const kpc_source *src)
+{
+    uint32_t version;
+    uint64_t raw_size;
+    if (!read_head(section, size, &version, &raw_size) || version != REQ_VERSION_RAW)
+        return KPC_REQUEST_UNREAD;
+    kpc__reader r;
+    kpc__reader_init(&r, (const uint8_t *)section + REQ_HEAD, raw_size);
+    /* the fields the key is made of, in the order they were written; the hidden-option
+     * variables and the working directory after them are the key's too, but as the
+     * context's and the process's, not as anything a request can choose */
+    bool same = same_str(&r, 8, src->code, src->code_len ? src->code_len : strlen(src->code)) &&
+                same_str(&r, 4, src->name, slen(src->name)) && same_count(&r, src->num_options);
+    for (size_t i = 0; same && i < src->num_options; i++)
+        same = same_str(&r, 4, src->options[i], strlen(src->options[i]));
+    same = same && same_count(&r, src->num_headers);
+    for (size_t i = 0; same && i < src->num_headers; i++)
+        same = same_str(&r, 4, src->header_names[i], strlen(src->header_names[i])) &&
+               same_str(&r, 8, src->header_sources[i], strlen(src->header_sources[i]));
+    same = same && same_count(&r, src->num_name_expressions);
+    for (size_t i = 0; same && i < src->num_name_expressions; i++)
+        same = same_str(&r, 4, src->name_expressions[i], strlen(src->name_expressions[i]));
+    return same ? KPC_REQUEST_SAME : KPC_REQUEST_OTHER;
 }
 
 /* ---- the digest a record keeps of its request ----------------------------------------- */

@@ -1,7 +1,8 @@
 /*
- * request_codec.h - the request a record keeps beside its code object, serialized and
- * zstd-compressed (storage/request_codec.c; prefix kpc_request_): what `kpc replay`
- * rebuilds from. Format: docs/file-format.md ("The request section").
+ * request_codec.h - the request a record keeps beside its code object, serialized
+ * (storage/request_codec.c; prefix kpc_request_): what `kpc replay` rebuilds from, and
+ * what a hit from another process is compared with. Format: docs/file-format.md ("The
+ * request section").
  */
 #ifndef KPC_STORAGE_REQUEST_CODEC_H
 #define KPC_STORAGE_REQUEST_CODEC_H
@@ -29,6 +30,12 @@ kpc_status kpc_request_encode(const kpc_source *src, const char *const *env_name
 /* Decode a section; KPC_E_CORRUPT when it fails any check, KPC_E_NOMEM. */
 kpc_status kpc_request_decode(const void *section, size_t size, kpc_request *out);
 void kpc_request_free(kpc_request *rq);
+
+/* Whether a section was written for src: the source, its name, options, headers and name
+ * expressions compared byte for byte where they lie (what the digest below covers).
+ * UNREAD: a section of version 1 (compressed) or a malformed one, left to the digest. */
+enum kpc_request_match { KPC_REQUEST_UNREAD, KPC_REQUEST_SAME, KPC_REQUEST_OTHER };
+enum kpc_request_match kpc_request_compare(const void *section, size_t size, const kpc_source *src);
 
 /* The BLAKE2b-256 (libsodium) of what the request is for the key: key, then the source,
  * its name, options, headers (names and texts) and name expressions whole, each with its

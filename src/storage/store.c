@@ -26,6 +26,7 @@
  */
 #define _GNU_SOURCE
 #include "storage/store_private.h"
+#include "base/hash.h"
 #include "base/fault.h"
 #include "base/log.h"
 

@@ -18,6 +18,7 @@
  */
 #define _GNU_SOURCE
 #include "fuzz_common.h"
+#include "storage/request_codec.h"
 
 #include <stdlib.h>
 #include <string.h>
@@ -110,6 +111,13 @@ static void parse_one(const uint8_t *data, size_t size, uint32_t kind)
         if (kind == KPC_RECORD_CODE &&
             (rec.code_size == 0 || !kpc_names_valid((uint8_t *)rec.payload + rec.code_size, rec.names_size)))
             abort();
+        if (rec.request_size) { /* what a hit compares and a replay decodes: never a crash */
+            static const kpc_source probe = {.code = "__global__ void k() {}", .name = "k.hip"};
+            (void)kpc_request_compare(rec.request, rec.request_size, &probe);
+            kpc_request rq;
+            if (kpc_request_decode(rec.request, rec.request_size, &rq) == KPC_OK)
+                kpc_request_free(&rq);
+        }
         kpc_record_free(&rec);
     }
 }
