@@ -456,6 +456,15 @@ END_TEST
 
 
 /* ---- a quoted include beside the source: the working directory ------------------------ */
+#ifdef KPC_PLATFORM_NVIDIA
+static void into_w2(void)
+{
+    char cwd[4200];
+    snprintf(cwd, sizeof cwd, "%s/w2", mf_work);
+    ck_assert_int_eq(chdir(cwd), 0);
+}
+#endif
+
 START_TEST(quoted_include_and_the_working_directory)
 {
     kpc_source src = ts_src("#include \"test_header1.h\"\n" KERNEL, "hipSource.hip");
@@ -477,6 +486,14 @@ START_TEST(quoted_include_and_the_working_directory)
     outcome c = run(&j);
     ck_assert_uint_eq(c.builds, 0);
     ck_assert_uint_eq(c.digest[0], a.digest[0]);
+    /* one process, w1 then w2: the map does not serve w1's program in w2 (its key leaves
+     * the directory out; the program says which one it was built for) */
+    j.between = into_w2;
+    outcome d = run(&j);
+    ck_assert_int_eq(d.status[1], KPC_OK);
+    ck_assert_uint_eq(d.digest[0], a.digest[0]);
+    ck_assert_uint_eq(d.digest[1], b.digest[0]);
+    ck_assert_uint_eq(d.mem_hits, 0);
 #else
     /* hipRTC compiles the source from comgr's own directory: a quoted include never
      * resolves against the working directory (so it is not in this request's key) */

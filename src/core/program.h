@@ -37,6 +37,11 @@ struct kpc_program {
     /* Not cached: its files could not be vouched for (learned too late, or modified
      * within the race window); the map drops it as soon as it is handed out. */
     bool transient;
+    /* Built for the working directory whose digest is cwd (a relative source whose
+     * directory the compiler searches, and that includes): a map hit in another directory
+     * misses (core/request.c). */
+    bool cwd_bound;
+    uint8_t cwd[16];
     void *code;
     size_t code_size;
     bool bitcode; /* code is LLVM bitcode (a -fgpu-rdc compile): never loaded as a module */

@@ -120,11 +120,17 @@ static kpc_status read_options(const kpc_option_table *t, const kpc_source *src,
     return KPC_OK;
 }
 
+/* Whether the compiler searches the directory of src's relative name: then what it
+ * includes may be read from there. */
+static bool source_dir_searched(const kpc_source *src, const kpc_option_table *t, bool no_source_dir)
+{
+    return kpc_options_source_dir_searched(t) && !no_source_dir && (src->name == NULL || src->name[0] != '/');
+}
+
 /* The working-directory rule (request.h) on what read_options found. */
 static bool needs_cwd(const kpc_source *src, const kpc_option_table *t, bool relative, bool no_source_dir)
 {
-    return relative || (kpc_options_source_dir_searched(t) && !no_source_dir &&
-                        (src->name == NULL || src->name[0] != '/') && mentions_include(src));
+    return relative || (source_dir_searched(src, t, no_source_dir) && mentions_include(src));
 }
 
 bool kpc_request_needs_cwd(const kpc_source *src, const kpc_option_table *options)
@@ -150,7 +156,10 @@ kpc_status kpc_request_read(const kpc_context *ctx, const kpc_source *src, kpc_n
             return KPC_E_INVALID;
         }
     req->reads_files = req->search_dirs + req->files_read > 0;
-    req->needs_cwd = needs_cwd(src, t, relative, no_source_dir);
+    /* the texts are scanned for an include only on a miss (kpc_request_acquire): on the
+     * device machine the scan of a 4 KB source cost a hit four times its floor */
+    req->needs_cwd = relative;
+    req->cwd_pending = !relative && source_dir_searched(src, t, no_source_dir);
     if (req->needs_cwd)
         kpc_key_cwd(req->cwd);
     kpc_key_compute_map(&ctx->key_prefix, &ctx->map_secret, src, req->needs_cwd ? req->cwd : NULL,
@@ -165,6 +174,16 @@ static void count_hit(kpc_cache *cache)
                               memory_order_relaxed);
 }
 
+/* Whether a program of the map may answer in the working directory of now. */
+static bool same_cwd(const kpc_program *p)
+{
+    if (!p->cwd_bound)
+        return true;
+    uint8_t now[16];
+    kpc_key_cwd(now);
+    return memcmp(now, p->cwd, sizeof now) == 0;
+}
+
 kpc_status kpc_request_acquire(kpc_context *ctx, kpc_normalized_request *req, kpc_program **out,
                                kpc_map_entry **entry)
 {
@@ -175,7 +194,8 @@ kpc_status kpc_request_acquire(kpc_context *ctx, kpc_normalized_request *req, kp
     for (;;) {
         s = kpc_map_acquire(ctx->map, key, out, entry, &waited);
         /* a program handed over by a build just waited for is fresh; a hit is checked */
-        if (s != KPC_OK || waited || (*out)->deps == NULL || kpc_manifest_deps_match((*out)->deps))
+        if (s != KPC_OK || waited ||
+            (((*out)->deps == NULL || kpc_manifest_deps_match((*out)->deps)) && same_cwd(*out)))
             break;
         kpc_map_forget(ctx->map, key, *out); /* a file changed: the next acquire misses */
         kpc_program_release(*out);
@@ -183,6 +203,10 @@ kpc_status kpc_request_acquire(kpc_context *ctx, kpc_normalized_request *req, kp
     }
     if (s == KPC_E_NOT_FOUND) {
         atomic_fetch_add_explicit(&cache->mem_misses, 1, memory_order_relaxed);
+        if (req->cwd_pending && mentions_include(req->src)) {
+            req->needs_cwd = req->cwd_bound = true;
+            kpc_key_cwd(req->cwd);
+        }
         kpc_key_compute_read(&ctx->key_prefix, req->src, req->needs_cwd ? req->cwd : NULL, &req->key);
     } else if (waited)
         atomic_fetch_add_explicit(&cache->waits, 1, memory_order_relaxed);
@@ -195,6 +219,10 @@ void kpc_request_publish(kpc_context *ctx, const kpc_normalized_request *req, kp
                          kpc_status s, kpc_program *prog, const char *log)
 {
     const kpc_key *key = &req->map_key;
+    if (s == KPC_OK && req->cwd_bound) {
+        prog->cwd_bound = true;
+        memcpy(prog->cwd, req->cwd, sizeof prog->cwd);
+    }
     if (s == KPC_OK)
         kpc_program_retain(prog); /* the map's; the caller keeps its own */
     kpc_map_publish(ctx->map, entry, s, prog, log);

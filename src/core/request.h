@@ -22,7 +22,14 @@ typedef struct kpc_normalized_request {
                               of its manifest (the manifest lies under it); computed once
                               the map has missed (kpc_request_acquire), as a hit needs none */
     bool needs_cwd;        /* both keys hold the working directory (kpc_request_needs_cwd) */
-    uint8_t cwd[16];       /* its digest, where needs_cwd */
+    /* A relative source name whose directory the compiler searches (NVRTC): whether the
+     * directory counts depends on the texts' including anything, which a hit does not
+     * scan for. The map key leaves the directory out, and the program says whether it
+     * was built for one (kpc_program.cwd_bound); a miss scans, and then needs_cwd and
+     * cwd_bound are set */
+    bool cwd_pending;
+    bool cwd_bound;
+    uint8_t cwd[16];       /* the working directory's digest, where needs_cwd */
     bool reads_files;      /* an option names a directory to search or a file to read: its
                               outcome is likely behind a manifest, looked for first */
     size_t search_dirs;    /* options naming a directory to search */
@@ -49,9 +56,10 @@ kpc_status kpc_request_read(const kpc_context *ctx, const kpc_source *src, kpc_n
 bool kpc_request_needs_cwd(const kpc_source *src, const kpc_option_table *options);
 
 /* The context's map for the request, as every request path asks it: a hit on a program
- * whose files from disk changed is dropped and misses; counted (hit, wait or miss).
- * KPC_E_NOT_FOUND: req->key is computed, and *entry is held, to be resolved and given to
- * kpc_request_publish. */
+ * whose files from disk changed, or that was built for another working directory, is
+ * dropped and misses; counted (hit, wait or miss). KPC_E_NOT_FOUND: the working
+ * directory's part decided (cwd_pending) and req->key computed, and *entry held, to be
+ * resolved and given to kpc_request_publish. */
 kpc_status kpc_request_acquire(kpc_context *ctx, kpc_normalized_request *req, kpc_program **out,
                                kpc_map_entry **entry);
 /* Publish a resolved miss to the map (which takes its own reference to prog); a
