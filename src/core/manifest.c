@@ -317,6 +317,17 @@ bool kpc_manifest_deps_match(const kpc_deps *deps)
     return ok && seen == deps->count && off == deps->size;
 }
 
+kpc_status kpc_manifest_outcome_files(const kpc_key *request, const char *const *paths, size_t n,
+                                      const char *const *absent, size_t n_absent, const char *cwd,
+                                      uint64_t compile_start_ns, kpc_deps **deps, kpc_key *object)
+{
+    *object = *request;
+    kpc_status s = kpc_manifest_deps_record(paths, n, absent, n_absent, cwd, compile_start_ns, deps);
+    if (s == KPC_OK)
+        kpc_manifest_object_key(request, *deps, object);
+    return s;
+}
+
 void kpc_manifest_object_key(const kpc_key *request, const kpc_deps *deps, kpc_key *out)
 {
     if (deps == NULL || deps->count == 0) {
@@ -374,6 +385,36 @@ kpc_deps *kpc_manifest_take(kpc_manifest *m, const kpc_manifest_entry *e)
         return d;
     }
     return deps_of_bytes(from->count, from->files, from->size);
+}
+
+kpc_status kpc_manifest_lookup(void *bytes, size_t size, kpc_manifest *m, kpc_manifest_match_out *match)
+{
+    if (match)
+        match->found = false, match->deps = NULL;
+    kpc_status s = kpc_manifest_decode(bytes, size, m);
+    if (s != KPC_OK) {
+        free(bytes);
+        return s;
+    }
+    m->bytes = bytes; /* the entries point into it: the manifest keeps it */
+    const kpc_manifest_entry *e = match ? kpc_manifest_match(m) : NULL;
+    if (e == NULL)
+        return KPC_OK;
+    match->object = e->object;
+    match->outcome = e->outcome;
+    if ((match->deps = kpc_manifest_take(m, e)) == NULL)
+        return KPC_E_NOMEM;
+    match->found = true;
+    if (m->bytes == NULL)
+        m->count = 0; /* its one entry's bytes went whole to the caller */
+    return KPC_OK;
+}
+
+kpc_status kpc_manifest_extend(kpc_manifest *m, const kpc_key *object, uint32_t outcome, const kpc_deps *deps,
+                               void **buf, size_t *size)
+{
+    kpc_status s = kpc_manifest_add(m, object, outcome, deps);
+    return s == KPC_OK ? kpc_manifest_encode(m, buf, size) : s;
 }
 
 kpc_status kpc_manifest_add(kpc_manifest *m, const kpc_key *object, uint32_t outcome,

@@ -115,6 +115,12 @@ kpc_status kpc_manifest_deps_record(const char *const *paths, size_t n, const ch
                                     kpc_deps **out);
 /* True if every file still matches (see the top of this file). NULL or empty: true. */
 bool kpc_manifest_deps_match(const kpc_deps *deps);
+/* What a build that read n files leaves: the files recorded (kpc_manifest_deps_record)
+ * and the object key its outcome goes under (kpc_manifest_object_key), in one call;
+ * statuses as kpc_manifest_deps_record, *object the request key unless KPC_OK. */
+kpc_status kpc_manifest_outcome_files(const kpc_key *request, const char *const *paths, size_t n,
+                                      const char *const *absent, size_t n_absent, const char *cwd,
+                                      uint64_t compile_start_ns, kpc_deps **deps, kpc_key *object);
 /* A copy (one allocation); NULL for NULL or on ENOMEM (then *ok is false). */
 kpc_deps *kpc_manifest_deps_copy(const kpc_deps *deps, bool *ok);
 void kpc_manifest_deps_free(kpc_deps *deps);
@@ -144,6 +150,24 @@ const kpc_manifest_entry *kpc_manifest_match(const kpc_manifest *m);
  * themselves when e is its only entry as decoded (then m is only to be freed), else a
  * copy of e's. NULL on ENOMEM. */
 kpc_deps *kpc_manifest_take(kpc_manifest *m, const kpc_manifest_entry *e);
+/*
+ * The two calls a request makes, one before its build and one after. Lookup: the bytes
+ * of the manifest under the request key (malloc'd; taken in every case) decoded into *m
+ * (statuses as kpc_manifest_decode); with match, the first entry whose files all match
+ * now: *match true, its object key, outcome and files (taken, kpc_manifest_take; owned
+ * by the caller). *m stays the manifest as read, for kpc_manifest_extend, less an entry
+ * whose bytes were taken whole. Extend: *m with (object, outcome, deps) put first
+ * (kpc_manifest_add), encoded into *buf (malloc'd).
+ */
+typedef struct kpc_manifest_match_out {
+    bool found;
+    kpc_key object;
+    uint32_t outcome;
+    kpc_deps *deps;
+} kpc_manifest_match_out;
+kpc_status kpc_manifest_lookup(void *bytes, size_t size, kpc_manifest *m, kpc_manifest_match_out *match);
+kpc_status kpc_manifest_extend(kpc_manifest *m, const kpc_key *object, uint32_t outcome, const kpc_deps *deps,
+                               void **buf, size_t *size);
 /* Put (object, outcome, a copy of deps) first; an entry with the same object key is
  * replaced, and past KPC_MANIFEST_MAX_ENTRIES the oldest is dropped. */
 kpc_status kpc_manifest_add(kpc_manifest *m, const kpc_key *object, uint32_t outcome,

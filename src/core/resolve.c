@@ -46,6 +46,7 @@
 #include "core/hit.h"
 #include "core/key.h"
 #include "core/manifest.h"
+#include "core/manifest_seen.h"
 #include "core/program.h"
 #include "base/log.h"
 #include "platform/depfile.h"
@@ -83,99 +84,43 @@ static char *log_text(const kpc_record *rec)
     return log;
 }
 
-/* ---- manifests ---------------------------------------------------------------------- */
-/* The manifest under key, decoded; empty when there is none or it fails its checks. */
-static void read_manifest(kpc_context *ctx, const kpc_key *key, kpc_manifest *m)
+/* Add (object, outcome, deps) to the manifest under key as sm saw it, in every writable
+ * tier. */
+static kpc_status add_to_manifest(kpc_context *ctx, const kpc_key *key, const kpc_source *src,
+                                  kpc_seen_manifest *sm, const kpc_key *object, uint32_t outcome,
+                                  const kpc_deps *deps)
 {
-    m->count = 0;
-    m->bytes = NULL;
-    kpc_record rec;
-    if (kpc_tier_read(&ctx->cache->tiers, key, ctx->target, KPC_RECORD_MANIFEST, &rec) != KPC_OK)
-        return;
-    kpc_status s = kpc_manifest_decode(rec.payload, rec.code_size, m);
-    if (s == KPC_OK) {
-        m->bytes = rec.payload; /* the entries point into it: the manifest keeps it */
-        rec.payload = NULL;
-    } else if (s == KPC_E_NOT_FOUND)
-        KPC_LOG(KPC_LOG_DEBUG, "a manifest of an older format for %s: a miss, rewritten by the next "
-                "build", ctx->target);
-    else if (s != KPC_OK) {
-        char hex[KPC_KEY_HEX];
-        kpc_key_hex(key, hex);
-        KPC_LOG(KPC_LOG_WARN, "manifest %s for %s is malformed: ignored (rewritten by the next build)",
-                hex, ctx->target);
-    }
-    kpc_record_free(&rec);
+    kpc_record head;
+    fill_record(&head, ctx, key, src, KPC_RECORD_MANIFEST);
+    return kpc_seen_manifest_add(ctx, key, sm, &head, object, outcome, deps);
 }
 
-/* The outcome the manifest under key leads to for the files as they are now: the record
- * (CODE or LOG) of the first entry whose files all match, with that entry's files in
- * *deps (owned). KPC_E_NOT_FOUND: no manifest, no entry matches, or its record is gone. */
-static kpc_status read_via_manifest(kpc_context *ctx, const kpc_key *key, kpc_record *rec,
-                                    kpc_deps **deps)
-{
-    kpc_manifest m;
-    read_manifest(ctx, key, &m);
-    const kpc_manifest_entry *e = kpc_manifest_match(&m);
-    kpc_status s = KPC_E_NOT_FOUND;
-    if (e) {
-        uint32_t kind = e->outcome == KPC_MANIFEST_LOG ? KPC_RECORD_LOG : KPC_RECORD_CODE;
-        s = kpc_tier_read(&ctx->cache->tiers, &e->object, ctx->target, kind, rec);
-        if (s == KPC_OK && (*deps = kpc_manifest_take(&m, e)) == NULL) {
-            kpc_record_free(rec);
-            s = KPC_E_NOMEM;
-        }
-    }
-    kpc_manifest_free(&m);
-    return s;
-}
-
-/* Add (object, outcome, deps) to the manifest under key, in every writable tier. */
-static kpc_status manifest_add(kpc_context *ctx, const kpc_key *key, const kpc_source *src,
-                               const kpc_key *object, uint32_t outcome, const kpc_deps *deps)
-{
-    kpc_manifest m;
-    read_manifest(ctx, key, &m);
-    void *buf = NULL;
-    size_t size = 0;
-    kpc_status s = kpc_manifest_add(&m, object, outcome, deps);
-    if (s == KPC_OK)
-        s = kpc_manifest_encode(&m, &buf, &size);
-    kpc_manifest_free(&m);
-    if (s != KPC_OK)
-        return s;
-    kpc_record rec;
-    fill_record(&rec, ctx, key, src, KPC_RECORD_MANIFEST);
-    rec.code_size = size;
-    s = kpc_tier_write(&ctx->cache->tiers, NULL, &rec, buf, NULL);
-    free(buf);
-    return s;
-}
-
-/* The files the compile read, recorded now (core/manifest.h): true with *deps (NULL when
- * none) if its outcome may be cached, false if they cannot be vouched for. */
-static bool record_deps(const kpc_build *b, uint64_t started_ns, kpc_deps **deps)
+/* The files the compile read, recorded now, and the key its outcome goes under
+ * (core/manifest.h): true with *deps (NULL when none) if its outcome may be cached, false
+ * if they cannot be vouched for (*object is the request key then). */
+static bool record_deps(const kpc_build *b, const kpc_key *key, uint64_t started_ns, kpc_deps **deps,
+                        kpc_key *object)
 {
     *deps = NULL;
+    *object = *key;
     if (b->deps_unknown)
         return false;
-    if (b->num_deps == 0)
-        return true;
     char cwd[PATH_MAX];
-    return kpc_manifest_deps_record((const char *const *)b->deps, b->num_deps,
-                                    (const char *const *)b->absent, b->num_absent,
-                                    getcwd(cwd, sizeof cwd) ? cwd : NULL, started_ns, deps) == KPC_OK;
+    return b->num_deps == 0 ||
+           kpc_manifest_outcome_files(key, (const char *const *)b->deps, b->num_deps,
+                                      (const char *const *)b->absent, b->num_absent,
+                                      getcwd(cwd, sizeof cwd) ? cwd : NULL, started_ns, deps, object) == KPC_OK;
 }
 
 /* The log of a build another process ran and failed; NULL when its log record is gone
  * (or, behind a manifest, when the files changed since). */
-static char *failed_log(kpc_context *ctx, const kpc_key *key, const kpc_source *src)
+static char *failed_log(kpc_context *ctx, const kpc_key *key, const kpc_source *src, kpc_seen_manifest *sm)
 {
     kpc_hit_request a = {key, src, false, {0}};
     kpc_record rec;
     kpc_deps *deps = NULL;
     if (kpc_tier_read(&ctx->cache->tiers, key, ctx->target, KPC_RECORD_LOG, &rec) != KPC_OK &&
-        read_via_manifest(ctx, key, &rec, &deps) != KPC_OK)
+        kpc_seen_manifest_read(ctx, key, sm, &rec, &deps) != KPC_OK)
         return NULL;
     if (!kpc_hit_serves(ctx, &a, &rec)) {
         kpc_manifest_deps_free(deps);
@@ -199,8 +144,9 @@ typedef struct outcome {
     uint32_t manifest_kind;   /* KPC_MANIFEST_CODE or KPC_MANIFEST_LOG */
 } outcome;
 
-static void store_outcome(kpc_context *ctx, const kpc_key *key, const kpc_source *src, kpc_claim *claim,
-                          bool keep, const kpc_deps *deps, const kpc_key *object, const outcome *o)
+static void store_outcome(kpc_context *ctx, const kpc_key *key, const kpc_source *src, kpc_seen_manifest *sm,
+                          kpc_claim *claim, bool keep, const kpc_deps *deps, const kpc_key *object,
+                          const outcome *o)
 {
     kpc_tiers *tiers = &ctx->cache->tiers;
     if (!keep) {
@@ -210,14 +156,14 @@ static void store_outcome(kpc_context *ctx, const kpc_key *key, const kpc_source
         kpc_claim_finish(claim, stored ? o->done : KPC_CLAIM_UNSTORED, o->rec, o->first, o->second);
     } else {
         bool stored = kpc_tier_write(tiers, NULL, o->rec, o->first, o->second) == KPC_OK &&
-                      manifest_add(ctx, key, src, object, o->manifest_kind, deps) == KPC_OK;
+                      add_to_manifest(ctx, key, src, sm, object, o->manifest_kind, deps) == KPC_OK;
         kpc_claim_finish(claim, stored ? o->done : KPC_CLAIM_UNSTORED, NULL, NULL, NULL);
     }
 }
 
 /* Compile, store and finish the claim (which may hold nothing). */
-static kpc_status build(kpc_context *ctx, const kpc_key *key, const kpc_source *src, kpc_claim *claim,
-                        kpc_program **out, char **log)
+static kpc_status build(kpc_context *ctx, const kpc_key *key, const kpc_source *src, kpc_seen_manifest *sm,
+                        kpc_claim *claim, kpc_program **out, char **log)
 {
     kpc_cache *cache = ctx->cache;
     kpc_build b = {0};
@@ -227,9 +173,8 @@ static kpc_status build(kpc_context *ctx, const kpc_key *key, const kpc_source *
         kpc_index_note_compile(cache->index, s == KPC_OK);
     /* the files it read: where its record goes, or that it goes nowhere */
     kpc_deps *deps = NULL;
-    bool keep = (s == KPC_OK || (s == KPC_E_COMPILE && !b.local)) && record_deps(&b, started, &deps);
-    kpc_key object;
-    kpc_manifest_object_key(key, deps, &object);
+    kpc_key object = *key;
+    bool keep = (s == KPC_OK || (s == KPC_E_COMPILE && !b.local)) && record_deps(&b, key, started, &deps, &object);
     if ((s == KPC_OK || (s == KPC_E_COMPILE && !b.local)) && !keep)
         KPC_LOG(KPC_LOG_DEBUG, "the outcome of %s for %s is not cached: the files it read cannot be "
                 "vouched for", src->name ? src->name : "(unnamed)", ctx->target);
@@ -242,7 +187,7 @@ static kpc_status build(kpc_context *ctx, const kpc_key *key, const kpc_source *
         fill_record(&rec, ctx, &object, src, KPC_RECORD_LOG);
     rec.has_digest = kpc_request_digest(key, src, rec.request_digest);
         rec.code_size = strlen(text);
-        store_outcome(ctx, key, src, claim, keep, deps, &object,
+        store_outcome(ctx, key, src, sm, claim, keep, deps, &object,
                       &(outcome){&rec, text, NULL, KPC_CLAIM_FAILED, KPC_MANIFEST_LOG});
         kpc_manifest_deps_free(deps);
         *log = b.log;
@@ -281,7 +226,7 @@ static kpc_status build(kpc_context *ctx, const kpc_key *key, const kpc_source *
     if (keep && !(cache->settings.flags & KPC_NO_SOURCES) &&
         kpc_request_encode(src, cache->platform->key_env, &req, &req_size) == KPC_OK)
         rec.request = req, rec.request_size = req_size;
-    store_outcome(ctx, key, src, claim, keep, deps, &object,
+    store_outcome(ctx, key, src, sm, claim, keep, deps, &object,
                   &(outcome){&rec, b.code, b.names, KPC_CLAIM_READY, KPC_MANIFEST_CODE});
     free(req);
     free(b.log);
@@ -415,8 +360,9 @@ static kpc_status watch_cluster(kpc_context *ctx, const kpc_key *key, const kpc_
  * (the index is not asked again); on a NOWAIT return with *busy because another host's
  * builder holds the cluster lease, the claim, still held, handed out (nothing held when
  * the busy builder is on this host). Without held, the cluster is waited on. */
-static kpc_status obtain(kpc_context *ctx, const kpc_normalized_request *req, bool skip_disk, unsigned nowait,
-                         kpc_claim *held, kpc_program **out, char **log, bool *from_disk, bool *busy)
+static kpc_status obtain_seen(kpc_context *ctx, const kpc_normalized_request *req, bool skip_disk,
+                              unsigned nowait, kpc_claim *held, kpc_seen_manifest *sm, kpc_program **out, char **log,
+                              bool *from_disk, bool *busy)
 {
     const kpc_key *key = &req->key;
     const kpc_source *src = req->src;
@@ -455,7 +401,7 @@ static kpc_status obtain(kpc_context *ctx, const kpc_normalized_request *req, bo
             return KPC_E_NOT_FOUND;
         }
         if (verdict == KPC_INDEX_FAILED) {
-            if ((*log = failed_log(ctx, key, src)) != NULL) {
+            if ((*log = failed_log(ctx, key, src, sm)) != NULL) {
                 atomic_fetch_add_explicit(&cache->cached_failures, 1, memory_order_relaxed);
                 return KPC_E_COMPILE;
             }
@@ -470,19 +416,19 @@ static kpc_status obtain(kpc_context *ctx, const kpc_normalized_request *req, bo
             kpc_deps *deps = NULL;
             /* behind a manifest: the outcome of the entry whose files match now; looked
              * for first where one is expected (manifest_first) */
-            kpc_status via = manifest_first ? read_via_manifest(ctx, key, &rec, &deps) : KPC_E_NOT_FOUND;
+            kpc_status via = manifest_first ? kpc_seen_manifest_read(ctx, key, sm, &rec, &deps) : KPC_E_NOT_FOUND;
             if (via != KPC_OK) {
                 if (kpc_tier_read(tiers, key, ctx->target, KPC_RECORD_CODE, &rec) == KPC_OK) {
                     if (!kpc_hit_serves(ctx, &a, &rec)) /* built again, over the other request's */
-                        return build(ctx, key, src, &claim, out, log);
+                        return build(ctx, key, src, sm, &claim, out, log);
                     return take_record(ctx, key, &claim, &rec, NULL, NULL, out, from_disk);
                 }
                 if (!manifest_first)
-                    via = read_via_manifest(ctx, key, &rec, &deps);
+                    via = kpc_seen_manifest_read(ctx, key, sm, &rec, &deps);
             }
             if (via == KPC_OK && !kpc_hit_serves(ctx, &a, &rec)) {
                 kpc_manifest_deps_free(deps);
-                return build(ctx, key, src, &claim, out, log);
+                return build(ctx, key, src, sm, &claim, out, log);
             }
             if (via == KPC_OK) {
                 if (rec.kind == KPC_RECORD_CODE)
@@ -511,13 +457,23 @@ static kpc_status obtain(kpc_context *ctx, const kpc_normalized_request *req, bo
         }
         /* held only for BUILD: READY with no tier to read from, or SELF, builds for
          * ourselves (the claim holds nothing then) */
-        return build(ctx, key, src, &claim, out, log);
+        return build(ctx, key, src, sm, &claim, out, log);
     }
     KPC_LOG(KPC_LOG_WARN, "the host index kept answering READY (or FAILED) for a file that is not "
             "there: building without it");
     kpc_claim none;
     memset(&none, 0, sizeof none);
-    return build(ctx, key, src, &none, out, log);
+    return build(ctx, key, src, sm, &none, out, log);
+}
+
+/* obtain_seen with the manifest this request sees, dropped when it is done */
+static kpc_status obtain(kpc_context *ctx, const kpc_normalized_request *req, bool skip_disk, unsigned nowait,
+                         kpc_claim *held, kpc_program **out, char **log, bool *from_disk, bool *busy)
+{
+    kpc_seen_manifest sm = {0};
+    kpc_status s = obtain_seen(ctx, req, skip_disk, nowait, held, &sm, out, log, from_disk, busy);
+    kpc_seen_manifest_free(&sm);
+    return s;
 }
 
 static kpc_status resolve(kpc_context *ctx, const kpc_normalized_request *req, unsigned nowait,

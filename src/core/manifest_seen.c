@@ -1,0 +1,79 @@
+/*
+ * manifest_seen.c - the manifest under a request's key as that request sees it
+ * (core/manifest_seen.h): read and matched once by each look of core/resolve.c, and
+ * extended by the request's build with what that look read, not read a second time.
+ */
+#include "core/manifest_seen.h"
+#include "core/cache.h"
+#include "base/log.h"
+#include "storage/tier.h"
+
+#include <stdlib.h>
+
+void kpc_seen_manifest_free(kpc_seen_manifest *sm)
+{
+    if (sm->read)
+        kpc_manifest_free(&sm->m);
+    sm->read = false;
+}
+
+/* Read the manifest under key into sm (what was seen before is dropped) and, with match,
+ * find the entry whose files match now (manifest.h: kpc_manifest_lookup). */
+static void look_up_manifest(kpc_context *ctx, const kpc_key *key, kpc_seen_manifest *sm,
+                             kpc_manifest_match_out *match)
+{
+    kpc_seen_manifest_free(sm);
+    sm->read = true;
+    sm->m.count = 0;
+    sm->m.bytes = NULL;
+    if (match)
+        match->found = false;
+    kpc_record rec;
+    if (kpc_tier_read(&ctx->cache->tiers, key, ctx->target, KPC_RECORD_MANIFEST, &rec) != KPC_OK)
+        return;
+    kpc_status s = kpc_manifest_lookup(rec.payload, rec.code_size, &sm->m, match);
+    rec.payload = NULL; /* taken */
+    if (s == KPC_E_NOT_FOUND)
+        KPC_LOG(KPC_LOG_DEBUG, "a manifest of an older format for %s: a miss, rewritten by the next "
+                "build", ctx->target);
+    else if (s == KPC_E_CORRUPT) {
+        char hex[KPC_KEY_HEX];
+        kpc_key_hex(key, hex);
+        KPC_LOG(KPC_LOG_WARN, "manifest %s for %s is malformed: ignored (rewritten by the next build)",
+                hex, ctx->target);
+    }
+}
+
+kpc_status kpc_seen_manifest_read(kpc_context *ctx, const kpc_key *key, kpc_seen_manifest *sm,
+                                  kpc_record *rec, kpc_deps **deps)
+{
+    kpc_manifest_match_out e;
+    look_up_manifest(ctx, key, sm, &e);
+    if (!e.found)
+        return KPC_E_NOT_FOUND;
+    uint32_t kind = e.outcome == KPC_MANIFEST_LOG ? KPC_RECORD_LOG : KPC_RECORD_CODE;
+    kpc_status s = kpc_tier_read(&ctx->cache->tiers, &e.object, ctx->target, kind, rec);
+    if (s != KPC_OK)
+        kpc_manifest_deps_free(e.deps);
+    else
+        *deps = e.deps;
+    return s;
+}
+
+kpc_status kpc_seen_manifest_add(kpc_context *ctx, const kpc_key *key, kpc_seen_manifest *sm,
+                                 const kpc_record *head, const kpc_key *object, uint32_t outcome,
+                                 const kpc_deps *deps)
+{
+    if (!sm->read)
+        look_up_manifest(ctx, key, sm, NULL);
+    void *buf = NULL;
+    size_t size = 0;
+    kpc_status s = kpc_manifest_extend(&sm->m, object, outcome, deps, &buf, &size);
+    if (s != KPC_OK)
+        return s;
+    kpc_record rec = *head;
+    rec.code_size = size;
+    s = kpc_tier_write(&ctx->cache->tiers, NULL, &rec, buf, NULL);
+    free(buf);
+    return s;
+}

@@ -1,0 +1,40 @@
+/*
+ * manifest_seen.h - the manifest under a request's key as one request has seen it
+ * (core/manifest_seen.c): what core/resolve.c asks of manifests, in two calls, one
+ * before the build (read) and one after it (add).
+ */
+#ifndef KPC_CORE_MANIFEST_SEEN_H
+#define KPC_CORE_MANIFEST_SEEN_H
+
+#include "core/context.h"
+#include "core/manifest.h"
+#include "storage/record.h"
+
+#include <stdbool.h>
+
+/* The manifest under the request key as one request has seen it: read once by each look
+ * (a round of obtain), and extended by that request's build without being read again.
+ * Between the look and the build, a builder on another host (through the shared tier or
+ * a pack made meanwhile) may have added an entry that this extension then drops: that
+ * costs the other file set one more build when next asked, never a wrong object, and
+ * builders of one key on one host never race here (the host index lets one build). */
+typedef struct kpc_seen_manifest {
+    bool read;
+    kpc_manifest m;
+} kpc_seen_manifest;
+void kpc_seen_manifest_free(kpc_seen_manifest *sm);
+
+/* The outcome the manifest under key leads to for the files as they are now: the record
+ * (CODE or LOG) of the first entry whose files all match, with that entry's files in
+ * *deps (owned); sm keeps the manifest as read. KPC_E_NOT_FOUND: no manifest, no entry
+ * matches, or its record is gone. */
+kpc_status kpc_seen_manifest_read(kpc_context *ctx, const kpc_key *key, kpc_seen_manifest *sm,
+                                  kpc_record *rec, kpc_deps **deps);
+/* Add (object, outcome, deps) to the manifest under key as sm saw it (read now if this
+ * request has not looked), written as head (a MANIFEST record's header fields) to every
+ * writable tier. */
+kpc_status kpc_seen_manifest_add(kpc_context *ctx, const kpc_key *key, kpc_seen_manifest *sm,
+                                 const kpc_record *head, const kpc_key *object, uint32_t outcome,
+                                 const kpc_deps *deps);
+
+#endif /* KPC_CORE_MANIFEST_SEEN_H */
