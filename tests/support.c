@@ -3,6 +3,7 @@
  */
 #define _GNU_SOURCE
 #include "support.h"
+#include "storage/request_codec.h"
 
 #include <dirent.h>
 #include <errno.h>
@@ -577,4 +578,12 @@ int ts_main_case(const char *suite, const char *tcase, int timeout, SFun setup, 
     Suite *s = suite_create(suite);
     ts_add_tests(ts_case(s, tcase, timeout, setup, teardown), tests);
     return ts_run_suite(s);
+}
+
+bool ts_have_request_digest(void)
+{
+    kpc_key key = {{0}};
+    kpc_source src = {.code = "k"};
+    uint8_t digest[32];
+    return kpc_request_digest(&key, &src, digest);
 }

@@ -106,6 +106,9 @@ int ts_exec(const char *const *argv, const char *const *env, char **out, char **
  * name) on stdout, the form scripts/test.sh counts as a skip; the caller then returns.
  * A skip always names its reason. */
 void ts_skip(const char *why_fmt, ...) __attribute__((format(printf, 1, 2)));
+/* Whether this build computes request digests (libsodium, which the cluster tier
+ * brings): without it a record keeps none (docs/trust.md). */
+bool ts_have_request_digest(void);
 
 /* Run a Check suite in fork mode under a scratch root of its own ($TMPDIR for the cases,
  * so every ts_tmpdir and the compiler's temporary files land in it); afterwards the root

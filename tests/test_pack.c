@@ -175,9 +175,12 @@ START_TEST(records_keep_requests)
     c = ts_open(dir, 0, 0);
     ctx = ts_context(c);
     uint64_t req;
-    ck_assert_uint_eq(record_version(dir, ctx, &a, &req), 4); /* the request digest: 4 */
+    /* the request digest: 4; a build without libsodium keeps none: 2 with the request, 1
+     * without */
+    bool digest = ts_have_request_digest();
+    ck_assert_uint_eq(record_version(dir, ctx, &a, &req), digest ? 4 : 2);
     ck_assert_uint_gt(req, 16);
-    ck_assert_uint_eq(record_version(dir, ctx, &b, &req), 4);
+    ck_assert_uint_eq(record_version(dir, ctx, &b, &req), digest ? 4 : 1);
     ck_assert_uint_eq(req, 0);
     /* both read back as hits, with their bytes */
     size_t s2;
