@@ -1,0 +1,38 @@
+#!/usr/bin/env bash
+# ab.sh - on the device machine, after scripts/bench-device.sh (whose unpacked build
+# dependencies in /tmp/kpc-deps it reuses): the new-process and warm hit of a 16 KB source
+# (bench_xproc --fake --kernels 80 --runs 15), the build before any collision check
+# (a288dd0, carried in .carry/base) and this tree's, alternated three times each; and
+# bench_hit --only 4096 of both, alternated.
+set -uo pipefail
+d=/tmp/kpc-deps
+for m in pkgconf bsd xxhash cjson zstd hiredis sodium; do
+  [ -d "$d/$m" ] || continue
+  export PKG_CONFIG_PATH=$d/$m/usr/lib/x86_64-linux-gnu/pkgconfig${PKG_CONFIG_PATH:+:$PKG_CONFIG_PATH}
+  export LD_LIBRARY_PATH=$d/$m/usr/lib/x86_64-linux-gnu${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}
+  export LIBRARY_PATH=$d/$m/usr/lib/x86_64-linux-gnu${LIBRARY_PATH:+:$LIBRARY_PATH}
+  export CPATH=$d/$m/usr/include${CPATH:+:$CPATH}
+  export PATH=$d/$m/usr/bin:$PATH
+done
+build() { # src dir
+  cmake -S "$1" -B "$2" -DCMAKE_BUILD_TYPE=Release -DKPC_BUILD_TESTS=OFF -DKPC_BUILD_BENCH=ON \
+    -DKPC_BUILD_MAN=OFF -DKPC_WERROR=OFF -DKPC_PLATFORM=nvidia >/dev/null &&
+    cmake --build "$2" -j"$(nproc)" --target bench_xproc bench_hit >/dev/null
+}
+build .carry/base /tmp/ab-base || { echo "base build failed"; exit 1; }
+build . /tmp/ab-main || { echo "main build failed"; exit 1; }
+for i in 1 2 3; do
+  for b in base main; do
+    printf '%s ' "$b"
+    /tmp/ab-$b/bench/bench_xproc --fake --kernels 80 --runs 15 2>&1 |
+      awk -F'\t' '/^xproc_get\t|^xproc_get_warm_process\t|^xproc_request_check_floor\t|^xproc_page_fault\t/ {printf "%s %s  ", $1, $3}'
+    echo
+  done
+done
+for i in 1 2 3; do
+  for b in base main; do
+    printf '%s ' "$b"
+    /tmp/ab-$b/bench/bench_hit --fake --only 4096 --rounds 11 2>&1 | grep -E '^bench: 1 in-memory hit, 4 KB source' | head -2 | tr '\n' '|'
+    echo
+  done
+done
