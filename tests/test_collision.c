@@ -57,13 +57,19 @@ static void got_free(got *g)
     free(g->log);
 }
 
+/* The n results freed and dir removed. */
+static void free_all(got *all[], size_t n, char *dir)
+{
+    for (size_t i = 0; i < n; i++)
+        got_free(all[i]);
+    ts_cleanup(dir);
+}
+
 /* Two caches' results and the two references freed, and the directories (d3 may be
  * NULL) removed. */
 static void two_hosts_done(got *all[4], char *d1, char *d2, char *d3)
 {
-    for (size_t i = 0; i < 4; i++)
-        got_free(all[i]);
-    ts_cleanup(d1);
+    free_all(all, 4, d1);
     ts_cleanup(d2);
     if (d3)
         ts_cleanup(d3);
@@ -132,9 +138,7 @@ static void disk_case(bool real)
     ck_assert(a2.size == ra.size && memcmp(a2.code, ra.code, ra.size) == 0);
     kpc_key_test_override(NULL);
     got *all[] = {&ra, &rb, &a, &b, &again, &a2};
-    for (size_t i = 0; i < sizeof all / sizeof all[0]; i++)
-        got_free(all[i]);
-    ts_cleanup(dir);
+    free_all(all, sizeof all / sizeof all[0], dir);
 }
 
 START_TEST(disk_collision_is_a_miss)
@@ -194,6 +198,15 @@ static void rewrite_as_older(const char *dir, bool keep_digest)
     kpc_cache_close(c);
 }
 
+/* Whether this build keeps request digests; a skip, with the reason, where it does not. */
+static bool digest_kept(void)
+{
+    if (ts_have_request_digest())
+        return true;
+    ts_skip("this build keeps no request digest (no libsodium): such a record answers on its key");
+    return false;
+}
+
 /* a's record built in dir, then rewritten as an earlier release wrote it */
 static got built_then_aged(const char *dir, bool keep_digest)
 {
@@ -209,10 +222,8 @@ static got built_then_aged(const char *dir, bool keep_digest)
  * then on. */
 START_TEST(record_without_digest_is_built_again)
 {
-    if (!ts_have_request_digest()) {
-        ts_skip("this build keeps no request digest (no libsodium): such a record answers on its key");
+    if (!digest_kept())
         return;
-    }
     got ra = reference(&src_a);
     char *dir = ts_tmpdir();
     got first = built_then_aged(dir, false);
@@ -225,9 +236,7 @@ START_TEST(record_without_digest_is_built_again)
     ck_assert_uint_eq(again.st.builds, 0);
     ck_assert_uint_eq(again.st.disk_hits, 1);
     got *all[] = {&ra, &first, &old, &again};
-    for (size_t i = 0; i < sizeof all / sizeof all[0]; i++)
-        got_free(all[i]);
-    ts_cleanup(dir);
+    free_all(all, sizeof all / sizeof all[0], dir);
 }
 END_TEST
 
@@ -235,10 +244,8 @@ END_TEST
  * served to its own request (by the digest) and refused to another under its key. */
 START_TEST(compressed_request_is_checked_by_digest)
 {
-    if (!ts_have_request_digest()) {
-        ts_skip("this build keeps no request digest (no libsodium): such a record answers on its key");
+    if (!digest_kept())
         return;
-    }
     got ra = reference(&src_a), rb = reference(&src_b);
     char *dir = ts_tmpdir();
     kpc_key_test_override(&forced);
@@ -251,18 +258,14 @@ START_TEST(compressed_request_is_checked_by_digest)
     assert_mismatch_built(&b, &ra, &rb);
     kpc_key_test_override(NULL);
     got *all[] = {&ra, &rb, &first, &a, &b};
-    for (size_t i = 0; i < sizeof all / sizeof all[0]; i++)
-        got_free(all[i]);
-    ts_cleanup(dir);
+    free_all(all, sizeof all / sizeof all[0], dir);
 }
 END_TEST
 
 START_TEST(disk_collision_without_sources_is_a_miss)
 {
-    if (!ts_have_request_digest()) {
-        ts_skip("this build keeps no request digest (no libsodium): such a record answers on its key");
+    if (!digest_kept())
         return;
-    }
     setenv("KPC_KEEP_SOURCES", "0", 1);
     disk_case(false);
     unsetenv("KPC_KEEP_SOURCES");
@@ -273,10 +276,8 @@ END_TEST
  * under the key: b is built, not failed with a's log. */
 START_TEST(failure_log_collision_is_a_miss)
 {
-    if (!ts_have_request_digest()) {
-        ts_skip("this build keeps no request digest (no libsodium): such a record answers on its key");
+    if (!digest_kept())
         return;
-    }
     got ra = reference(&src_a), rb = reference(&src_b);
     char *dir = ts_tmpdir();
     kpc_key_test_override(&forced);
