@@ -60,7 +60,8 @@ void *ts_get_code(kpc_context *ctx, const kpc_source *src, size_t *size);
 
 /* The fake platform: compiles in microseconds (or sleeps "// sleep_ms=N" from the
  * source), gives bitcode for the option -fgpu-rdc (as hipRTC 5.3 and later), fails for a
- * source containing "#error" (a compile error), fails every compile
+ * source containing "#error" (a compile error), reports the file named by "// dep=PATH"
+ * (to the end of its line) as one it read, fails every compile
  * as a local fault (b->local) while KPC_FAKE_LOCAL_FAULT is set, and counts its compiles in memory
  * shared by every process forked after ts_fake_install(). */
 void ts_fake_install(void);
@@ -93,6 +94,10 @@ int ts_tmp_entries(const char *dir);
 /* The domain (16 hex) this process writes in the staging names of the cache at dir, as
  * the store spells it (base/root.h): a planted name in it is judged by its writer. */
 void ts_tmp_domain(const char *dir, char out[17]);
+/* A header for the fake platform's "// dep=PATH" to name: dir/inc/h.h holding
+ * "#define H 1\n", its path into header, and the option that searches its directory
+ * ("-I<dir>/inc") into opt; each buffer holds cap bytes. */
+void ts_include_dir(const char *dir, char *header, char *opt, size_t cap);
 /* Whole-file helpers: read (malloc'd, NULL if absent) and write-over (fails the test). */
 void *ts_read_file(const char *path, size_t *size);
 void ts_write_file(const char *path, const void *data, size_t size);

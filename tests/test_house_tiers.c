@@ -2,7 +2,7 @@
  * test_house_tiers.c - the storage tiers' seam: a read-only tier
  * back-filled into the disk tree; a coordinating tier's begin answers and its lease
  * finished exactly once with the right outcome (fake tiers); a back-fill answers for the
- * host disk.
+ * host disk; a miss that builds behind a manifest reads that manifest once.
  */
 #define _GNU_SOURCE
 #include "support.h"
@@ -468,12 +468,87 @@ START_TEST(backfill_status_is_the_host_disks)
 }
 END_TEST
 
+/* ---- one read of a manifest per miss ------------------------------------------------ */
+/* A pack that holds nothing and counts the reads of a manifest that reach it: with the
+ * disk empty, every one the walk makes. */
+static _Atomic unsigned manifest_reads;
+
+static kpc_status count_manifest_reads(kpc_tier *t, const kpc_key *key, const char *target, uint32_t kind,
+                                       kpc_record *out)
+{
+    (void)t, (void)key, (void)target, (void)out;
+    if (kind == KPC_RECORD_MANIFEST)
+        atomic_fetch_add(&manifest_reads, 1);
+    return KPC_E_NOT_FOUND;
+}
+
+static kpc_status open_counting_pack(const kpc_tier_env *env, kpc_tier **out)
+{
+    static const kpc_tier_ops ops = {.read = count_manifest_reads};
+    (void)env;
+    fake.t.ops = &ops;
+    fake.t.name = "counting-pack";
+    fake.t.flags = 0;
+    *out = &fake.t;
+    return KPC_OK;
+}
+
+/* A miss that builds behind a manifest reads the manifest once: the build adds its entry
+ * to the manifest its lookup read. Both orders of the lookup: the record under the key
+ * first (no option names a file), and the manifest first (an -I directory). The next
+ * process finds the entry in the manifest written and builds nothing. */
+START_TEST(build_behind_a_manifest_reads_it_once)
+{
+    ts_fake_install();
+    fake_reset();
+    kpc_tier_test_add(open_counting_pack);
+    char header[4300], opt[4300], code[2][4400];
+    ts_include_dir(dir, header, opt, sizeof header);
+    const char *opts[] = {opt};
+    usleep(1100 * 1000); /* older than the race window (manifest.h): the outcome is stored */
+    for (unsigned i = 0; i < 2; i++) {
+        snprintf(code[i], sizeof code[i], "kernel %u\n// dep=%s\n", i, header);
+        kpc_source src = ts_src(code[i], "m.hip");
+        src.options = i ? opts : NULL;
+        src.num_options = i;
+        kpc_cache *c = ts_open(dir, 0, 0);
+        kpc_context *ctx = ts_context(c);
+        atomic_store(&manifest_reads, 0);
+        size_t size;
+        free(ts_get_code(ctx, &src, &size));
+        ck_assert_uint_eq(ts_fake_compiles(), i + 1);
+        unsigned reads = atomic_load(&manifest_reads);
+        ck_assert_uint_eq(reads, 1); /* the lookup's: the build added to what it read */
+        kpc_key key;
+        ts_key(ctx, &src, &key);
+        kpc_record rec;
+        ck_assert_int_eq(kpc_store_read(c->store, &key, kpc_context_target(ctx), KPC_RECORD_MANIFEST, &rec),
+                         KPC_OK);
+        kpc_record_free(&rec);
+        kpc_context_destroy(ctx);
+        kpc_cache_close(c);
+
+        c = ts_open(dir, 0, 0);
+        ctx = ts_context(c);
+        free(ts_get_code(ctx, &src, &size));
+        ck_assert_uint_eq(ts_fake_compiles(), i + 1);
+        ck_assert_uint_eq(stats_of(c).disk_hits, 1);
+        reads = atomic_load(&manifest_reads);
+        ck_assert_uint_eq(reads, 1); /* the disk held it: the pack was not asked */
+        kpc_context_destroy(ctx);
+        kpc_cache_close(c);
+    }
+    fake_reset();
+}
+END_TEST
+
 int main(void)
 {
     const TTest *tests[] = {read_only_tier_hit_is_backfilled, coordinating_tier_hit_answers_before_the_copy,
                             coordinating_tier_copy_made_by_close,
                             coordinating_tier_build_publishes_once,
                             coordinating_tier_hit_and_failed, coordinating_tier_failures,
-                            backfill_status_is_the_host_disks, NULL};
+                            backfill_status_is_the_host_disks, build_behind_a_manifest_reads_it_once,
+                            NULL};
     return ts_main_case("house", "tiers", 0, setup, teardown, tests);
 }

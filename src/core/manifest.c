@@ -5,8 +5,10 @@
  * bytes of a manifest in manifest_codec.c.
  *
  * Invariants: a kpc_deps holds its files as bytes it owns (its own tail, or a manifest's
- * bytes it took), immutable once returned, so a program can carry it and any thread can
- * check it without a lock.
+ * bytes it took) and as those bytes read once (kpc_deps.file, made by the codec when the
+ * list was decoded or encoded), immutable once returned, so a program can carry it and
+ * any thread can check it without a lock. Nothing here reads a list's bytes again: a
+ * check and the object key walk the files as read.
  * Every file is opened through kpc_open_regular (never blocking on a FIFO) and every
  * system call goes through the fault seam, where a failure is a mismatch: a miss, never
  * a stale hit.
@@ -94,19 +96,39 @@ static int stat_and_hash(int dirfd, const char *name, struct stat *st, uint8_t d
 /* ---- dependency lists --------------------------------------------------------------- */
 void kpc_manifest_deps_free(kpc_deps *deps)
 {
-    if (deps)
+    if (deps) {
         free(deps->block);
+        free(deps->file);
+    }
     free(deps);
 }
 
-/* A list of count files whose bytes are at files: one allocation. */
-static kpc_deps *deps_of_bytes(size_t count, const uint8_t *files, size_t size)
+/* from's files as read, their paths moved to the same places in bytes (a copy of
+ * from->files): malloc'd, NULL on ENOMEM. */
+static kpc_manifest_file *files_in(const kpc_deps *from, const uint8_t *bytes)
 {
-    kpc_deps *d = malloc(sizeof *d + size);
+    kpc_manifest_file *file = malloc((from->count ? from->count : 1) * sizeof *file);
+    if (file == NULL)
+        return NULL;
+    for (size_t i = 0; i < from->count; i++) {
+        file[i] = from->file[i];
+        file[i].path = (const char *)bytes + (file[i].path - (const char *)from->files);
+    }
+    return file;
+}
+
+/* A copy of from: the struct and the bytes in one allocation, the files as read in another. */
+static kpc_deps *deps_copy(const kpc_deps *from)
+{
+    kpc_deps *d = malloc(sizeof *d + from->size);
     if (d == NULL)
         return NULL;
-    memcpy(d + 1, files, size);
-    *d = (kpc_deps){.count = count, .size = size, .files = (const uint8_t *)(d + 1)};
+    memcpy(d + 1, from->files, from->size);
+    *d = (kpc_deps){.count = from->count, .size = from->size, .files = (const uint8_t *)(d + 1)};
+    if ((d->file = files_in(from, d->files)) == NULL) {
+        free(d);
+        return NULL;
+    }
     return d;
 }
 
@@ -115,7 +137,7 @@ kpc_deps *kpc_manifest_deps_copy(const kpc_deps *deps, bool *ok)
     *ok = true;
     if (deps == NULL)
         return NULL;
-    kpc_deps *d = deps_of_bytes(deps->count, deps->files, deps->size);
+    kpc_deps *d = deps_copy(deps);
     *ok = d != NULL;
     return d;
 }
@@ -161,14 +183,14 @@ static int record_absent(kpc_manifest_file *f, uint64_t compile_start_ns)
     return 0;
 }
 
-kpc_status kpc_manifest_deps_record(const char *const *paths, size_t n, const char *const *absent,
-                                    size_t n_absent, const char *cwd, uint64_t compile_start_ns,
-                                    kpc_deps **out)
+/* The files of b as they are now (*files malloc'd, with their absolute paths in its
+ * tail; *kept of them: an absent one that is missing still is left out); statuses as
+ * kpc_manifest_deps_record. b->n is not 0. */
+static kpc_status record_files(const kpc_manifest_build *b, kpc_manifest_file **files_out, size_t *kept_out)
 {
-    *out = NULL;
-    if (n == 0)
-        return KPC_OK;
-    size_t total = n + n_absent;
+    const char *const *paths = b->paths, *const *absent = b->absent, *cwd = b->cwd;
+    size_t n = b->n, n_absent = b->n_absent, total = n + n_absent;
+    uint64_t compile_start_ns = b->started_ns;
     if (n > KPC_MANIFEST_MAX_FILES || total > KPC_MANIFEST_MAX_FILES) {
         KPC_LOG(KPC_LOG_WARN, "a compile read %zu files: more than a manifest holds (%u)", total,
                 (unsigned)KPC_MANIFEST_MAX_FILES);
@@ -205,12 +227,35 @@ kpc_status kpc_manifest_deps_record(const char *const *paths, size_t n, const ch
             kept++;
         }
     }
-    kpc_status st = kpc_manifest_deps_encode(files, kept, out);
-    if (st == KPC_E_INVALID)
+    *files_out = files;
+    *kept_out = kept;
+    return KPC_OK;
+}
+
+static void warn_invalid(kpc_status s)
+{
+    if (s == KPC_E_INVALID)
         KPC_LOG(KPC_LOG_WARN, "a dependency's path is longer than a manifest holds: the outcome is not "
                 "cached");
+}
+
+kpc_status kpc_manifest_deps_record(const char *const *paths, size_t n, const char *const *absent,
+                                    size_t n_absent, const char *cwd, uint64_t compile_start_ns,
+                                    kpc_deps **out)
+{
+    *out = NULL;
+    if (n == 0)
+        return KPC_OK;
+    kpc_manifest_build b = {paths, n, absent, n_absent, cwd, compile_start_ns};
+    kpc_manifest_file *files;
+    size_t kept;
+    kpc_status s = record_files(&b, &files, &kept);
+    if (s != KPC_OK)
+        return s;
+    s = kpc_manifest_deps_encode(files, kept, out);
+    warn_invalid(s);
     free(files);
-    return st;
+    return s;
 }
 
 /* The directories opened during one check: a file's is found by its path prefix, the
@@ -303,51 +348,44 @@ bool kpc_manifest_deps_match(const kpc_deps *deps)
     int64_t now = (int64_t)kpc__wall_ns();
     dir_cache c = {.next = 0};
     bool ok = true;
-    kpc_manifest_file f;
-    size_t off = 0, seen = 0;
-    for (; ok && kpc_manifest_deps_next(deps, &off, &f); seen++)
-        if (!file_matches(&c, &f, now)) {
-            KPC_LOG(KPC_LOG_DEBUG, "dependency %.*s %s", (int)f.path_len, f.path,
-                    f.absent ? "appeared" : "changed");
+    for (size_t i = 0; ok && i < deps->count; i++) {
+        const kpc_manifest_file *f = &deps->file[i];
+        if (!file_matches(&c, f, now)) {
+            KPC_LOG(KPC_LOG_DEBUG, "dependency %.*s %s", (int)f->path_len, f->path,
+                    f->absent ? "appeared" : "changed");
             ok = false;
         }
-    dir_cache_close(&c);
-    /* a list that ends early (it cannot: its bytes were checked when it was made) has
-     * files nobody looked at: no match */
-    return ok && seen == deps->count && off == deps->size;
-}
-
-kpc_status kpc_manifest_outcome_files(const kpc_key *request, const char *const *paths, size_t n,
-                                      const char *const *absent, size_t n_absent, const char *cwd,
-                                      uint64_t compile_start_ns, kpc_deps **deps, kpc_key *object)
-{
-    *object = *request;
-    kpc_status s = kpc_manifest_deps_record(paths, n, absent, n_absent, cwd, compile_start_ns, deps);
-    if (s == KPC_OK)
-        kpc_manifest_object_key(request, *deps, object);
-    return s;
-}
-
-void kpc_manifest_object_key(const kpc_key *request, const kpc_deps *deps, kpc_key *out)
-{
-    if (deps == NULL || deps->count == 0) {
-        *out = *request;
-        return;
     }
+    dir_cache_close(&c);
+    return ok;
+}
+
+
+/* The object key of the count files at file (kpc_manifest_object_key). */
+static void object_key(const kpc_key *request, const kpc_manifest_file *file, size_t count, kpc_key *out)
+{
     XXH3_state_t st;
     XXH3_128bits_reset(&st);
     XXH3_128bits_update(&st, OBJECT_KEY_TAG, sizeof OBJECT_KEY_TAG);
     XXH3_128bits_update(&st, request->bytes, sizeof request->bytes);
-    kpc_manifest_file f;
-    for (size_t off = 0; kpc_manifest_deps_next(deps, &off, &f);) {
-        if (f.absent)
+    for (size_t i = 0; i < count; i++) {
+        const kpc_manifest_file *f = &file[i];
+        if (f->absent)
             continue; /* a missed lookup changes no byte the compiler read */
         /* the path with its NUL: no two lists hash alike by shifting bytes between fields */
-        XXH3_128bits_update(&st, f.path, f.path_len);
+        XXH3_128bits_update(&st, f->path, f->path_len);
         XXH3_128bits_update(&st, "", 1);
-        XXH3_128bits_update(&st, f.digest, 16);
+        XXH3_128bits_update(&st, f->digest, 16);
     }
     XXH128_canonicalFromHash((XXH128_canonical_t *)out->bytes, XXH3_128bits_digest(&st));
+}
+
+void kpc_manifest_object_key(const kpc_key *request, const kpc_deps *deps, kpc_key *out)
+{
+    if (deps == NULL || deps->count == 0)
+        *out = *request;
+    else
+        object_key(request, deps->file, deps->count, out);
 }
 
 /* ---- manifests -------------------------------------------------------------------- */
@@ -355,8 +393,10 @@ void kpc_manifest_free(kpc_manifest *m)
 {
     if (m == NULL)
         return;
-    for (size_t i = 0; i < m->count; i++)
+    for (size_t i = 0; i < m->count; i++) {
         free(m->entries[i].deps.block);
+        free(m->entries[i].deps.file);
+    }
     m->count = 0;
     free(m->bytes);
     m->bytes = NULL;
@@ -382,9 +422,10 @@ kpc_deps *kpc_manifest_take(kpc_manifest *m, const kpc_manifest_entry *e)
         *d = *from;
         d->block = m->bytes;
         m->bytes = NULL;
+        m->entries[0].deps.file = NULL; /* d's now */
         return d;
     }
-    return deps_of_bytes(from->count, from->files, from->size);
+    return deps_copy(from);
 }
 
 kpc_status kpc_manifest_lookup(void *bytes, size_t size, kpc_manifest *m, kpc_manifest_match_out *match)
@@ -402,19 +443,28 @@ kpc_status kpc_manifest_lookup(void *bytes, size_t size, kpc_manifest *m, kpc_ma
         return KPC_OK;
     match->object = e->object;
     match->outcome = e->outcome;
-    if ((match->deps = kpc_manifest_take(m, e)) == NULL)
-        return KPC_E_NOMEM;
-    match->found = true;
-    if (m->bytes == NULL)
-        m->count = 0; /* its one entry's bytes went whole to the caller */
-    return KPC_OK;
+    match->deps = kpc_manifest_take(m, e);
+    match->found = match->deps != NULL;
+    kpc_manifest_free(m); /* a match needs no more of it (see manifest.h) */
+    return match->found ? KPC_OK : KPC_E_NOMEM;
 }
 
-kpc_status kpc_manifest_extend(kpc_manifest *m, const kpc_key *object, uint32_t outcome, const kpc_deps *deps,
-                               void **buf, size_t *size)
+/* Room for object's entry at the head of m: an entry for the same object goes, or the
+ * oldest when m is full. */
+static void make_room(kpc_manifest *m, const kpc_key *object)
 {
-    kpc_status s = kpc_manifest_add(m, object, outcome, deps);
-    return s == KPC_OK ? kpc_manifest_encode(m, buf, size) : s;
+    size_t drop = m->count;
+    for (size_t i = 0; i < m->count; i++)
+        if (memcmp(m->entries[i].object.bytes, object->bytes, 16) == 0)
+            drop = i;
+    if (drop == m->count && m->count == KPC_MANIFEST_MAX_ENTRIES)
+        drop = m->count - 1;
+    if (drop < m->count) {
+        free(m->entries[drop].deps.block);
+        free(m->entries[drop].deps.file);
+        memmove(&m->entries[drop], &m->entries[drop + 1], (m->count - drop - 1) * sizeof m->entries[0]);
+        m->count--;
+    }
 }
 
 kpc_status kpc_manifest_add(kpc_manifest *m, const kpc_key *object, uint32_t outcome,
@@ -428,23 +478,44 @@ kpc_status kpc_manifest_add(kpc_manifest *m, const kpc_key *object, uint32_t out
         copy.files = copy.block;
         copy.count = deps->count;
         copy.size = deps->size;
+        if ((copy.file = files_in(deps, copy.files)) == NULL) {
+            free(copy.block);
+            return KPC_E_NOMEM;
+        }
     }
-    /* drop an entry for the same object, or the oldest when full */
-    size_t drop = m->count;
-    for (size_t i = 0; i < m->count; i++)
-        if (memcmp(m->entries[i].object.bytes, object->bytes, 16) == 0)
-            drop = i;
-    if (drop == m->count && m->count == KPC_MANIFEST_MAX_ENTRIES)
-        drop = m->count - 1;
-    if (drop < m->count) {
-        free(m->entries[drop].deps.block);
-        memmove(&m->entries[drop], &m->entries[drop + 1], (m->count - drop - 1) * sizeof m->entries[0]);
-        m->count--;
-    }
+    make_room(m, object);
     memmove(&m->entries[1], &m->entries[0], m->count * sizeof m->entries[0]);
     m->entries[0].object = *object;
     m->entries[0].outcome = outcome;
     m->entries[0].deps = copy;
     m->count++;
     return KPC_OK;
+}
+
+kpc_status kpc_manifest_record_build(kpc_manifest *m, const kpc_key *request, const kpc_manifest_build *b,
+                                     uint32_t outcome, kpc_deps **deps, kpc_key *object, void **buf, size_t *size)
+{
+    *deps = NULL;
+    *buf = NULL;
+    *object = *request;
+    kpc_manifest_file *files = NULL;
+    size_t kept = 0;
+    kpc_status s = b->n == 0 ? KPC_E_INVALID : record_files(b, &files, &kept);
+    if (s == KPC_OK) {
+        kpc_key obj;
+        object_key(request, files, kept, &obj);
+        make_room(m, &obj);
+        /* the new list and the manifest that leads to it, in one pass of the codec */
+        s = kpc_manifest_encode_new(m, &obj, outcome, files, kept, deps, buf, size);
+        warn_invalid(s);
+        if (s == KPC_OK)
+            *object = obj;
+        else {
+            kpc_manifest_deps_free(*deps);
+            *deps = NULL;
+        }
+    }
+    free(files);
+    kpc_manifest_free(m);
+    return s;
 }

@@ -55,8 +55,8 @@
 #define KPC_MANIFEST_MAX_BYTES (64u << 20)   /* an encoded manifest */
 
 /* One file a compile read, as it was when the outcome was recorded, or one lookup that
- * missed (absent: only the path means anything): what the recorder fills and what
- * kpc_manifest_deps_next reads back out of a list's bytes. */
+ * missed (absent: only the path means anything): what the recorder fills and what the
+ * codec reads back out of a list's bytes (kpc_deps.file). */
 typedef struct kpc_manifest_file {
     const char *path;  /* absolute, as the compiler opened it; NOT NUL-terminated when read back */
     size_t path_len;
@@ -70,18 +70,19 @@ typedef struct kpc_manifest_file {
 
 /*
  * The files of one outcome, in the compiler's order, kept as their bytes in a manifest
- * (docs/file-format.md, the files of an entry): the check reads each file's fields in
- * place, so a list found through a manifest is that manifest's own bytes, with nothing
- * decoded, copied or allocated per file. Every list is checked when it is made
- * (recorded, decoded), so its bytes are well formed. Its bytes follow the struct in one
- * allocation (a copy), or lie in block (encoded; taken out of a manifest whole):
- * kpc_manifest_deps_free frees both.
+ * (docs/file-format.md, the files of an entry), and those bytes read once, when the list
+ * is made (recorded, decoded, encoded): file[i] is the i-th file, its path pointing into
+ * the bytes, so a check walks an array and never parses again, and a list found through
+ * a manifest keeps that manifest's own bytes (nothing copied per file). Its bytes follow
+ * the struct in one allocation (a copy), or lie in block (encoded; taken out of a
+ * manifest whole): kpc_manifest_deps_free frees them and file.
  */
 typedef struct kpc_deps {
-    size_t count;         /* files, read and absent */
-    size_t size;          /* bytes at files */
-    const uint8_t *files; /* count encoded files */
-    void *block;          /* owned bytes other than this struct's tail (NULL: none) */
+    size_t count;            /* files, read and absent */
+    size_t size;             /* bytes at files */
+    const uint8_t *files;    /* count encoded files */
+    kpc_manifest_file *file; /* the count files as read (owned; paths into files) */
+    void *block;             /* owned bytes other than this struct's tail (NULL: none) */
 } kpc_deps;
 
 /* Outcome kinds an entry leads to (the record kinds of the store). */
@@ -115,12 +116,15 @@ kpc_status kpc_manifest_deps_record(const char *const *paths, size_t n, const ch
                                     kpc_deps **out);
 /* True if every file still matches (see the top of this file). NULL or empty: true. */
 bool kpc_manifest_deps_match(const kpc_deps *deps);
-/* What a build that read n files leaves: the files recorded (kpc_manifest_deps_record)
- * and the object key its outcome goes under (kpc_manifest_object_key), in one call;
- * statuses as kpc_manifest_deps_record, *object the request key unless KPC_OK. */
-kpc_status kpc_manifest_outcome_files(const kpc_key *request, const char *const *paths, size_t n,
-                                      const char *const *absent, size_t n_absent, const char *cwd,
-                                      uint64_t compile_start_ns, kpc_deps **deps, kpc_key *object);
+/* What a compile read (its platform's report) and when it began. */
+typedef struct kpc_manifest_build {
+    const char *const *paths; /* the files read, as the compiler named them */
+    size_t n;
+    const char *const *absent; /* the lookups that missed */
+    size_t n_absent;
+    const char *cwd;     /* what a relative path is taken against (NULL: unknown) */
+    uint64_t started_ns; /* CLOCK_REALTIME when the compile began */
+} kpc_manifest_build;
 /* A copy (one allocation); NULL for NULL or on ENOMEM (then *ok is false). */
 kpc_deps *kpc_manifest_deps_copy(const kpc_deps *deps, bool *ok);
 void kpc_manifest_deps_free(kpc_deps *deps);
@@ -142,8 +146,6 @@ void kpc_manifest_free(kpc_manifest *m);
 /* The list of n files (KPC_E_INVALID for a relative path, one longer than a manifest
  * holds, too many files or bytes; KPC_E_NOMEM). */
 kpc_status kpc_manifest_deps_encode(const kpc_manifest_file *files, size_t n, kpc_deps **out);
-/* The file of d at *off (0 for the first), *off moved to the next; false past the last. */
-bool kpc_manifest_deps_next(const kpc_deps *d, size_t *off, kpc_manifest_file *f);
 /* The first entry (newest first) whose files all match now; NULL if none. */
 const kpc_manifest_entry *kpc_manifest_match(const kpc_manifest *m);
 /* Entry e's files as a list of their own, for a program to keep: the manifest's bytes
@@ -151,13 +153,19 @@ const kpc_manifest_entry *kpc_manifest_match(const kpc_manifest *m);
  * copy of e's. NULL on ENOMEM. */
 kpc_deps *kpc_manifest_take(kpc_manifest *m, const kpc_manifest_entry *e);
 /*
- * The two calls a request makes, one before its build and one after. Lookup: the bytes
- * of the manifest under the request key (malloc'd; taken in every case) decoded into *m
- * (statuses as kpc_manifest_decode); with match, the first entry whose files all match
- * now: *match true, its object key, outcome and files (taken, kpc_manifest_take; owned
- * by the caller). *m stays the manifest as read, for kpc_manifest_extend, less an entry
- * whose bytes were taken whole. Extend: *m with (object, outcome, deps) put first
- * (kpc_manifest_add), encoded into *buf (malloc'd).
+ * The two calls a request makes, one before its build and one after.
+ * Lookup: the bytes of the manifest under the request key (malloc'd; taken in every
+ * case) decoded into *m (statuses as kpc_manifest_decode); with match, the first entry
+ * whose files all match now: *match true, its object key, outcome and files (taken,
+ * kpc_manifest_take; owned by the caller), and *m freed: a request that found its
+ * outcome builds nothing (and one whose record is then refused reads the manifest again
+ * for its build: a rare path). No entry matched: *m is the manifest as read, for the
+ * build to extend.
+ * Record a build: the files b names as they are now (kpc_manifest_deps_record) in *deps
+ * (owned), the key its outcome goes under (kpc_manifest_object_key) in *object, and *m
+ * with (object, outcome, deps) put first (as kpc_manifest_add does) encoded into *buf
+ * (malloc'd); *m is freed in every case. Statuses as kpc_manifest_deps_record (then
+ * *object is the request key and nothing is to be written).
  */
 typedef struct kpc_manifest_match_out {
     bool found;
@@ -166,8 +174,14 @@ typedef struct kpc_manifest_match_out {
     kpc_deps *deps;
 } kpc_manifest_match_out;
 kpc_status kpc_manifest_lookup(void *bytes, size_t size, kpc_manifest *m, kpc_manifest_match_out *match);
-kpc_status kpc_manifest_extend(kpc_manifest *m, const kpc_key *object, uint32_t outcome, const kpc_deps *deps,
-                               void **buf, size_t *size);
+kpc_status kpc_manifest_record_build(kpc_manifest *m, const kpc_key *request, const kpc_manifest_build *b,
+                                     uint32_t outcome, kpc_deps **deps, kpc_key *object, void **buf, size_t *size);
+/* The codec's half of kpc_manifest_record_build: the list of n files (*deps, set
+ * whenever it was made, even when the manifest is not: the caller frees it), and the
+ * manifest of (object, outcome, that list) then m's entries (*buf, malloc'd). */
+kpc_status kpc_manifest_encode_new(const kpc_manifest *m, const kpc_key *object, uint32_t outcome,
+                                   const kpc_manifest_file *files, size_t n, kpc_deps **deps, void **buf,
+                                   size_t *size);
 /* Put (object, outcome, a copy of deps) first; an entry with the same object key is
  * replaced, and past KPC_MANIFEST_MAX_ENTRIES the oldest is dropped. */
 kpc_status kpc_manifest_add(kpc_manifest *m, const kpc_key *object, uint32_t outcome,

@@ -24,7 +24,7 @@
 #define FILE_ABSENT 1u
 #define PATH_MAX_BYTES 4095u
 
-/* The bytes of one file: what kpc_manifest_deps_next reads back. */
+/* The bytes of one file: what get_file reads back. */
 static void put_file(kpc__writer *w, const kpc_manifest_file *f)
 {
     kpc__put_lstr(w, 4, f->path, f->path_len);
@@ -64,16 +64,20 @@ static bool get_file(kpc__reader *r, kpc_manifest_file *f)
     return !r->bad;
 }
 
-bool kpc_manifest_deps_next(const kpc_deps *d, size_t *off, kpc_manifest_file *f)
+/* One list's nf files at r, checked, read into d->file (malloc'd) and passed over: their
+ * bytes become d's. false when malformed or out of memory (then d holds nothing). */
+static bool get_files(kpc__reader *r, uint32_t nf, kpc_deps *d)
 {
-    if (d == NULL || *off >= d->size)
+    size_t start = r->off;
+    kpc_manifest_file *file = malloc((nf ? nf : 1) * sizeof *file);
+    if (file == NULL)
         return false;
-    kpc__reader r;
-    kpc__reader_init(&r, d->files, d->size);
-    r.off = *off;
-    if (!get_file(&r, f))
-        return false; /* not reached: every list was checked when it was made */
-    *off = r.off;
+    for (uint32_t j = 0; j < nf; j++)
+        if (!get_file(r, &file[j])) {
+            free(file);
+            return false;
+        }
+    *d = (kpc_deps){.count = nf, .size = r->off - start, .files = r->p + start, .file = file};
     return true;
 }
 
@@ -95,44 +99,74 @@ kpc_status kpc_manifest_deps_encode(const kpc_manifest_file *files, size_t n, kp
     if (s != KPC_OK)
         return s;
     kpc_deps *d = malloc(sizeof *d);
-    if (d == NULL) {
+    kpc__reader r;
+    kpc__reader_init(&r, bytes, size);
+    if (d == NULL || !get_files(&r, (uint32_t)n, d)) { /* read back as a decoded list is */
+        free(d);
         free(bytes);
         return KPC_E_NOMEM;
     }
-    *d = (kpc_deps){.count = n, .size = size, .files = bytes, .block = bytes};
+    d->block = bytes;
     *out = d;
     return KPC_OK;
 }
 
-kpc_status kpc_manifest_encode(const kpc_manifest *m, void **buf, size_t *size)
+static void put_entry(kpc__writer *w, const kpc_manifest_entry *e)
+{
+    kpc__put_bytes(w, e->object.bytes, 16);
+    kpc__put_u32(w, e->outcome);
+    kpc__put_u32(w, (uint32_t)e->deps.count);
+    kpc__put_bytes(w, e->deps.files, e->deps.size); /* the files' bytes as they are */
+}
+
+/* The manifest of first (NULL: none) then m's entries. */
+static kpc_status encode(const kpc_manifest_entry *first, const kpc_manifest *m, void **buf, size_t *size)
 {
     kpc__writer w;
     kpc__writer_grow(&w, KPC_MANIFEST_MAX_BYTES);
     kpc__put_bytes(&w, MANIFEST_MAGIC, 8);
     kpc__put_u32(&w, MANIFEST_VERSION);
-    kpc__put_u32(&w, (uint32_t)m->count);
-    for (size_t i = 0; i < m->count; i++) {
-        const kpc_manifest_entry *e = &m->entries[i];
-        kpc__put_bytes(&w, e->object.bytes, 16);
-        kpc__put_u32(&w, e->outcome);
-        kpc__put_u32(&w, (uint32_t)e->deps.count);
-        kpc__put_bytes(&w, e->deps.files, e->deps.size); /* the files' bytes as they are */
-    }
+    kpc__put_u32(&w, (uint32_t)(m->count + (first != NULL)));
+    if (first)
+        put_entry(&w, first);
+    for (size_t i = 0; i < m->count; i++)
+        put_entry(&w, &m->entries[i]);
     return kpc__writer_finish(&w, buf, size); /* past KPC_MANIFEST_MAX_BYTES: invalid */
 }
 
-/* One entry's nf files at r, checked and passed over: their bytes become e's list. */
-static bool get_files(kpc__reader *r, uint32_t nf, kpc_deps *d)
+kpc_status kpc_manifest_encode(const kpc_manifest *m, void **buf, size_t *size)
 {
-    size_t start = r->off, read = 0;
-    for (uint32_t j = 0; j < nf; j++) {
-        kpc_manifest_file f;
-        if (!get_file(r, &f))
-            return false;
-        read += !f.absent;
-    }
-    *d = (kpc_deps){.count = nf, .size = r->off - start, .files = r->p + start};
-    return read > 0; /* an entry is there for the files a compile read */
+    return encode(NULL, m, buf, size);
+}
+
+kpc_status kpc_manifest_encode_new(const kpc_manifest *m, const kpc_key *object, uint32_t outcome,
+                                   const kpc_manifest_file *files, size_t n, kpc_deps **deps, void **buf,
+                                   size_t *size)
+{
+    *buf = NULL;
+    kpc_status s = kpc_manifest_deps_encode(files, n, deps);
+    if (s != KPC_OK)
+        return s;
+    kpc_manifest_entry first = {.object = *object, .outcome = outcome, .deps = **deps};
+    return encode(&first, m, buf, size);
+}
+
+/* Whether a list holds a file read: an entry is there for the files a compile read. */
+static bool reads_a_file(const kpc_deps *d)
+{
+    for (size_t i = 0; i < d->count; i++)
+        if (!d->file[i].absent)
+            return true;
+    return false;
+}
+
+/* A decode that failed: the lists read so far are let go, and the manifest is empty. */
+static kpc_status refuse(kpc_manifest *out, kpc_status s)
+{
+    for (size_t i = 0; i < out->count; i++)
+        free(out->entries[i].deps.file);
+    out->count = 0;
+    return s;
 }
 
 kpc_status kpc_manifest_decode(const void *buf, size_t size, kpc_manifest *out)
@@ -154,17 +188,15 @@ kpc_status kpc_manifest_decode(const void *buf, size_t size, kpc_manifest *out)
         const uint8_t *key = kpc__get_bytes(&r, 16);
         uint32_t outcome = kpc__get_u32(&r), nf = kpc__get_u32(&r);
         if (r.bad || (outcome != KPC_MANIFEST_CODE && outcome != KPC_MANIFEST_LOG) || nf == 0 ||
-            nf > KPC_MANIFEST_MAX_FILES || !get_files(&r, nf, &e->deps)) {
-            out->count = 0;
-            return KPC_E_CORRUPT;
-        }
+            nf > KPC_MANIFEST_MAX_FILES || !get_files(&r, nf, &e->deps))
+            return refuse(out, KPC_E_CORRUPT); /* (out of memory reads as a bad manifest: a miss) */
+        out->count++;
+        if (!reads_a_file(&e->deps))
+            return refuse(out, KPC_E_CORRUPT);
         memcpy(e->object.bytes, key, 16);
         e->outcome = outcome;
-        out->count++;
     }
-    if (!kpc__reader_done(&r)) { /* trailing bytes: not a manifest this code wrote */
-        out->count = 0;
-        return KPC_E_CORRUPT;
-    }
+    if (!kpc__reader_done(&r)) /* trailing bytes: not a manifest this code wrote */
+        return refuse(out, KPC_E_CORRUPT);
     return KPC_OK;
 }

@@ -1,7 +1,8 @@
 /*
  * manifest_seen.c - the manifest under a request's key as that request sees it
  * (core/manifest_seen.h): read and matched once by each look of core/resolve.c, and
- * extended by the request's build with what that look read, not read a second time.
+ * recorded into by the request's build from what that look read, not read a second time.
+ * Each call enters core/manifest.c once.
  */
 #include "core/manifest_seen.h"
 #include "core/cache.h"
@@ -12,17 +13,18 @@
 
 void kpc_seen_manifest_free(kpc_seen_manifest *sm)
 {
-    if (sm->read)
-        kpc_manifest_free(&sm->m);
-    sm->read = false;
+    kpc_manifest_free(&sm->m);
+    sm->holds = sm->read = false;
 }
 
-/* Read the manifest under key into sm (what was seen before is dropped) and, with match,
- * find the entry whose files match now (manifest.h: kpc_manifest_lookup). */
+/* Read the manifest under key into sm (what it held before is freed first) and, with
+ * match, find the entry whose files match now (manifest.h: kpc_manifest_lookup). */
 static void look_up_manifest(kpc_context *ctx, const kpc_key *key, kpc_seen_manifest *sm,
                              kpc_manifest_match_out *match)
 {
-    kpc_seen_manifest_free(sm);
+    if (sm->holds)
+        kpc_manifest_free(&sm->m);
+    sm->holds = false;
     sm->read = true;
     sm->m.count = 0;
     sm->m.bytes = NULL;
@@ -33,6 +35,11 @@ static void look_up_manifest(kpc_context *ctx, const kpc_key *key, kpc_seen_mani
         return;
     kpc_status s = kpc_manifest_lookup(rec.payload, rec.code_size, &sm->m, match);
     rec.payload = NULL; /* taken */
+    /* a match freed the manifest: a build after it (its record refused) reads it again;
+     * one unreadable or of an older format is replaced by what the build records */
+    bool matched = s == KPC_OK && match && match->found;
+    sm->holds = s == KPC_OK && !matched;
+    sm->read = !matched;
     if (s == KPC_E_NOT_FOUND)
         KPC_LOG(KPC_LOG_DEBUG, "a manifest of an older format for %s: a miss, rewritten by the next "
                 "build", ctx->target);
@@ -60,20 +67,14 @@ kpc_status kpc_seen_manifest_read(kpc_context *ctx, const kpc_key *key, kpc_seen
     return s;
 }
 
-kpc_status kpc_seen_manifest_add(kpc_context *ctx, const kpc_key *key, kpc_seen_manifest *sm,
-                                 const kpc_record *head, const kpc_key *object, uint32_t outcome,
-                                 const kpc_deps *deps)
+kpc_status kpc_seen_manifest_record(kpc_context *ctx, const kpc_key *key, kpc_seen_manifest *sm,
+                                    const kpc_manifest_build *b, uint32_t outcome, kpc_deps **deps,
+                                    kpc_key *object, void **buf, size_t *size)
 {
     if (!sm->read)
         look_up_manifest(ctx, key, sm, NULL);
-    void *buf = NULL;
-    size_t size = 0;
-    kpc_status s = kpc_manifest_extend(&sm->m, object, outcome, deps, &buf, &size);
-    if (s != KPC_OK)
-        return s;
-    kpc_record rec = *head;
-    rec.code_size = size;
-    s = kpc_tier_write(&ctx->cache->tiers, NULL, &rec, buf, NULL);
-    free(buf);
+    /* nothing held (no manifest, or one unreadable): the new one has this entry alone */
+    kpc_status s = kpc_manifest_record_build(&sm->m, key, b, outcome, deps, object, buf, size);
+    sm->holds = sm->read = false;
     return s;
 }

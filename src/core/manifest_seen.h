@@ -1,7 +1,7 @@
 /*
  * manifest_seen.h - the manifest under a request's key as one request has seen it
  * (core/manifest_seen.c): what core/resolve.c asks of manifests, in two calls, one
- * before the build (read) and one after it (add).
+ * before the build (read) and one after it (record).
  */
 #ifndef KPC_CORE_MANIFEST_SEEN_H
 #define KPC_CORE_MANIFEST_SEEN_H
@@ -19,7 +19,9 @@
  * costs the other file set one more build when next asked, never a wrong object, and
  * builders of one key on one host never race here (the host index lets one build). */
 typedef struct kpc_seen_manifest {
-    bool read;
+    bool read;  /* looked, and nothing matched: m is what the build records into */
+    bool holds; /* m holds memory: kpc_seen_manifest_free is due (most requests end
+                   holding nothing: a match or a build let it go) */
     kpc_manifest m;
 } kpc_seen_manifest;
 void kpc_seen_manifest_free(kpc_seen_manifest *sm);
@@ -30,11 +32,12 @@ void kpc_seen_manifest_free(kpc_seen_manifest *sm);
  * matches, or its record is gone. */
 kpc_status kpc_seen_manifest_read(kpc_context *ctx, const kpc_key *key, kpc_seen_manifest *sm,
                                   kpc_record *rec, kpc_deps **deps);
-/* Add (object, outcome, deps) to the manifest under key as sm saw it (read now if this
- * request has not looked), written as head (a MANIFEST record's header fields) to every
- * writable tier. */
-kpc_status kpc_seen_manifest_add(kpc_context *ctx, const kpc_key *key, kpc_seen_manifest *sm,
-                                 const kpc_record *head, const kpc_key *object, uint32_t outcome,
-                                 const kpc_deps *deps);
+/* A build that read files (b): kpc_manifest_record_build on the manifest under key as
+ * sm saw it (read now if this request has not looked since a match: a rare path): *deps,
+ * *object, and the new manifest's bytes in *buf (malloc'd), to be written once the
+ * outcome's record is. sm holds nothing after. */
+kpc_status kpc_seen_manifest_record(kpc_context *ctx, const kpc_key *key, kpc_seen_manifest *sm,
+                                    const kpc_manifest_build *b, uint32_t outcome, kpc_deps **deps,
+                                    kpc_key *object, void **buf, size_t *size);
 
 #endif /* KPC_CORE_MANIFEST_SEEN_H */

@@ -352,7 +352,10 @@ void kpc_map_publish(kpc_map *m, kpc_map_entry *e, kpc_status st, kpc_program *p
         e->prog = prog;
         atomic_store_explicit(&e->last_use, epoch, memory_order_relaxed);
         atomic_store_explicit(&e->state, ENTRY_READY, memory_order_release);
-        ready = atomic_fetch_add(&m->ready, 1) + 1;
+        if (prog->transient) /* its outcome is stored nowhere: shared with the waiters, not kept */
+            table_unlink(m, e);
+        else
+            ready = atomic_fetch_add(&m->ready, 1) + 1;
     } else {
         e->status = st;
         e->log = log_copy;

@@ -96,12 +96,14 @@ static void drop_shared(kpc_program *prog, int64_t n)
 void kpc_program_map_take(kpc_program *prog)
 {
     kpc_ref_slot *slots = aligned_alloc(64, KPC_REF_SLOTS * sizeof *slots);
-    if (slots == NULL)
-        return; /* the shared count only: correct, only slower under many threads */
+    if (slots == NULL) { /* the shared count only: correct, only slower under many threads */
+        atomic_fetch_add_explicit(&prog->refs, 1, memory_order_relaxed);
+        return;
+    }
     for (int i = 0; i < KPC_REF_SLOTS; i++)
         atomic_init(&slots[i].n, 0);
     /* the bias first: a release that sees the slots may take from them at once */
-    atomic_fetch_add_explicit(&prog->refs, MAP_BIAS - 1, memory_order_relaxed);
+    atomic_fetch_add_explicit(&prog->refs, MAP_BIAS, memory_order_relaxed);
     atomic_store_explicit(&prog->slots, slots, memory_order_release);
 }
 

@@ -62,7 +62,7 @@ kpc_status kpc_program_new(const kpc_key *key, kpc_build *b, kpc_program **out);
  * (rec->payload NULL after, whatever the outcome). */
 struct kpc_record;
 kpc_status kpc_program_from_record(const kpc_key *key, struct kpc_record *rec, kpc_program **out);
-/* The map takes the reference it was given (kpc_map_publish, before the entry is seen
+/* The map takes a reference of its own (kpc_map_publish, before the entry is seen
  * READY); from then on a hit may count in the thread's slot. */
 void kpc_program_map_take(kpc_program *prog);
 /* A hit's reference, taken inside the map's read section: no shared line written. */

@@ -218,16 +218,11 @@ kpc_status kpc_request_acquire(kpc_context *ctx, kpc_normalized_request *req, kp
 void kpc_request_publish(kpc_context *ctx, const kpc_normalized_request *req, kpc_map_entry *entry,
                          kpc_status s, kpc_program *prog, const char *log)
 {
-    const kpc_key *key = &req->map_key;
     if (s == KPC_OK && req->cwd_bound) {
         prog->cwd_bound = true;
         memcpy(prog->cwd, req->cwd, sizeof prog->cwd);
     }
-    if (s == KPC_OK)
-        kpc_program_retain(prog); /* the map's; the caller keeps its own */
     kpc_map_publish(ctx->map, entry, s, prog, log);
-    if (s == KPC_OK && prog->transient)
-        kpc_map_forget(ctx->map, key, prog); /* shared with the waiters, kept by no one */
 }
 
 kpc_status kpc_program_get(kpc_context *ctx, const kpc_source *src, kpc_program **out)

@@ -84,32 +84,40 @@ static char *log_text(const kpc_record *rec)
     return log;
 }
 
-/* Add (object, outcome, deps) to the manifest under key as sm saw it, in every writable
- * tier. */
-static kpc_status add_to_manifest(kpc_context *ctx, const kpc_key *key, const kpc_source *src,
-                                  kpc_seen_manifest *sm, const kpc_key *object, uint32_t outcome,
-                                  const kpc_deps *deps)
+/* A manifest's bytes (kpc_seen_manifest_record), written once its build's record is. */
+typedef struct kpc_manifest_bytes {
+    void *buf;
+    size_t size;
+} kpc_manifest_bytes;
+
+/* The manifest mf under key, in every writable tier. */
+static kpc_status write_manifest(kpc_context *ctx, const kpc_key *key, const kpc_source *src,
+                                 const kpc_manifest_bytes *mf)
 {
     kpc_record head;
     fill_record(&head, ctx, key, src, KPC_RECORD_MANIFEST);
-    return kpc_seen_manifest_add(ctx, key, sm, &head, object, outcome, deps);
+    head.code_size = mf->size;
+    return kpc_tier_write(&ctx->cache->tiers, NULL, &head, mf->buf, NULL);
 }
 
-/* The files the compile read, recorded now, and the key its outcome goes under
- * (core/manifest.h): true with *deps (NULL when none) if its outcome may be cached, false
- * if they cannot be vouched for (*object is the request key then). */
-static bool record_deps(const kpc_build *b, const kpc_key *key, uint64_t started_ns, kpc_deps **deps,
-                        kpc_key *object)
+/* The files the compile read, recorded now, the key its outcome goes under and the
+ * manifest that leads there (core/manifest.h), in one call: true with *deps (NULL when
+ * none: no manifest) if its outcome may be cached, false if they cannot be vouched for
+ * (*object is the request key then). */
+static bool record_deps(kpc_context *ctx, const kpc_build *b, const kpc_key *key, kpc_seen_manifest *sm,
+                        uint64_t started_ns, uint32_t outcome, kpc_deps **deps, kpc_key *object,
+                        kpc_manifest_bytes *mf)
 {
     *deps = NULL;
     *object = *key;
     if (b->deps_unknown)
         return false;
+    if (b->num_deps == 0)
+        return true;
     char cwd[PATH_MAX];
-    return b->num_deps == 0 ||
-           kpc_manifest_outcome_files(key, (const char *const *)b->deps, b->num_deps,
-                                      (const char *const *)b->absent, b->num_absent,
-                                      getcwd(cwd, sizeof cwd) ? cwd : NULL, started_ns, deps, object) == KPC_OK;
+    kpc_manifest_build mb = {(const char *const *)b->deps, b->num_deps, (const char *const *)b->absent,
+                             b->num_absent, getcwd(cwd, sizeof cwd) ? cwd : NULL, started_ns};
+    return kpc_seen_manifest_record(ctx, key, sm, &mb, outcome, deps, object, &mf->buf, &mf->size) == KPC_OK;
 }
 
 /* The log of a build another process ran and failed; NULL when its log record is gone
@@ -141,12 +149,10 @@ typedef struct outcome {
     kpc_record *rec;
     const void *first, *second;
     kpc_claim_outcome done;   /* READY (a CODE record) or FAILED (a LOG record) */
-    uint32_t manifest_kind;   /* KPC_MANIFEST_CODE or KPC_MANIFEST_LOG */
 } outcome;
 
-static void store_outcome(kpc_context *ctx, const kpc_key *key, const kpc_source *src, kpc_seen_manifest *sm,
-                          kpc_claim *claim, bool keep, const kpc_deps *deps, const kpc_key *object,
-                          const outcome *o)
+static void store_outcome(kpc_context *ctx, const kpc_key *key, const kpc_source *src, kpc_claim *claim,
+                          bool keep, const kpc_deps *deps, const kpc_manifest_bytes *mf, const outcome *o)
 {
     kpc_tiers *tiers = &ctx->cache->tiers;
     if (!keep) {
@@ -156,7 +162,7 @@ static void store_outcome(kpc_context *ctx, const kpc_key *key, const kpc_source
         kpc_claim_finish(claim, stored ? o->done : KPC_CLAIM_UNSTORED, o->rec, o->first, o->second);
     } else {
         bool stored = kpc_tier_write(tiers, NULL, o->rec, o->first, o->second) == KPC_OK &&
-                      add_to_manifest(ctx, key, src, sm, object, o->manifest_kind, deps) == KPC_OK;
+                      write_manifest(ctx, key, src, mf) == KPC_OK;
         kpc_claim_finish(claim, stored ? o->done : KPC_CLAIM_UNSTORED, NULL, NULL, NULL);
     }
 }
@@ -174,7 +180,10 @@ static kpc_status build(kpc_context *ctx, const kpc_key *key, const kpc_source *
     /* the files it read: where its record goes, or that it goes nowhere */
     kpc_deps *deps = NULL;
     kpc_key object = *key;
-    bool keep = (s == KPC_OK || (s == KPC_E_COMPILE && !b.local)) && record_deps(&b, key, started, &deps, &object);
+    kpc_manifest_bytes mf = {NULL, 0};
+    bool keep = (s == KPC_OK || (s == KPC_E_COMPILE && !b.local)) &&
+                record_deps(ctx, &b, key, sm, started, s == KPC_OK ? KPC_MANIFEST_CODE : KPC_MANIFEST_LOG,
+                            &deps, &object, &mf);
     if ((s == KPC_OK || (s == KPC_E_COMPILE && !b.local)) && !keep)
         KPC_LOG(KPC_LOG_DEBUG, "the outcome of %s for %s is not cached: the files it read cannot be "
                 "vouched for", src->name ? src->name : "(unnamed)", ctx->target);
@@ -185,10 +194,10 @@ static kpc_status build(kpc_context *ctx, const kpc_key *key, const kpc_source *
                 ctx->target);
         const char *text = b.log ? b.log : "";
         fill_record(&rec, ctx, &object, src, KPC_RECORD_LOG);
-    rec.has_digest = kpc_request_digest(key, src, rec.request_digest);
+        rec.has_digest = kpc_request_digest(key, src, rec.request_digest);
         rec.code_size = strlen(text);
-        store_outcome(ctx, key, src, sm, claim, keep, deps, &object,
-                      &(outcome){&rec, text, NULL, KPC_CLAIM_FAILED, KPC_MANIFEST_LOG});
+        store_outcome(ctx, key, src, claim, keep, deps, &mf, &(outcome){&rec, text, NULL, KPC_CLAIM_FAILED});
+        free(mf.buf);
         kpc_manifest_deps_free(deps);
         *log = b.log;
         b.log = NULL;
@@ -226,8 +235,8 @@ static kpc_status build(kpc_context *ctx, const kpc_key *key, const kpc_source *
     if (keep && !(cache->settings.flags & KPC_NO_SOURCES) &&
         kpc_request_encode(src, cache->platform->key_env, &req, &req_size) == KPC_OK)
         rec.request = req, rec.request_size = req_size;
-    store_outcome(ctx, key, src, sm, claim, keep, deps, &object,
-                  &(outcome){&rec, b.code, b.names, KPC_CLAIM_READY, KPC_MANIFEST_CODE});
+    store_outcome(ctx, key, src, claim, keep, deps, &mf, &(outcome){&rec, b.code, b.names, KPC_CLAIM_READY});
+    free(mf.buf);
     free(req);
     free(b.log);
     b.log = NULL;
@@ -375,6 +384,10 @@ static kpc_status obtain_seen(kpc_context *ctx, const kpc_normalized_request *re
     kpc_tier *coord = kpc_tier_coordinator(tiers);
     /* a request whose options name a directory or file to read: its manifest first */
     bool manifest_first = req->reads_files;
+    /* the tiers were read under a READY whose outcome was gone or did not match: a
+     * claim that then became the builder without waiting has nothing new to read (no
+     * builder ran on this host in between: a compile does not fit in that gap) */
+    bool looked = false;
     if (!nowait && cache->index && coord && coord->ops->peek && coord->watch_ns)
         watch.flags = KPC_INDEX_SLICE;
     for (int round = 0; round < MAX_ROUNDS; round++) {
@@ -411,7 +424,8 @@ static kpc_status obtain_seen(kpc_context *ctx, const kpc_normalized_request *re
         /* skip_disk: the record on disk was refused; but READY here means this call
          * waited for another process's fresh build (the index gives READY to a STALE
          * request only then), and that one is read */
-        if (tiers->n && (!skip_disk || verdict == KPC_INDEX_READY)) {
+        if (tiers->n && (!skip_disk || verdict == KPC_INDEX_READY) &&
+            !(looked && !waited && verdict == KPC_INDEX_BUILD)) {
             kpc_record rec;
             kpc_deps *deps = NULL;
             /* behind a manifest: the outcome of the entry whose files match now; looked
@@ -443,6 +457,7 @@ static kpc_status obtain_seen(kpc_context *ctx, const kpc_normalized_request *re
             if (verdict == KPC_INDEX_READY) {
                 /* the index says READY but the record is gone or bad: claim the slot */
                 flags = KPC_INDEX_STALE | nowait;
+                looked = true;
                 continue;
             }
         }
@@ -472,7 +487,8 @@ static kpc_status obtain(kpc_context *ctx, const kpc_normalized_request *req, bo
 {
     kpc_seen_manifest sm = {0};
     kpc_status s = obtain_seen(ctx, req, skip_disk, nowait, held, &sm, out, log, from_disk, busy);
-    kpc_seen_manifest_free(&sm);
+    if (sm.holds) /* looked, and no build followed */
+        kpc_seen_manifest_free(&sm);
     return s;
 }
 
