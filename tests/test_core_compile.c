@@ -231,7 +231,7 @@ START_TEST(key_read_once_holds_the_directory_only_where_it_counts)
     uint8_t id[16] = {1}, cwd[16];
     kpc_key_prefix pre;
     kpc_key_prefix_init(&pre, id, "amd", "gfx90a");
-    kpc_key_cwd(cwd);
+    kpc_request_cwd(cwd);
     const char *abs[] = {"-I/abs/headers"}, *rel[] = {"-I./headers"};
     kpc_source s = ts_src("#include \"h.h\"\ncode", "n.hip");
     kpc_key without, with, full;

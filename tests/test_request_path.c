@@ -276,9 +276,29 @@ START_TEST(request_behind_a_manifest_path)
 }
 END_TEST
 
+/* A request whose -I is relative: its key holds the working directory, which the
+ * request's reading takes itself (no other file is entered for it on a hit). */
+START_TEST(relative_request_path)
+{
+    char header[4300], opt[4300], code[4400], here[4200];
+    ts_include_dir(dir, header, opt, sizeof header);
+    const char *opts[] = {"-I./inc"};
+    snprintf(code, sizeof code, "kernel relative\n// dep=%s\n", header);
+    kpc_source src = ts_src(code, "r.hip");
+    src.options = opts;
+    src.num_options = 1;
+    usleep(1100 * 1000); /* older than the race window (core/manifest.h): stored */
+    ck_assert_ptr_nonnull(getcwd(here, sizeof here));
+    ck_assert_int_eq(chdir(dir), 0);
+    trace_in_new_cache(&src, (traced_step[]){{"miss with -I./inc, built", false, 1},
+                                             {"hit with -I./inc in memory", true, 0}}, 2);
+    ck_assert_int_eq(chdir(here), 0);
+    ck_assert_msg(twice == 0, "%u of the paths above entered a file of src/core too often", twice);
+}
+END_TEST
+
 int main(void)
 {
-    const TTest *tests[] = {plain_request_path, request_behind_a_manifest_path,
-                            NULL};
+    const TTest *tests[] = {plain_request_path, request_behind_a_manifest_path, relative_request_path, NULL};
     return ts_main_case("core", "request_path", 60, setup, teardown, tests);
 }

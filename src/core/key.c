@@ -29,7 +29,7 @@
  */
 #define _GNU_SOURCE /* PATH_MAX */
 #include "core/key.h"
-#include "core/request.h" /* kpc_request_needs_cwd: the key of a request not read by it */
+#include "core/request.h" /* kpc_request_needs_cwd, kpc_request_cwd: the key of a request not read by it */
 
 #include "base/hash.h"
 #include "base/log.h"
@@ -47,16 +47,6 @@
  * from disk in manifests under the key, the working directory where it matters (a record
  * of -3 under a key of a request with -I was built without a manifest: never reached) */
 #define KEY_FORMAT "kpc-key-4"
-
-void kpc_key_cwd(uint8_t cwd[16])
-{
-    /* all zeros when it cannot be read: such a request's relative files are never
-     * recorded, so its outcome is not cached (core/manifest.h) */
-    char buf[PATH_MAX];
-    memset(cwd, 0, 16);
-    if (getcwd(buf, sizeof buf))
-        XXH128_canonicalFromHash((XXH128_canonical_t *)cwd, XXH3_128bits(buf, strlen(buf)));
-}
 
 #define KEY_BUF 1024 /* the small fields of a request that is hashed in one shot */
 #define KEY_OPTS 32  /* options whose lengths the fast path remembers */
@@ -328,7 +318,7 @@ kpc_status kpc_key_compute_prefixed(const kpc_key_prefix *pre, const kpc_source 
     uint8_t cwd[16];
     bool with_cwd = kpc_request_needs_cwd(src, pre->options);
     if (with_cwd)
-        kpc_key_cwd(cwd);
+        kpc_request_cwd(cwd);
     kpc_key_compute_read(pre, src, with_cwd ? cwd : NULL, out);
     return KPC_OK;
 }

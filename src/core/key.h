@@ -22,7 +22,7 @@ typedef struct kpc_key_prefix {
 void kpc_key_prefix_init(kpc_key_prefix *pre, const uint8_t compiler_id[16], const char *platform,
                          const char *target);
 /* The key of a request already read (core/request.h): cwd, the XXH3-128 of the working
- * directory (kpc_key_cwd) where the request depends on it, else NULL. Hashes the source
+ * directory (kpc_request_cwd) where the request depends on it, else NULL. Hashes the source
  * once; the request path's only key computation. */
 void kpc_key_compute_read(const kpc_key_prefix *pre, const kpc_source *src, const uint8_t *cwd, kpc_key *out);
 /*
@@ -41,9 +41,6 @@ typedef struct kpc_map_secret {
 void kpc_key_map_secret_init(kpc_map_secret *secret);
 void kpc_key_compute_map(const kpc_key_prefix *pre, const kpc_map_secret *secret, const kpc_source *src,
                          const uint8_t *cwd, kpc_key *out);
-/* The XXH3-128 of the working directory's path, as the key holds it (zeros when it
- * cannot be read). */
-void kpc_key_cwd(uint8_t cwd[16]);
 /* The key of a source not read as a request (tools, tests): the same bytes, the
  * working directory decided by kpc_request_needs_cwd. */
 kpc_status kpc_key_compute_prefixed(const kpc_key_prefix *pre, const kpc_source *src, kpc_key *out);

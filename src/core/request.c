@@ -28,11 +28,14 @@
 #include "core/request.h"
 #include "core/resolve.h"
 #include "base/grace.h"
+#include "base/hash.h"
 #include "base/log.h"
 #include "platform/options.h"
 
+#include <limits.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 /* The checks without which the key cannot even be computed: no string compared. */
 static kpc_status check_pointers(const kpc_source *src)
@@ -65,6 +68,16 @@ static kpc_status check_pointers(const kpc_source *src)
             return KPC_E_INVALID;
         }
     return KPC_OK;
+}
+
+void kpc_request_cwd(uint8_t cwd[16])
+{
+    /* all zeros when it cannot be read: such a request's relative files are never
+     * recorded, so its outcome is not cached (core/manifest.h) */
+    char buf[PATH_MAX];
+    memset(cwd, 0, 16);
+    if (getcwd(buf, sizeof buf))
+        XXH128_canonicalFromHash((XXH128_canonical_t *)cwd, XXH3_128bits(buf, strlen(buf)));
 }
 
 /* Whether the source or an in-memory header has the word "include" at all: a request
@@ -161,7 +174,7 @@ kpc_status kpc_request_read(const kpc_context *ctx, const kpc_source *src, kpc_n
     req->needs_cwd = relative;
     req->cwd_pending = !relative && source_dir_searched(src, t, no_source_dir);
     if (req->needs_cwd)
-        kpc_key_cwd(req->cwd);
+        kpc_request_cwd(req->cwd);
     kpc_key_compute_map(&ctx->key_prefix, &ctx->map_secret, src, req->needs_cwd ? req->cwd : NULL,
                         &req->map_key);
     return KPC_OK;
@@ -180,7 +193,7 @@ static bool same_cwd(const kpc_program *p)
     if (!p->cwd_bound)
         return true;
     uint8_t now[16];
-    kpc_key_cwd(now);
+    kpc_request_cwd(now);
     return memcmp(now, p->cwd, sizeof now) == 0;
 }
 
@@ -205,7 +218,7 @@ kpc_status kpc_request_acquire(kpc_context *ctx, kpc_normalized_request *req, kp
         atomic_fetch_add_explicit(&cache->mem_misses, 1, memory_order_relaxed);
         if (req->cwd_pending && mentions_include(req->src)) {
             req->needs_cwd = req->cwd_bound = true;
-            kpc_key_cwd(req->cwd);
+            kpc_request_cwd(req->cwd);
         }
         kpc_key_compute_read(&ctx->key_prefix, req->src, req->needs_cwd ? req->cwd : NULL, &req->key);
     } else if (waited)

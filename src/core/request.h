@@ -54,6 +54,10 @@ kpc_status kpc_request_read(const kpc_context *ctx, const kpc_source *src, kpc_n
  * applies; this is for a source not read as a request (core/key.c's kpc_key_compute).
  */
 bool kpc_request_needs_cwd(const kpc_source *src, const kpc_option_table *options);
+/* The XXH3-128 of the working directory's path, as the keys hold it (zeros when it
+ * cannot be read): the request's reading decides whether it counts, and takes it here
+ * (a hit of a relative -I enters no other file for it). */
+void kpc_request_cwd(uint8_t cwd[16]);
 
 /* The context's map for the request, as every request path asks it: a hit on a program
  * whose files from disk changed, or that was built for another working directory, is
