@@ -20,12 +20,23 @@
  *                   directory (O_PATH), makes the 50 fstatat and closes it; median over
  *                   --runs processes. Where it is near 40 us, the goal cannot be met on
  *                   that machine by any code that stats each file
+ *   the steps       the parts of the 50-file hit, each timed in a fresh process of its
+ *                   own after the parts before it (untimed): the manifest record's read
+ *                   from the disk tier, its decoding, the check of its entry (the 50
+ *                   stats), the object record's read. Context rows, no goal: where the
+ *                   time over the floor goes
  *
  * usage: bench_manifest [--rounds N] [--runs N]
- *        bench_manifest --helper files|memory|none|floor DIR HEADERS   (the fresh process)
+ *        bench_manifest --helper files|memory|none|floor|mf|decode|check|object DIR HEADERS
+ *                                                                     (the fresh process)
  */
 #define _GNU_SOURCE
 #include "bench.h"
+#include "core/cache.h"
+#include "core/context.h"
+#include "core/key.h"
+#include "core/manifest.h"
+#include "storage/tier.h"
 
 #include <fcntl.h>
 #include <stdio.h>
@@ -115,6 +126,41 @@ static int floor_helper(const char *hdir)
     return 0;
 }
 
+/* The steps of the 50-file hit, in order (the "the steps" rows). */
+static const char *const steps[] = {"mf", "decode", "check", "object"};
+enum { STEPS = sizeof steps / sizeof steps[0] };
+
+/* One step of the files request's hit on ctx, timed after the steps before it: prints
+ * "ns 0 1" as a disk hit's helper does. */
+static int step_helper(kpc_context *ctx, const kpc_source *src, const char *which)
+{
+    kpc_tiers *tiers = &ctx->cache->tiers;
+    kpc_key key;
+    kpc_key_compute_prefixed(&ctx->key_prefix, src, &key);
+    kpc_record mf, object;
+    kpc_manifest m;
+    const kpc_manifest_entry *e = NULL;
+    uint64_t t[STEPS + 1];
+    t[0] = bn_now_ns();
+    bool ok = kpc_tier_read(tiers, &key, ctx->target, KPC_RECORD_MANIFEST, &mf) == KPC_OK;
+    t[1] = bn_now_ns();
+    ok = ok && kpc_manifest_decode(mf.payload, mf.code_size, &m) == KPC_OK;
+    t[2] = bn_now_ns();
+    ok = ok && (e = kpc_manifest_match(&m)) != NULL;
+    t[3] = bn_now_ns();
+    ok = ok && kpc_tier_read(tiers, &e->object, ctx->target, KPC_RECORD_CODE, &object) == KPC_OK;
+    t[4] = bn_now_ns();
+    if (!ok)
+        return 1;
+    for (int i = 0; i < STEPS; i++)
+        if (strcmp(which, steps[i]) == 0)
+            printf("%llu 0 1\n", (unsigned long long)(t[i + 1] - t[i]));
+    kpc_record_free(&object);
+    kpc_manifest_free(&m);
+    kpc_record_free(&mf);
+    return 0;
+}
+
 /* The fresh process: prints "get_ns builds disk_hits". */
 static int helper(const char *which, const char *dir, const char *hdir)
 {
@@ -129,6 +175,13 @@ static int helper(const char *which, const char *dir, const char *hdir)
     if (kpc_cache_open(&cfg, &cache) != KPC_OK ||
         kpc_context_create_for_target(cache, bn_target(), &ctx) != KPC_OK)
         return 1;
+    for (int i = 0; i < STEPS; i++)
+        if (strcmp(which, steps[i]) == 0) {
+            int rc = step_helper(ctx, &r.files, which);
+            kpc_context_destroy(ctx);
+            kpc_cache_close(cache);
+            return rc;
+        }
     uint64_t t0 = bn_now_ns();
     kpc_status s = kpc_program_get(ctx, pick(&r, which), &p);
     uint64_t t1 = bn_now_ns();
@@ -289,6 +342,16 @@ int main(int argc, char **argv)
     /* the method's own cost on this machine, against the goal's budget */
     row("manifest_xproc_floor", "7 new process: 50 fstatat alone, no kpc (the floor)", xp_floor,
         "the goal's budget for the 50", 40e3);
+    /* where the 50-file hit's time goes: each step in a fresh process, against the
+     * time the hit spends over the no-include hit */
+    static const char *const step_ids[STEPS] = {"manifest_step_read", "manifest_step_decode",
+                                                "manifest_step_check", "manifest_step_object"};
+    static const char *const step_figs[STEPS] = {
+        "7 new-process hit, step: the manifest record's read", "7 new-process hit, step: its decoding",
+        "7 new-process hit, step: its entry's check (50 stats)", "7 new-process hit, step: the object record's read"};
+    for (int i = 0; i < STEPS; i++)
+        row(step_ids[i], step_figs[i], xproc_ns(steps[i], dir, hdir, runs), "50-file hit over the no-include hit",
+            xp_files - xp_none);
     bn_cleanup(dir);
     return 0;
 }
