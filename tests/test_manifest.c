@@ -306,6 +306,91 @@ START_TEST(entries_replace_and_cap)
 }
 END_TEST
 
+/* A build recorded into a manifest in one call (what a miss behind a manifest makes):
+ * its files recorded, the object key kpc_manifest_object_key gives for them, the new
+ * entry first with an entry of the same object replaced and the oldest dropped past
+ * the cap, the bytes decoding to exactly that, and the manifest given in freed. */
+START_TEST(record_build_puts_the_build_first)
+{
+    char a[4200], b[4200];
+    put("a.h", "x\n", a, sizeof a);
+    put("b.h", "y\n", b, sizeof b);
+    kpc_key req = {{9}};
+    kpc_deps *da = record1(a);
+    kpc_manifest m = {0};
+    kpc_key k[KPC_MANIFEST_MAX_ENTRIES];
+    for (size_t i = 0; i < KPC_MANIFEST_MAX_ENTRIES; i++) {
+        memset(&k[i], 0, sizeof k[i]);
+        k[i].bytes[0] = (uint8_t)(i + 1);
+        ck_assert_int_eq(kpc_manifest_add(&m, &k[i], KPC_MANIFEST_CODE, da), KPC_OK);
+    }
+    const char *paths[] = {b};
+    kpc_manifest_build build = {paths, 1, NULL, 0, NULL, later()};
+    kpc_deps *deps;
+    kpc_key object;
+    void *buf;
+    size_t size;
+    ck_assert_int_eq(kpc_manifest_record_build(&m, &req, &build, KPC_MANIFEST_LOG, &deps, &object, &buf, &size),
+                     KPC_OK);
+    ck_assert_uint_eq(m.count, 0); /* freed */
+    ck_assert_ptr_null(m.bytes);
+    ck_assert_uint_eq(deps->count, 1);
+    ck_assert_path_is(file_at(deps, 0), b);
+    kpc_key want;
+    kpc_manifest_object_key(&req, deps, &want);
+    ck_assert_mem_eq(object.bytes, want.bytes, 16);
+    ck_assert_mem_ne(object.bytes, req.bytes, 16);
+    kpc_manifest back;
+    ck_assert_int_eq(kpc_manifest_decode(buf, size, &back), KPC_OK);
+    ck_assert_uint_eq(back.count, KPC_MANIFEST_MAX_ENTRIES); /* the oldest (k[0]) dropped */
+    ck_assert_mem_eq(back.entries[0].object.bytes, object.bytes, 16);
+    ck_assert_uint_eq(back.entries[0].outcome, KPC_MANIFEST_LOG);
+    ck_assert_uint_eq(back.entries[0].deps.size, deps->size);
+    ck_assert_mem_eq(back.entries[0].deps.files, deps->files, deps->size);
+    ck_assert_uint_eq(back.entries[1].object.bytes[0], KPC_MANIFEST_MAX_ENTRIES);
+    ck_assert_uint_eq(back.entries[KPC_MANIFEST_MAX_ENTRIES - 1].object.bytes[0], 2);
+    kpc_manifest_free(&back);
+
+    /* the same build again, into that manifest: its entry replaced, not doubled */
+    ck_assert_int_eq(kpc_manifest_decode(buf, size, &m), KPC_OK);
+    m.bytes = buf; /* the manifest owns them now */
+    kpc_deps *again;
+    kpc_key object2;
+    void *buf2;
+    size_t size2;
+    ck_assert_int_eq(kpc_manifest_record_build(&m, &req, &build, KPC_MANIFEST_CODE, &again, &object2, &buf2, &size2),
+                     KPC_OK);
+    ck_assert_mem_eq(object2.bytes, object.bytes, 16);
+    ck_assert_int_eq(kpc_manifest_decode(buf2, size2, &back), KPC_OK);
+    ck_assert_uint_eq(back.count, KPC_MANIFEST_MAX_ENTRIES);
+    ck_assert_uint_eq(back.entries[0].outcome, KPC_MANIFEST_CODE);
+    size_t seen = 0;
+    for (size_t i = 0; i < back.count; i++)
+        seen += memcmp(back.entries[i].object.bytes, object.bytes, 16) == 0;
+    ck_assert_uint_eq(seen, 1);
+    kpc_manifest_free(&back);
+    free(buf2);
+    kpc_manifest_deps_free(again);
+
+    /* a file that cannot be vouched for: nothing to write, the manifest freed all the same */
+    kpc_manifest one = {0};
+    ck_assert_int_eq(kpc_manifest_add(&one, &k[0], KPC_MANIFEST_CODE, da), KPC_OK);
+    char missing[4300];
+    snprintf(missing, sizeof missing, "%s/gone.h", dir);
+    const char *gone[] = {missing};
+    kpc_manifest_build none = {gone, 1, NULL, 0, NULL, later()};
+    void *nobuf = (void *)1;
+    ck_assert_int_eq(kpc_manifest_record_build(&one, &req, &none, KPC_MANIFEST_CODE, &again, &object2, &nobuf, &size2),
+                     KPC_E_NOT_FOUND);
+    ck_assert_ptr_null(again);
+    ck_assert_ptr_null(nobuf);
+    ck_assert_mem_eq(object2.bytes, req.bytes, 16);
+    ck_assert_uint_eq(one.count, 0);
+    kpc_manifest_deps_free(deps);
+    kpc_manifest_deps_free(da);
+}
+END_TEST
+
 START_TEST(needs_cwd)
 {
     struct {
@@ -511,6 +596,7 @@ static Suite *suite(void)
     tcase_add_test(tc, symlinked_header);
     tcase_add_test(tc, encode_decode);
     tcase_add_test(tc, entries_replace_and_cap);
+    tcase_add_test(tc, record_build_puts_the_build_first);
     tcase_add_test(tc, needs_cwd);
     tcase_add_test(tc, threads_see_a_header_change);
     suite_add_tcase(s, tc);
