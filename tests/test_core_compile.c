@@ -1,8 +1,8 @@
 /*
  * test_core_compile.c - the core library through real compiles: the
  * compile path (targets, options, headers, name expressions, lowered names, logs), the
- * key over every input (and the working directory in it only where it counts), the
- * compiler identity.
+ * key over every input (and the working directory in it only where it counts, by each
+ * compiler's rule), the compiler identity.
  */
 #define _GNU_SOURCE
 #include "support.h"
@@ -310,12 +310,67 @@ START_TEST(identity_is_real)
 END_TEST
 #endif
 
+/* The working-directory rule of a request (core/request.h, kpc_request_needs_cwd), per
+ * compiler: a relative path to search or read counts; under NVRTC a relative source name
+ * whose texts include something counts too. */
+START_TEST(working_directory_counts_where_a_relative_path_is_read)
+{
+    struct {
+        const char *opts[3];
+        size_t n;
+        bool want;
+    } cases[] = {
+        {{"-O3"}, 1, false},
+        {{"-I/abs/headers"}, 1, false},
+        {{"-I./headers"}, 1, true},
+        {{"-Iheaders"}, 1, true},
+        {{"-I", "headers"}, 2, true},
+        {{"-I", "/abs"}, 2, false},
+        {{"-isystem", "inc"}, 2, true},
+        {{"-isystem/abs"}, 1, false},
+        {{"-include", "pre.h"}, 2, true},
+        {{"-include", "/abs/pre.h"}, 2, false},
+        {{"--include-path=rel"}, 1, true},
+        {{"--pre-include=/abs/x.h"}, 1, false},
+        {{"-iquote", "q"}, 2, true},
+        {{"-DX=1", "-I/a", "-Irel"}, 3, true},
+    };
+    for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+        kpc_source s = ts_src("x", "k.hip");
+        s.options = cases[i].opts;
+        s.num_options = cases[i].n;
+        ck_assert_msg(kpc_request_needs_cwd(&s, kpc_options_for("amd")) == cases[i].want, "case %zu", i);
+    }
+    /* NVRTC searches the source's directory: a relative name counts, unless told not to
+     * or the texts include nothing */
+    kpc_source s = ts_src("x", "k.cu");
+    const kpc_option_table *nv = kpc_options_for("nvidia");
+    ck_assert(!kpc_request_needs_cwd(&s, nv));
+    s = ts_src("#include \"h.h\"\nx", "k.cu");
+    ck_assert(!kpc_request_needs_cwd(&s, kpc_options_for("amd")));
+    ck_assert(kpc_request_needs_cwd(&s, nv));
+    const char *hs[] = {"#include \"g.h\"\n"}, *hn[] = {"h.h"};
+    kpc_source sh = ts_src("x", "k.cu");
+    sh.header_sources = hs;
+    sh.header_names = hn;
+    sh.num_headers = 1;
+    ck_assert(kpc_request_needs_cwd(&sh, nv));
+    const char *nsi[] = {"--no-source-include"};
+    s.options = nsi;
+    s.num_options = 1;
+    ck_assert(!kpc_request_needs_cwd(&s, nv));
+    s = ts_src("#include \"h.h\"\nx", "/abs/k.cu");
+    ck_assert(!kpc_request_needs_cwd(&s, nv));
+}
+END_TEST
+
 int main(void)
 {
     const TTest *tests[] = {compiles_real_code_objects, memory_hit_returns_the_same_program,
                             options_and_headers_change_the_object, lowered_names_of_templates,
                             compile_error_gives_the_log, key_covers_every_input,
                             key_read_once_holds_the_directory_only_where_it_counts,
+                            working_directory_counts_where_a_relative_path_is_read,
 #ifndef KPC_PLATFORM_NVIDIA
                             identity_is_real,
 #endif

@@ -1,14 +1,14 @@
 /*
  * test_manifest.c - the manifest module alone: dependency lists recorded and checked
  * against the file system (edits, deletions, symlinks, the race rule), manifests
- * encoded, decoded (and refused when damaged), their entry lists, the object key, which
- * options make the working directory part of the key, and threads hitting a program
- * whose header changes. How the platforms learn the files (dependency files, the include
+ * encoded, decoded (and refused when damaged), their entry lists, the object key, a
+ * build recorded into a manifest in one call, and threads hitting a program whose header
+ * changes (which options make the working directory part of the key:
+ * test_core_compile.c). How the platforms learn the files (dependency files, the include
  * scan): test_manifest_scan.c.
  */
 #define _GNU_SOURCE
 #include "core/manifest.h"
-#include "core/request.h"
 #include "support.h"
 
 #include <fcntl.h>
@@ -391,58 +391,6 @@ START_TEST(record_build_puts_the_build_first)
 }
 END_TEST
 
-START_TEST(needs_cwd)
-{
-    struct {
-        const char *opts[3];
-        size_t n;
-        bool want;
-    } cases[] = {
-        {{"-O3"}, 1, false},
-        {{"-I/abs/headers"}, 1, false},
-        {{"-I./headers"}, 1, true},
-        {{"-Iheaders"}, 1, true},
-        {{"-I", "headers"}, 2, true},
-        {{"-I", "/abs"}, 2, false},
-        {{"-isystem", "inc"}, 2, true},
-        {{"-isystem/abs"}, 1, false},
-        {{"-include", "pre.h"}, 2, true},
-        {{"-include", "/abs/pre.h"}, 2, false},
-        {{"--include-path=rel"}, 1, true},
-        {{"--pre-include=/abs/x.h"}, 1, false},
-        {{"-iquote", "q"}, 2, true},
-        {{"-DX=1", "-I/a", "-Irel"}, 3, true},
-    };
-    for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
-        kpc_source s = ts_src("x", "k.hip");
-        s.options = cases[i].opts;
-        s.num_options = cases[i].n;
-        ck_assert_msg(kpc_request_needs_cwd(&s, kpc_options_for("amd")) == cases[i].want, "case %zu", i);
-    }
-    /* NVRTC searches the source's directory: a relative name counts, unless told not to
-     * or the texts include nothing */
-    kpc_source s = ts_src("x", "k.cu");
-    const kpc_option_table *nv = kpc_options_for("nvidia");
-    ck_assert(!kpc_request_needs_cwd(&s, nv));
-    s = ts_src("#include \"h.h\"\nx", "k.cu");
-    ck_assert(!kpc_request_needs_cwd(&s, kpc_options_for("amd")));
-    ck_assert(kpc_request_needs_cwd(&s, nv));
-    const char *hs[] = {"#include \"g.h\"\n"}, *hn[] = {"h.h"};
-    kpc_source sh = ts_src("x", "k.cu");
-    sh.header_sources = hs;
-    sh.header_names = hn;
-    sh.num_headers = 1;
-    ck_assert(kpc_request_needs_cwd(&sh, nv));
-    const char *nsi[] = {"--no-source-include"};
-    s.options = nsi;
-    s.num_options = 1;
-    ck_assert(!kpc_request_needs_cwd(&s, nv));
-    s = ts_src("#include \"h.h\"\nx", "/abs/k.cu");
-    ck_assert(!kpc_request_needs_cwd(&s, nv));
-}
-END_TEST
-
-
 /* ---- threads hitting a program whose header changes (the map's check, under TSan) ----- */
 /* A platform whose compile reads the file named after "// dep=" in the source: the code
  * object embeds that file's bytes' hash, and the file is the build's one dependency. */
@@ -597,7 +545,6 @@ static Suite *suite(void)
     tcase_add_test(tc, encode_decode);
     tcase_add_test(tc, entries_replace_and_cap);
     tcase_add_test(tc, record_build_puts_the_build_first);
-    tcase_add_test(tc, needs_cwd);
     tcase_add_test(tc, threads_see_a_header_change);
     suite_add_tcase(s, tc);
     return s;
