@@ -27,7 +27,7 @@
  * The files a compile reads are not in the key: a manifest under the key lists them
  * (core/manifest.h).
  */
-#define _GNU_SOURCE /* PATH_MAX */
+#define _GNU_SOURCE /* clock_gettime, getpid under -std=c11 */
 #include "core/key.h"
 #include "core/request.h" /* kpc_request_needs_cwd, kpc_request_cwd: the key of a request not read by it */
 
@@ -35,7 +35,6 @@
 #include "base/log.h"
 
 #include <errno.h>
-#include <limits.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/random.h>

@@ -117,15 +117,20 @@ static kpc_manifest_file *files_in(const kpc_deps *from, const uint8_t *bytes)
     return file;
 }
 
+/* *to as a copy of from whose bytes are at bytes (from->size of them, filled here), its
+ * files as read in an allocation of their own; false on ENOMEM (to->file NULL). */
+static bool copy_into(kpc_deps *to, const kpc_deps *from, uint8_t *bytes)
+{
+    memcpy(bytes, from->files, from->size);
+    *to = (kpc_deps){.count = from->count, .size = from->size, .files = bytes};
+    return (to->file = files_in(from, bytes)) != NULL;
+}
+
 /* A copy of from: the struct and the bytes in one allocation, the files as read in another. */
 static kpc_deps *deps_copy(const kpc_deps *from)
 {
     kpc_deps *d = malloc(sizeof *d + from->size);
-    if (d == NULL)
-        return NULL;
-    memcpy(d + 1, from->files, from->size);
-    *d = (kpc_deps){.count = from->count, .size = from->size, .files = (const uint8_t *)(d + 1)};
-    if ((d->file = files_in(from, d->files)) == NULL) {
+    if (d != NULL && !copy_into(d, from, (uint8_t *)(d + 1))) {
         free(d);
         return NULL;
     }
@@ -360,7 +365,6 @@ bool kpc_manifest_deps_match(const kpc_deps *deps)
     return ok;
 }
 
-
 /* The object key of the count files at file (kpc_manifest_object_key). */
 static void object_key(const kpc_key *request, const kpc_manifest_file *file, size_t count, kpc_key *out)
 {
@@ -472,16 +476,12 @@ kpc_status kpc_manifest_add(kpc_manifest *m, const kpc_key *object, uint32_t out
 {
     kpc_deps copy = {0};
     if (deps && deps->size) {
-        if ((copy.block = malloc(deps->size)) == NULL)
-            return KPC_E_NOMEM;
-        memcpy(copy.block, deps->files, deps->size);
-        copy.files = copy.block;
-        copy.count = deps->count;
-        copy.size = deps->size;
-        if ((copy.file = files_in(deps, copy.files)) == NULL) {
-            free(copy.block);
+        uint8_t *block = malloc(deps->size);
+        if (block == NULL || !copy_into(&copy, deps, block)) {
+            free(block);
             return KPC_E_NOMEM;
         }
+        copy.block = block;
     }
     make_room(m, object);
     memmove(&m->entries[1], &m->entries[0], m->count * sizeof m->entries[0]);

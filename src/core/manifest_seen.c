@@ -14,7 +14,7 @@
 void kpc_seen_manifest_free(kpc_seen_manifest *sm)
 {
     kpc_manifest_free(&sm->m);
-    sm->holds = sm->read = false;
+    sm->read = false;
 }
 
 /* Read the manifest under key into sm (what it held before is freed first) and, with
@@ -22,12 +22,9 @@ void kpc_seen_manifest_free(kpc_seen_manifest *sm)
 static void look_up_manifest(kpc_context *ctx, const kpc_key *key, kpc_seen_manifest *sm,
                              kpc_manifest_match_out *match)
 {
-    if (sm->holds)
+    if (sm->m.bytes) /* what an earlier look held (an empty one needs no call) */
         kpc_manifest_free(&sm->m);
-    sm->holds = false;
     sm->read = true;
-    sm->m.count = 0;
-    sm->m.bytes = NULL;
     if (match)
         match->found = false;
     kpc_record rec;
@@ -37,9 +34,7 @@ static void look_up_manifest(kpc_context *ctx, const kpc_key *key, kpc_seen_mani
     rec.payload = NULL; /* taken */
     /* a match freed the manifest: a build after it (its record refused) reads it again;
      * one unreadable or of an older format is replaced by what the build records */
-    bool matched = s == KPC_OK && match && match->found;
-    sm->holds = s == KPC_OK && !matched;
-    sm->read = !matched;
+    sm->read = !(s == KPC_OK && match && match->found);
     if (s == KPC_E_NOT_FOUND)
         KPC_LOG(KPC_LOG_DEBUG, "a manifest of an older format for %s: a miss, rewritten by the next "
                 "build", ctx->target);
@@ -75,6 +70,6 @@ kpc_status kpc_seen_manifest_record(kpc_context *ctx, const kpc_key *key, kpc_se
         look_up_manifest(ctx, key, sm, NULL);
     /* nothing held (no manifest, or one unreadable): the new one has this entry alone */
     kpc_status s = kpc_manifest_record_build(&sm->m, key, b, outcome, deps, object, buf, size);
-    sm->holds = sm->read = false;
+    sm->read = false;
     return s;
 }

@@ -13,23 +13,23 @@
 #include <stdbool.h>
 
 /* The manifest under the request key as one request has seen it: read once by each look
- * (a round of obtain), and extended by that request's build without being read again.
+ * (a round of obtain), and recorded into by that request's build without being read again.
  * Between the look and the build, a builder on another host (through the shared tier or
  * a pack made meanwhile) may have added an entry that this extension then drops: that
  * costs the other file set one more build when next asked, never a wrong object, and
  * builders of one key on one host never race here (the host index lets one build). */
 typedef struct kpc_seen_manifest {
-    bool read;  /* looked, and nothing matched: m is what the build records into */
-    bool holds; /* m holds memory: kpc_seen_manifest_free is due (most requests end
-                   holding nothing: a match or a build let it go) */
-    kpc_manifest m;
+    bool read;      /* looked, and nothing matched: m is what the build records into */
+    kpc_manifest m; /* m.bytes set: a manifest held, kpc_seen_manifest_free due (most
+                       requests end holding none: a match or a build let it go) */
 } kpc_seen_manifest;
 void kpc_seen_manifest_free(kpc_seen_manifest *sm);
 
 /* The outcome the manifest under key leads to for the files as they are now: the record
  * (CODE or LOG) of the first entry whose files all match, with that entry's files in
- * *deps (owned); sm keeps the manifest as read. KPC_E_NOT_FOUND: no manifest, no entry
- * matches, or its record is gone. */
+ * *deps (owned), and the manifest let go. KPC_E_NOT_FOUND: no manifest, no entry
+ * matches (sm keeps the manifest as read, for the build to record into), or its record
+ * is gone. */
 kpc_status kpc_seen_manifest_read(kpc_context *ctx, const kpc_key *key, kpc_seen_manifest *sm,
                                   kpc_record *rec, kpc_deps **deps);
 /* A build that read files (b): kpc_manifest_record_build on the manifest under key as
