@@ -104,9 +104,14 @@ static kpc_status fake_module_load(int device, const void *code, size_t size, vo
     return KPC_OK;
 }
 
-static void fake_module_unload(int device, void *module) { (void)device, (void)module; }
+static void fake_module_unload(int device, void *module)
+{
+    (void)device, (void)module;
+    atomic_fetch_add(fake_count + 2, 1);
+}
 
 unsigned ts_fake_loads(void) { return fake_count ? atomic_load(fake_count + 1) : 0; }
+unsigned ts_fake_unloads(void) { return fake_count ? atomic_load(fake_count + 2) : 0; }
 
 static const kpc_platform fake_platform = {
     .name = "fake",
@@ -126,6 +131,7 @@ void ts_fake_install(void)
     }
     atomic_store(fake_count, 0);
     atomic_store(fake_count + 1, 0);
+    atomic_store(fake_count + 2, 0);
     ts_fake_has_device = false;
     kpc_platform_set(&fake_platform);
 }

@@ -68,9 +68,10 @@ void ts_fake_install(void);
 void ts_fake_remove(void);
 unsigned ts_fake_compiles(void);
 /* The fake platform's device 0 (of target ts_target()), off unless set after
- * ts_fake_install(); the modules it loaded. */
+ * ts_fake_install(); the modules it loaded, and unloaded (each once a program is freed). */
 extern bool ts_fake_has_device;
 unsigned ts_fake_loads(void);
+unsigned ts_fake_unloads(void);
 
 /* Fork n children that each run fn(i, arg) and exit with its return value; wait for all.
  * Returns how many exited 0. */

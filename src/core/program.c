@@ -8,14 +8,15 @@
  * A hit must not write a line other threads write (many threads asking for one program
  * fought over its count: 2.9-4.4x the one-thread hit at 8-16 threads), so the count is
  * split while the program is in a map. refs is the shared part; slots holds one count per
- * thread slot (base/grace.h), each on its own line. A hit adds 1 to its thread's slot; a
- * release takes 1 from the releasing thread's slot (which may go below 0: only the sum
- * means anything), retain and the misses use refs. The map's own reference is a large
- * bias in refs, so refs cannot reach 0 while the slots are in use. When the map lets go
- * (eviction, a changed file, the context destroyed; after a grace period, so that no hit
- * can still be adding to a slot), it folds: every slot is swapped for POISONED and the
- * sum, less the bias, goes into refs; if that makes 0, nobody holds the program and it
- * is freed. A release that finds its slot POISONED takes its 1 from refs instead. So a
+ * thread slot (base/grace.h), each on its own line, made by the program's first hit in
+ * the map (until then, or without memory for them, hits count in refs). A hit adds 1 to
+ * its thread's slot; a release takes 1 from the releasing thread's slot (which may go
+ * below 0: only the sum means anything), retain and the misses use refs. The map's own
+ * reference is a large bias in refs, so refs cannot reach 0 while the slots are in use.
+ * When the map lets go (eviction, a changed file, the context destroyed; after a grace
+ * period, so that no hit can still be adding to a slot, or making them), it folds: every
+ * slot is swapped for POISONED and the sum, less the bias, goes into refs; if that makes
+ * 0, nobody holds the program and it is freed. A release that finds its slot POISONED takes its 1 from refs instead. So a
  * hit and the release after it touch only the thread's own line, and the one who drops
  * the count to 0 is exactly the last holder, as before.
  *
@@ -95,21 +96,32 @@ static void drop_shared(kpc_program *prog, int64_t n)
 
 void kpc_program_map_take(kpc_program *prog)
 {
-    kpc_ref_slot *slots = aligned_alloc(64, KPC_REF_SLOTS * sizeof *slots);
-    if (slots == NULL) { /* the shared count only: correct, only slower under many threads */
-        atomic_fetch_add_explicit(&prog->refs, 1, memory_order_relaxed);
-        return;
-    }
+    atomic_fetch_add_explicit(&prog->refs, MAP_BIAS, memory_order_relaxed);
+}
+
+/* The program's slots, made by the first hit that finds none: a program got once per
+ * process never pays for their 2 KB, nor for the page fault of their first touch (2.2 us
+ * of a new process's 24 us disk hit on the 2-core VM). NULL when memory is short: the
+ * shared count serves, correct and only slower under many threads. */
+static kpc_ref_slot *make_slots(kpc_program *prog)
+{
+    kpc_ref_slot *none = NULL, *slots = aligned_alloc(64, KPC_REF_SLOTS * sizeof *slots);
+    if (slots == NULL)
+        return NULL;
     for (int i = 0; i < KPC_REF_SLOTS; i++)
         atomic_init(&slots[i].n, 0);
-    /* the bias first: a release that sees the slots may take from them at once */
-    atomic_fetch_add_explicit(&prog->refs, MAP_BIAS, memory_order_relaxed);
-    atomic_store_explicit(&prog->slots, slots, memory_order_release);
+    if (atomic_compare_exchange_strong_explicit(&prog->slots, &none, slots, memory_order_acq_rel,
+                                                memory_order_acquire))
+        return slots;
+    free(slots); /* another thread's first hit won */
+    return none;
 }
 
 void kpc_program_hit(kpc_program *prog)
 {
     kpc_ref_slot *slots = atomic_load_explicit(&prog->slots, memory_order_acquire);
+    if (slots == NULL)
+        slots = make_slots(prog);
     if (slots)
         atomic_fetch_add_explicit(&slots[kpc_thread_slot() % KPC_REF_SLOTS].n, 1, memory_order_relaxed);
     else
@@ -119,8 +131,8 @@ void kpc_program_hit(kpc_program *prog)
 void kpc_program_map_drop(kpc_program *prog)
 {
     kpc_ref_slot *slots = atomic_load_explicit(&prog->slots, memory_order_acquire);
-    if (slots == NULL) {
-        drop_shared(prog, 1);
+    if (slots == NULL) { /* never hit (or no memory for slots): the bias alone */
+        drop_shared(prog, MAP_BIAS);
         return;
     }
     int64_t sum = 0;

@@ -26,7 +26,7 @@ typedef struct kpc_ref_slot {
 
 struct kpc_program {
     /* References: see the top comment of core/program.c. slots is NULL until the program
-     * enters a context's map. */
+     * is first hit in a context's map. */
     _Atomic int64_t refs;
     _Atomic(kpc_ref_slot *) slots;
     kpc_key key;    /* the request's */
@@ -63,7 +63,7 @@ kpc_status kpc_program_new(const kpc_key *key, kpc_build *b, kpc_program **out);
 struct kpc_record;
 kpc_status kpc_program_from_record(const kpc_key *key, struct kpc_record *rec, kpc_program **out);
 /* The map takes a reference of its own (kpc_map_publish, before the entry is seen
- * READY); from then on a hit may count in the thread's slot. */
+ * READY); from then on a hit counts in the thread's slot, the first one making them. */
 void kpc_program_map_take(kpc_program *prog);
 /* A hit's reference, taken inside the map's read section: no shared line written. */
 void kpc_program_hit(kpc_program *prog);
