@@ -311,19 +311,19 @@ START_TEST(shared_dir_collision_is_a_miss)
     unsetenv("KPC_SHARED_DIR");
     kpc_key_test_override(NULL);
     assert_mismatch_built(&b, &ra, &rb);
-    /* shared_hits counts what the tier handed up; the request refused it (above) */
+    /* refused by the request: not a hit of the tier (nor copied into the disk above it) */
+    ck_assert_uint_eq(b.st.shared_hits, 0);
     two_hosts_done((got *[]){&ra, &rb, &a, &b}, host_a, host_b, shared);
 }
 END_TEST
 
-START_TEST(pack_collision_is_a_miss)
+/* a's record built under the forced key in the cache directory from, packed into pack
+ * (cap bytes: from.kpack), and the pack put below the disk (KPC_PACK_PATH). */
+static got a_in_a_pack(const char *from, char *pack, size_t cap)
 {
-    got ra = reference(&src_a), rb = reference(&src_b);
-    char *from = ts_tmpdir(), *dir = ts_tmpdir();
     kpc_key_test_override(&forced);
     got a = get_in(from, &src_a);
-    char pack[4200];
-    snprintf(pack, sizeof pack, "%s.kpack", from);
+    snprintf(pack, cap, "%s.kpack", from);
     const char *argv[] = {getenv("KPC_TOOL"), "pack", "create", pack, "--cache-dir", from, NULL};
     char *out = NULL, *err = NULL;
     int rc = ts_exec(argv, NULL, &out, &err);
@@ -331,13 +331,56 @@ START_TEST(pack_collision_is_a_miss)
     free(out);
     free(err);
     setenv("KPC_PACK_PATH", pack, 1);
+    return a;
+}
+
+START_TEST(pack_collision_is_a_miss)
+{
+    got ra = reference(&src_a), rb = reference(&src_b);
+    char *from = ts_tmpdir(), *dir = ts_tmpdir(), pack[4200];
+    got a = a_in_a_pack(from, pack, sizeof pack);
     got b = get_in(dir, &src_b);
     unsetenv("KPC_PACK_PATH");
     kpc_key_test_override(NULL);
     assert_mismatch_built(&b, &ra, &rb);
-    /* pack_hits counts what the tier handed up; the request refused it (above) */
+    /* refused by the request: not a hit of the tier (nor copied into the disk above it) */
+    ck_assert_uint_eq(b.st.pack_hits, 0);
     unlink(pack);
     two_hosts_done((got *[]){&ra, &rb, &a, &b}, from, dir, NULL);
+}
+END_TEST
+
+/* A record another request built, in a pack below the disk, refused by the request, is
+ * not copied into the disk. The build after it fails (a local fault stores nothing), so
+ * the disk shows what the read alone left there. */
+START_TEST(refused_record_is_not_copied_into_the_disk)
+{
+    char *from = ts_tmpdir(), *dir = ts_tmpdir(), pack[4200];
+    got a = a_in_a_pack(from, pack, sizeof pack);
+    setenv("KPC_FAKE_LOCAL_FAULT", "1", 1);
+    kpc_cache *c = ts_open(dir, 0, 0);
+    kpc_context *ctx = ts_context(c);
+    kpc_program *p = NULL;
+    ck_assert_int_eq(kpc_program_get(ctx, &src_b, &p), KPC_E_COMPILE);
+    unsetenv("KPC_FAKE_LOCAL_FAULT");
+    unsetenv("KPC_PACK_PATH");
+    kpc_stats st;
+    ck_assert_int_eq(kpc_stats_get(c, &st), KPC_OK);
+    ck_assert_uint_eq(st.request_mismatches, 1);
+    ck_assert_uint_eq(st.pack_hits, 0);
+    kpc_store *store = NULL;
+    ck_assert_int_eq(kpc_store_open_shared(dir, &store), KPC_OK);
+    kpc_record rec;
+    ck_assert_int_eq(kpc_store_read(store, &forced, kpc_context_target(ctx), KPC_RECORD_CODE, &rec),
+                     KPC_E_NOT_FOUND);
+    kpc_store_close(store);
+    kpc_context_destroy(ctx);
+    kpc_cache_close(c);
+    kpc_key_test_override(NULL);
+    unlink(pack);
+    got_free(&a);
+    ts_cleanup(from);
+    ts_cleanup(dir);
 }
 END_TEST
 
@@ -424,6 +467,7 @@ int main(void)
 {
     const TTest *tests[] = {disk_collision_is_a_miss, record_without_digest_is_built_again, compressed_request_is_checked_by_digest,
                             disk_collision_without_sources_is_a_miss, failure_log_collision_is_a_miss, shared_dir_collision_is_a_miss, pack_collision_is_a_miss,
+                            refused_record_is_not_copied_into_the_disk,
                             redis_collision_is_a_miss, in_memory_collision_is_a_miss,
                             real_hiprtc_collision_is_a_miss, NULL};
     return ts_main_case("collision", "tiers", 300, setup, teardown, tests);

@@ -28,7 +28,9 @@ static void look_up_manifest(kpc_context *ctx, const kpc_key *key, kpc_seen_mani
     if (match)
         match->found = false;
     kpc_record rec;
-    if (kpc_tier_read(&ctx->cache->tiers, key, ctx->target, KPC_RECORD_MANIFEST, &rec) != KPC_OK)
+    /* accepted as read (a hit of its tier, copied above it): a manifest answers no
+     * request by itself, and every outcome it leads to is checked against the request */
+    if (kpc_tier_read(&ctx->cache->tiers, key, ctx->target, KPC_RECORD_MANIFEST, &rec, NULL) != KPC_OK)
         return;
     kpc_status s = kpc_manifest_lookup(rec.payload, rec.code_size, &sm->m, match);
     rec.payload = NULL; /* taken */
@@ -47,14 +49,14 @@ static void look_up_manifest(kpc_context *ctx, const kpc_key *key, kpc_seen_mani
 }
 
 kpc_status kpc_seen_manifest_read(kpc_context *ctx, const kpc_key *key, kpc_seen_manifest *sm,
-                                  kpc_record *rec, kpc_deps **deps)
+                                  kpc_record *rec, kpc_deps **deps, kpc_tier **from)
 {
     kpc_manifest_match_out e;
     look_up_manifest(ctx, key, sm, &e);
     if (!e.found)
         return KPC_E_NOT_FOUND;
     uint32_t kind = e.outcome == KPC_MANIFEST_LOG ? KPC_RECORD_LOG : KPC_RECORD_CODE;
-    kpc_status s = kpc_tier_read(&ctx->cache->tiers, &e.object, ctx->target, kind, rec);
+    kpc_status s = kpc_tier_read(&ctx->cache->tiers, &e.object, ctx->target, kind, rec, from);
     if (s != KPC_OK)
         kpc_manifest_deps_free(e.deps);
     else

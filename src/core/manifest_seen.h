@@ -9,6 +9,7 @@
 #include "core/context.h"
 #include "core/manifest.h"
 #include "storage/record.h"
+#include "storage/tier.h"
 
 #include <stdbool.h>
 
@@ -27,11 +28,12 @@ void kpc_seen_manifest_free(kpc_seen_manifest *sm);
 
 /* The outcome the manifest under key leads to for the files as they are now: the record
  * (CODE or LOG) of the first entry whose files all match, with that entry's files in
- * *deps (owned), and the manifest let go. KPC_E_NOT_FOUND: no manifest, no entry
+ * *deps (owned), the tier it came from in *from (the caller checks it, then accepts it:
+ * storage/tier.h), and the manifest let go. KPC_E_NOT_FOUND: no manifest, no entry
  * matches (sm keeps the manifest as read, for the build to record into), or its record
  * is gone. */
 kpc_status kpc_seen_manifest_read(kpc_context *ctx, const kpc_key *key, kpc_seen_manifest *sm,
-                                  kpc_record *rec, kpc_deps **deps);
+                                  kpc_record *rec, kpc_deps **deps, kpc_tier **from);
 /* A build that read files (b): kpc_manifest_record_build on the manifest under key as
  * sm saw it (read now if this request has not looked since a match: a rare path): *deps,
  * *object, and the new manifest's bytes in *buf (malloc'd), to be written once the

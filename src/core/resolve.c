@@ -127,13 +127,15 @@ static char *failed_log(kpc_context *ctx, const kpc_key *key, const kpc_source *
     kpc_hit_request a = {key, src, false, {0}};
     kpc_record rec;
     kpc_deps *deps = NULL;
-    if (kpc_tier_read(&ctx->cache->tiers, key, ctx->target, KPC_RECORD_LOG, &rec) != KPC_OK &&
-        kpc_seen_manifest_read(ctx, key, sm, &rec, &deps) != KPC_OK)
+    kpc_tier *from;
+    if (kpc_tier_read(&ctx->cache->tiers, key, ctx->target, KPC_RECORD_LOG, &rec, &from) != KPC_OK &&
+        kpc_seen_manifest_read(ctx, key, sm, &rec, &deps, &from) != KPC_OK)
         return NULL;
     if (!kpc_hit_serves(ctx, &a, &rec)) {
         kpc_manifest_deps_free(deps);
         return NULL;
     }
+    kpc_tier_accept(&ctx->cache->tiers, from, &rec);
     char *log = rec.kind == KPC_RECORD_LOG ? log_text(&rec) : NULL;
     kpc_record_free(&rec);
     kpc_manifest_deps_free(deps);
@@ -355,8 +357,12 @@ static kpc_status watch_cluster(kpc_context *ctx, const kpc_key *key, const kpc_
     kpc_claim none;
     memset(&none, 0, sizeof none);
     kpc_record rec;
-    if (kpc_tier_read(tiers, key, ctx->target, KPC_RECORD_CODE, &rec) == KPC_OK && kpc_hit_serves(ctx, &a, &rec))
+    kpc_tier *from;
+    if (kpc_tier_read(tiers, key, ctx->target, KPC_RECORD_CODE, &rec, &from) == KPC_OK &&
+        kpc_hit_serves(ctx, &a, &rec)) {
+        kpc_tier_accept(tiers, from, &rec);
         return take_record(ctx, key, &none, &rec, NULL, NULL, out, from_disk);
+    }
     if (coord->ops->peek(coord, key, ctx->target, &rec) != KPC_OK || !kpc_hit_serves(ctx, &a, &rec))
         return KPC_E_NOT_FOUND;
     KPC_LOG(KPC_LOG_INFO, "this host's builder of the key is taking long; another host published it: "
@@ -428,23 +434,28 @@ static kpc_status obtain_seen(kpc_context *ctx, const kpc_normalized_request *re
             !(looked && !waited && verdict == KPC_INDEX_BUILD)) {
             kpc_record rec;
             kpc_deps *deps = NULL;
+            kpc_tier *from;
             /* behind a manifest: the outcome of the entry whose files match now; looked
-             * for first where one is expected (manifest_first) */
-            kpc_status via = manifest_first ? kpc_seen_manifest_read(ctx, key, sm, &rec, &deps) : KPC_E_NOT_FOUND;
+             * for first where one is expected (manifest_first). A record that another
+             * request built is neither a hit of its tier nor copied above it */
+            kpc_status via =
+                manifest_first ? kpc_seen_manifest_read(ctx, key, sm, &rec, &deps, &from) : KPC_E_NOT_FOUND;
             if (via != KPC_OK) {
-                if (kpc_tier_read(tiers, key, ctx->target, KPC_RECORD_CODE, &rec) == KPC_OK) {
+                if (kpc_tier_read(tiers, key, ctx->target, KPC_RECORD_CODE, &rec, &from) == KPC_OK) {
                     if (!kpc_hit_serves(ctx, &a, &rec)) /* built again, over the other request's */
                         return build(ctx, key, src, sm, &claim, out, log);
+                    kpc_tier_accept(tiers, from, &rec);
                     return take_record(ctx, key, &claim, &rec, NULL, NULL, out, from_disk);
                 }
                 if (!manifest_first)
-                    via = kpc_seen_manifest_read(ctx, key, sm, &rec, &deps);
+                    via = kpc_seen_manifest_read(ctx, key, sm, &rec, &deps, &from);
             }
             if (via == KPC_OK && !kpc_hit_serves(ctx, &a, &rec)) {
                 kpc_manifest_deps_free(deps);
                 return build(ctx, key, src, sm, &claim, out, log);
             }
             if (via == KPC_OK) {
+                kpc_tier_accept(tiers, from, &rec);
                 if (rec.kind == KPC_RECORD_CODE)
                     return take_record(ctx, key, &claim, &rec, deps, NULL, out, from_disk);
                 *log = log_text(&rec); /* a compile error these very files gave */

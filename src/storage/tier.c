@@ -134,7 +134,7 @@ kpc_status kpc_tier_backfill(kpc_tiers *ts, const kpc_tier *from, const kpc_reco
 }
 
 kpc_status kpc_tier_read(kpc_tiers *ts, const kpc_key *key, const char *target, uint32_t kind,
-                         kpc_record *out)
+                         kpc_record *out, kpc_tier **from)
 {
     memset(out, 0, sizeof *out);
     for (size_t i = 0; i < ts->n; i++) {
@@ -143,8 +143,10 @@ kpc_status kpc_tier_read(kpc_tiers *ts, const kpc_key *key, const char *target, 
             continue;
         kpc_status s = t->ops->read(t, key, target, kind, out);
         if (s == KPC_OK) {
-            kpc_tier_count_add(t, &t->n.hits);
-            kpc_tier_backfill(ts, t, out);
+            if (from)
+                *from = t;
+            else
+                kpc_tier_accept(ts, t, out);
             return KPC_OK;
         }
         if (s == KPC_E_NOT_FOUND)
@@ -155,6 +157,12 @@ kpc_status kpc_tier_read(kpc_tiers *ts, const kpc_key *key, const char *target, 
             kpc_tier_count_add(t, &t->n.errors); /* logged by the tier; a miss for the walk */
     }
     return KPC_E_NOT_FOUND;
+}
+
+void kpc_tier_accept(kpc_tiers *ts, kpc_tier *from, const kpc_record *rec)
+{
+    kpc_tier_count_add(from, &from->n.hits);
+    kpc_tier_backfill(ts, from, rec);
 }
 
 kpc_status kpc_tier_remove_same(kpc_tiers *ts, const kpc_key *key, const char *target,

@@ -194,10 +194,16 @@ typedef struct kpc_tiers {
 void kpc_tier_open_all(const kpc_tier_env *env, kpc_tiers *out);
 void kpc_tier_close_all(kpc_tiers *ts);
 /* Read (key, target, kind) from the tiers in order (skipping coordinating tiers unless
- * they have a read op); a hit below a writable tier is back-filled into it. KPC_OK with
- * *out, KPC_E_NOT_FOUND when no tier has it (a damaged record counts as a miss). */
+ * they have a read op). KPC_OK with *out, KPC_E_NOT_FOUND when no tier has it (a damaged
+ * record counts as a miss). With from, *from is the tier that had it and nothing is
+ * counted or copied yet: the caller checks the record (core/hit.h) and accepts it, or
+ * refuses it, which neither counts it as a hit nor copies it into the tiers above. With
+ * from NULL, the record is accepted at once. */
 kpc_status kpc_tier_read(kpc_tiers *ts, const kpc_key *key, const char *target, uint32_t kind,
-                         kpc_record *out);
+                         kpc_record *out, kpc_tier **from);
+/* A record read from tier `from` (its payload whole) that the caller's check passed: a
+ * hit of that tier, back-filled into every writable tier above it. */
+void kpc_tier_accept(kpc_tiers *ts, kpc_tier *from, const kpc_record *rec);
 /* Write to every writable tier above `upto` (upto NULL: every writable tier, the
  * coordinating one included); KPC_OK if at least one stored it. A fresh build under a
  * lease passes the coordinator (finish(PUBLISH) carries the record there); a back-fill

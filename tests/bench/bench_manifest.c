@@ -142,13 +142,13 @@ static int step_helper(kpc_context *ctx, const kpc_source *src, const char *whic
     const kpc_manifest_entry *e = NULL;
     uint64_t t[STEPS + 1];
     t[0] = bn_now_ns();
-    bool ok = kpc_tier_read(tiers, &key, ctx->target, KPC_RECORD_MANIFEST, &mf) == KPC_OK;
+    bool ok = kpc_tier_read(tiers, &key, ctx->target, KPC_RECORD_MANIFEST, &mf, NULL) == KPC_OK;
     t[1] = bn_now_ns();
     ok = ok && kpc_manifest_decode(mf.payload, mf.code_size, &m) == KPC_OK;
     t[2] = bn_now_ns();
     ok = ok && (e = kpc_manifest_match(&m)) != NULL;
     t[3] = bn_now_ns();
-    ok = ok && kpc_tier_read(tiers, &e->object, ctx->target, KPC_RECORD_CODE, &object) == KPC_OK;
+    ok = ok && kpc_tier_read(tiers, &e->object, ctx->target, KPC_RECORD_CODE, &object, NULL) == KPC_OK;
     t[4] = bn_now_ns();
     if (!ok)
         return 1;
