@@ -16,9 +16,10 @@
  * When the map lets go (eviction, a changed file, the context destroyed; after a grace
  * period, so that no hit can still be adding to a slot, or making them), it folds: every
  * slot is swapped for POISONED and the sum, less the bias, goes into refs; if that makes
- * 0, nobody holds the program and it is freed. A release that finds its slot POISONED takes its 1 from refs instead. So a
- * hit and the release after it touch only the thread's own line, and the one who drops
- * the count to 0 is exactly the last holder, as before.
+ * 0, nobody holds the program and it is freed. A release that finds its slot POISONED
+ * takes its 1 from refs instead. So a hit and the release after it touch only the
+ * thread's own line, and the one who drops the count to 0 is exactly the last holder,
+ * as before.
  *
  * The kernel table: kernels_lock guards kernels, num_kernels and cap_kernels; a kernel
  * once looked up stays until the program is freed, so kpc_kernel_get hands out the
