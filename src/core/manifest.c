@@ -94,12 +94,17 @@ static int stat_and_hash(int dirfd, const char *name, struct stat *st, uint8_t d
 }
 
 /* ---- dependency lists --------------------------------------------------------------- */
+/* What a list owns besides itself: its bytes where they are not its tail, its files. */
+static void deps_release(kpc_deps *d)
+{
+    free(d->block);
+    free(d->file);
+}
+
 void kpc_manifest_deps_free(kpc_deps *deps)
 {
-    if (deps) {
-        free(deps->block);
-        free(deps->file);
-    }
+    if (deps)
+        deps_release(deps);
     free(deps);
 }
 
@@ -397,10 +402,8 @@ void kpc_manifest_free(kpc_manifest *m)
 {
     if (m == NULL)
         return;
-    for (size_t i = 0; i < m->count; i++) {
-        free(m->entries[i].deps.block);
-        free(m->entries[i].deps.file);
-    }
+    for (size_t i = 0; i < m->count; i++)
+        deps_release(&m->entries[i].deps);
     m->count = 0;
     free(m->bytes);
     m->bytes = NULL;
@@ -464,8 +467,7 @@ static void make_room(kpc_manifest *m, const kpc_key *object)
     if (drop == m->count && m->count == KPC_MANIFEST_MAX_ENTRIES)
         drop = m->count - 1;
     if (drop < m->count) {
-        free(m->entries[drop].deps.block);
-        free(m->entries[drop].deps.file);
+        deps_release(&m->entries[drop].deps);
         memmove(&m->entries[drop], &m->entries[drop + 1], (m->count - drop - 1) * sizeof m->entries[0]);
         m->count--;
     }

@@ -84,6 +84,16 @@ static char *log_text(const kpc_record *rec)
     return log;
 }
 
+/* Whether rec, read from tier `from`, answers the request a (kpc_hit_serves); if so it is
+ * accepted there (a hit of that tier, copied into the tiers above it), else neither. */
+static bool accepted(kpc_context *ctx, kpc_hit_request *a, kpc_tier *from, kpc_record *rec)
+{
+    if (!kpc_hit_serves(ctx, a, rec))
+        return false;
+    kpc_tier_accept(&ctx->cache->tiers, from, rec);
+    return true;
+}
+
 /* A manifest's bytes (kpc_seen_manifest_record), written once its build's record is. */
 typedef struct kpc_manifest_bytes {
     void *buf;
@@ -131,11 +141,10 @@ static char *failed_log(kpc_context *ctx, const kpc_key *key, const kpc_source *
     if (kpc_tier_read(&ctx->cache->tiers, key, ctx->target, KPC_RECORD_LOG, &rec, &from) != KPC_OK &&
         kpc_seen_manifest_read(ctx, key, sm, &rec, &deps, &from) != KPC_OK)
         return NULL;
-    if (!kpc_hit_serves(ctx, &a, &rec)) {
+    if (!accepted(ctx, &a, from, &rec)) {
         kpc_manifest_deps_free(deps);
         return NULL;
     }
-    kpc_tier_accept(&ctx->cache->tiers, from, &rec);
     char *log = rec.kind == KPC_RECORD_LOG ? log_text(&rec) : NULL;
     kpc_record_free(&rec);
     kpc_manifest_deps_free(deps);
@@ -359,10 +368,8 @@ static kpc_status watch_cluster(kpc_context *ctx, const kpc_key *key, const kpc_
     kpc_record rec;
     kpc_tier *from;
     if (kpc_tier_read(tiers, key, ctx->target, KPC_RECORD_CODE, &rec, &from) == KPC_OK &&
-        kpc_hit_serves(ctx, &a, &rec)) {
-        kpc_tier_accept(tiers, from, &rec);
+        accepted(ctx, &a, from, &rec))
         return take_record(ctx, key, &none, &rec, NULL, NULL, out, from_disk);
-    }
     if (coord->ops->peek(coord, key, ctx->target, &rec) != KPC_OK || !kpc_hit_serves(ctx, &a, &rec))
         return KPC_E_NOT_FOUND;
     KPC_LOG(KPC_LOG_INFO, "this host's builder of the key is taking long; another host published it: "
@@ -442,20 +449,18 @@ static kpc_status obtain_seen(kpc_context *ctx, const kpc_normalized_request *re
                 manifest_first ? kpc_seen_manifest_read(ctx, key, sm, &rec, &deps, &from) : KPC_E_NOT_FOUND;
             if (via != KPC_OK) {
                 if (kpc_tier_read(tiers, key, ctx->target, KPC_RECORD_CODE, &rec, &from) == KPC_OK) {
-                    if (!kpc_hit_serves(ctx, &a, &rec)) /* built again, over the other request's */
+                    if (!accepted(ctx, &a, from, &rec)) /* built again, over the other request's */
                         return build(ctx, key, src, sm, &claim, out, log);
-                    kpc_tier_accept(tiers, from, &rec);
                     return take_record(ctx, key, &claim, &rec, NULL, NULL, out, from_disk);
                 }
                 if (!manifest_first)
                     via = kpc_seen_manifest_read(ctx, key, sm, &rec, &deps, &from);
             }
-            if (via == KPC_OK && !kpc_hit_serves(ctx, &a, &rec)) {
+            if (via == KPC_OK && !accepted(ctx, &a, from, &rec)) {
                 kpc_manifest_deps_free(deps);
                 return build(ctx, key, src, sm, &claim, out, log);
             }
             if (via == KPC_OK) {
-                kpc_tier_accept(tiers, from, &rec);
                 if (rec.kind == KPC_RECORD_CODE)
                     return take_record(ctx, key, &claim, &rec, deps, NULL, out, from_disk);
                 *log = log_text(&rec); /* a compile error these very files gave */

@@ -43,6 +43,8 @@
 #include "core/context.h"
 #include "core/key.h"
 #include "core/manifest.h"
+#include "base/root.h"
+#include "storage/store.h"
 #include "storage/tier.h"
 
 #include <fcntl.h>
@@ -314,42 +316,39 @@ static void *file_bytes(const char *path, size_t *size)
     return b;
 }
 
-/* The "reads" rows' files under base (made): the files request's manifest record and its
- * entry's object record copied as they lie in the cache directory dir (their names in
- * two, comma-separated), and their bytes together in one file (its name in one). */
-static void reads_setup(kpc_context *ctx, const kpc_source *src, const char *dir, const char *base,
+/* The "reads" rows' files: the files request's manifest record and its entry's object
+ * record where they lie in the cache (their names relative to the target's directory,
+ * comma-separated, in two; that directory in tdir), and their bytes together in one file
+ * under base (its name relative to base in one). */
+static void reads_setup(kpc_context *ctx, const kpc_source *src, const char *base, char tdir[4400],
                         char two[256], char one[256])
 {
-    kpc_key key;
-    kpc_key_compute_prefixed(&ctx->key_prefix, src, &key);
-    char hex[2][KPC_KEY_HEX], path[4700];
-    kpc_key_hex(&key, hex[0]);
-    size_t size[2];
-    void *bytes[2];
-    snprintf(path, sizeof path, "%s/v1/%s/%.2s/%s.mf", dir, ctx->target, hex[0], hex[0]);
-    bytes[0] = file_bytes(path, &size[0]);
+    const kpc_root *root = kpc_store_root(kpc_store_of_tier(kpc_tier_host_disk(&ctx->cache->tiers)));
+    kpc_key key[2];
+    kpc_key_compute_prefixed(&ctx->key_prefix, src, &key[0]);
     kpc_record mf;
     kpc_manifest m;
-    void *copy = malloc(size[0]);
-    memcpy(copy, bytes[0], size[0]);
-    if (kpc_record_take(copy, size[0], &key, ctx->target, KPC_RECORD_MANIFEST, &mf) != NULL ||
+    if (kpc_tier_read(&ctx->cache->tiers, &key[0], ctx->target, KPC_RECORD_MANIFEST, &mf, NULL) != KPC_OK ||
         kpc_manifest_decode(mf.payload, mf.code_size, &m) != KPC_OK || m.count != 1)
         bn_die("the manifest of the files request is not what the benchmark built");
-    kpc_key_hex(&m.entries[0].object, hex[1]);
+    key[1] = m.entries[0].object;
     kpc_manifest_free(&m);
     kpc_record_free(&mf);
-    snprintf(path, sizeof path, "%s/v1/%s/%.2s/%s.co", dir, ctx->target, hex[1], hex[1]);
-    bytes[1] = file_bytes(path, &size[1]);
-    snprintf(two, 256, "%.2s/%s.mf,%.2s/%s.co", hex[0], hex[0], hex[1], hex[1]);
-    snprintf(one, 256, "zz/%s.mf", hex[0]);
+    if (kpc_root_target_dir(root, ctx->target, tdir, 4400) != 0)
+        bn_die("no target directory");
+    size_t at = strlen(tdir) + 1, size[2], n = 0;
+    void *bytes[2];
+    char path[4700];
     for (int i = 0; i < 2; i++) {
-        snprintf(path, sizeof path, "%s/%.2s", base, hex[i]);
-        kpc__mkdir_p(path, 0700);
-        snprintf(path, sizeof path, "%s/%.2s/%s.%s", base, hex[i], hex[i], i ? "co" : "mf");
-        bn_write_file(path, bytes[i], size[i]);
+        if (kpc_root_record_path(root, &key[i], ctx->target, i ? "co" : "mf", path, sizeof path, NULL, 0) != 0)
+            bn_die("no record path");
+        bytes[i] = file_bytes(path, &size[i]);
+        n += (size_t)snprintf(two + n, 256 - n, "%s%s", i ? "," : "", path + at);
     }
-    snprintf(path, sizeof path, "%s/zz", base);
-    kpc__mkdir_p(path, 0700);
+    snprintf(one, 256, "both/records");
+    snprintf(path, sizeof path, "%s/both", base);
+    if (kpc__mkdir_p(path, 0700) != 0)
+        bn_die("mkdir %s failed", path);
     bytes[0] = realloc(bytes[0], size[0] + size[1]);
     memcpy((char *)bytes[0] + size[0], bytes[1], size[1]);
     snprintf(path, sizeof path, "%s/%s", base, one);
@@ -407,10 +406,10 @@ int main(int argc, char **argv)
     double mem_files = mem_hit_ns(ctx, &r.files, rounds);
     double mem_memory = mem_hit_ns(ctx, &r.memory, rounds);
     double mem_none = mem_hit_ns(ctx, &r.none, rounds);
-    char base[4200], two[256], one[256];
+    char base[4200], tdir[4400], two[256], one[256];
     snprintf(base, sizeof base, "%s", dir);
     strcpy(strrchr(base, '/'), "/reads");
-    reads_setup(ctx, &r.files, dir, base, two, one);
+    reads_setup(ctx, &r.files, base, tdir, two, one);
     kpc_context_destroy(ctx);
     kpc_cache_close(cache);
     double xp_files = xproc_ns("files", dir, hdir, runs);
@@ -455,7 +454,7 @@ int main(int argc, char **argv)
             xp_files - xp_none);
     /* the second record read against one read of the same bytes, without kpc; and the
      * 50-file hit as it would be with one read (a model: the difference taken off) */
-    double reads2 = xproc_ns("reads", base, two, runs), reads1 = xproc_ns("reads", base, one, runs);
+    double reads2 = xproc_ns("reads", tdir, two, runs), reads1 = xproc_ns("reads", base, one, runs);
     row("manifest_reads_two", "7 new process: the manifest's and its object's records read, no kpc", reads2,
         "the same bytes in one file, read once", reads1);
     over = xp_files - xp_none - xp_floor - (reads2 - reads1);
