@@ -16,7 +16,7 @@
 #include <unistd.h>
 
 #include "tool_support.h"
-#ifdef KPC_METRICS_REDIS
+#ifdef KPC_TEST_REDIS
 #include "cluster_support.h"
 #endif
 
@@ -170,7 +170,7 @@ END_TEST
 
 START_TEST(remote_stats_prometheus)
 {
-#ifndef KPC_METRICS_REDIS
+#ifndef KPC_TEST_REDIS
     ts_skip("no cluster tier or no redis-server in this build");
 #else
     tc_redis redis;

@@ -3,7 +3,6 @@
 # itself, with simulated hosts (mount namespaces; root). Built only where the tier is
 # built (hiredis and libsodium) and redis-server is installed (scripts/setup.sh installs
 # both). Label "remote"; serial, since it starts many processes that compile.
-find_program(KPC_REDIS_SERVER redis-server)
 if(NOT KPC_REMOTE_DEFINE OR NOT KPC_REDIS_SERVER)
   message(STATUS "kpc: no cluster tier or no redis-server: test_remote is not built")
   return()
