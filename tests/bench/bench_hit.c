@@ -28,6 +28,7 @@
  */
 #define _GNU_SOURCE
 #include "bench.h"
+#include "base/hash.h" /* the floor hashes as the key does: dispatched, the vector state cleared */
 #include "core/map.h"
 
 #include <pthread.h>
@@ -35,10 +36,6 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <xxhash.h>
-#if defined(KPC_HAVE_XXH_DISPATCH)
-#include <xxh_x86dispatch.h> /* the floor hashes as fast as the key does */
-#endif
 
 static int rounds = 21;
 static double thread_seconds = 0.25;
