@@ -3,8 +3,8 @@
  * own dispatched calls (where it has them), and streamed as in one shot, at every length
  * class XXH3 treats apart; and the vector registers' upper halves in their initial state
  * after each of kpc's calls, where the library's own leave them in use (read with XGETBV
- * 1, which reports the state components in use; on a CPU without it, or without AVX2,
- * that case is skipped).
+ * 1, which reports the state components in use; on a CPU without it or without AVX2,
+ * or with a libxxhash that clears them itself, that case is skipped).
  */
 #include "support.h"
 #include "base/hash.h"
@@ -89,12 +89,17 @@ START_TEST(upper_halves_clear_after_each_hash)
     memset(secret, 7, sizeof secret);
     XXH3_state_t st;
     XXH3_64bits_reset(&st);
-    /* the library's own call: in use after it, or this CPU's dispatch did not take a wide
-     * loop and nothing here could tell a clear from none */
+    /* the library's own call: in use after it, or it clears them itself (libxxhash
+     * 0.8.3 of Debian 13 does: XINUSE 0xa2) and nothing here could tell kpc's clear from
+     * none */
     XXH128_hash_t raw = XXH3_128bits_withSecret_dispatch(b, n, secret, sizeof secret);
     uint64_t after_raw = in_use();
-    ck_assert_msg(after_raw & upper, "the library left them clear (XINUSE %#llx): nothing to test",
-                  (unsigned long long)after_raw);
+    if (!(after_raw & upper)) {
+        ts_skip("this libxxhash leaves the upper halves clear itself (XINUSE %#llx)",
+                (unsigned long long)after_raw);
+        free(b);
+        return;
+    }
     XXH128_hash_t h = XXH3_128bits_withSecret(b, n, secret, sizeof secret);
     ck_assert_uint_eq(in_use() & upper, 0);
     ck_assert(XXH128_isEqual(h, raw));

@@ -14,13 +14,14 @@
 #if defined(KPC_HAVE_XXH_DISPATCH)
 #include <xxh_x86dispatch.h>
 /*
- * The dispatched hashes, through kpc's (base/hash.c). libxxhash's AVX2 and AVX-512 code
- * returns with the upper halves of the vector registers in use (Debian's 0.8.1 runs no
- * VZEROUPPER: the ABI leaves that to the callee). The next legacy SSE instruction, any
- * 16-byte copy GCC writes in kpc's code, then costs a state change: about 250 ns each on
- * the device machine's Xeon (a hash of 4 KB alone took 154 ns, with one SSE store after
- * it 395 to 429 ns), nothing here. A 4 KB in-memory hit of 200 ns took 450 there when
- * one such copy landed in its path. kpc's clear the upper halves after each call.
+ * The dispatched hashes, through kpc's (base/hash.c). libxxhash 0.8.1's AVX2 and AVX-512
+ * code (Debian 12's) returns with the upper halves of the vector registers in use: no
+ * VZEROUPPER, which the convention asks of the function that used them (0.8.3 runs it).
+ * The next legacy SSE instruction, any 16-byte copy GCC writes in kpc's code, then costs
+ * a state change: about 250 ns each on the device machine's Xeon (a hash of 4 KB alone
+ * took 154 ns, with one SSE store after it 395 to 429 ns), nothing here. A 4 KB
+ * in-memory hit of 200 ns took 450 there when one such copy landed in its path. kpc's
+ * clear the upper halves after each call.
  */
 #undef XXH3_64bits
 #undef XXH3_64bits_withSeed
