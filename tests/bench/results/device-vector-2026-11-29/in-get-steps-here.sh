@@ -1,0 +1,22 @@
+#!/bin/bash
+# in-get-steps-here.sh BENCH_DIR - after in-get-steps-here.patch is applied and bench_manifest
+# built (a Release tree): keeps a bench_manifest directory (KEEP=1), then 41 fresh helpers of
+# the files and the no-include request with KPC_T set, and prints each step's median gap;
+# a step seen twice in one get (the store's marks: the manifest's record, then the
+# object's) gets a 2. PFX="env LD_BIND_NOW=1" runs them bound at start. Removes the
+# directory and its host index after.
+B=$1/bench_manifest
+line=$(KEEP=1 $B --runs 3 --rounds 3 2>/dev/null | grep KEPT)
+D=$(echo $line | awk '{print $2}'); H=$(echo $line | awk '{print $3}')
+for w in files none; do echo "== $w"; for i in $(seq 41); do KPC_T=1 $PFX $B --helper $w $D $H 2>&1 >/dev/null | grep MK | awk '{c[$2]++; print $1, $2 (c[$2]>1? c[$2]:""), $3}'; done | python3 -c "
+import sys,statistics
+o={}
+for l in sys.stdin:
+    _,k,v=l.split(); o.setdefault(k,[]).append(int(v))
+t=0
+for k,v in o.items():
+    m=statistics.median(v)/1000; t+=m; print(f'{k:10s} {m:8.2f} us  n={len(v)}')
+print(f'{\"sum\":10s} {t:8.2f} us')
+"; done
+${KPC_SHM_RESET:-$1/../kpc-shm-reset} -d "$D" >/dev/null 2>&1
+rm -rf "$(dirname "$D")"
