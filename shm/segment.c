@@ -22,6 +22,7 @@
 #define _GNU_SOURCE
 #include "shm/segment.h"
 #include "base/fault.h"
+#include "base/hash.h"
 #include "base/root.h"
 #include "base/settings.h"
 
@@ -36,7 +37,6 @@
 #include <sys/mman.h>
 #include <sys/stat.h>
 #include <unistd.h>
-#include <xxhash.h>
 
 /* ---- layout --------------------------------------------------------------------------- */
 static uint64_t layout_format(void)

@@ -15,6 +15,7 @@
 #define _GNU_SOURCE
 #include "base/root.h"
 #include "base/fault.h"
+#include "base/hash.h"
 #include "base/log.h"
 #include "base/settings.h"
 
@@ -31,7 +32,6 @@
 #include <sys/stat.h>
 #include <sys/utsname.h>
 #include <unistd.h>
-#include <xxhash.h>
 
 struct kpc_root {
     char path[PATH_MAX]; /* realpath of the cache dir */

@@ -16,6 +16,7 @@
 #include "dropin/nvrtc_dropin.h"
 
 #include "base/log.h"
+#include "base/hash.h"
 #include "platform/compile.h"
 #include "platform/identity.h"
 #include "platform/include_scan.h"
@@ -29,8 +30,6 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#define XXH_STATIC_LINKING_ONLY
-#include <xxhash.h>
 
 static const rtc_real *need(void)
 {

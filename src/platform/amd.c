@@ -19,6 +19,7 @@
 #include "platform/compile.h"
 #include "platform/identity.h"
 #include "base/log.h"
+#include "base/hash.h"
 
 #include <dlfcn.h>
 #include <errno.h>
@@ -29,7 +30,6 @@
 #include <string.h>
 #include <unistd.h>
 #define XXH_STATIC_LINKING_ONLY /* XXH3_state_t on the stack */
-#include <xxhash.h>
 
 /* ---- lazily loaded entry points ----------------------------------------------------- */
 static struct {

@@ -12,6 +12,7 @@
 #include "platform/platform.h"
 #include "base/fault.h"
 #include "base/log.h"
+#include "base/hash.h"
 
 #include <bsd/string.h>
 #include <dirent.h>
@@ -25,7 +26,6 @@
 #include <string.h>
 #include <unistd.h>
 #define XXH_STATIC_LINKING_ONLY /* XXH3_state_t */
-#include <xxhash.h>
 
 static struct {
     void *lib;

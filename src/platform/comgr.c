@@ -20,6 +20,7 @@
 #include "platform/compile.h"
 #include "platform/identity.h"
 #include "base/log.h"
+#include "base/hash.h"
 
 #include <amd_comgr.h>
 #include <ctype.h>
@@ -28,7 +29,6 @@
 #include <stdlib.h>
 #include <string.h>
 #define XXH_STATIC_LINKING_ONLY /* XXH3_state_t on the stack */
-#include <xxhash.h>
 
 /* ---- comgr's compile entry points (platform/amd_comgr.c loads the library) ---------- */
 typedef amd_comgr_status_t status_t;

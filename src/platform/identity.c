@@ -12,6 +12,7 @@
 #include "platform/identity.h"
 #include "base/fault.h"
 #include "base/log.h"
+#include "base/hash.h"
 
 #include <elf.h>
 #include <errno.h>
@@ -24,7 +25,6 @@
 #include <unistd.h>
 #include <bsd/string.h> /* strlcpy */
 #define XXH_STATIC_LINKING_ONLY /* XXH3_state_t */
-#include <xxhash.h>
 
 #define ID_MAGIC "kpc-identity 1"
 

@@ -32,6 +32,7 @@
 #include "platform/identity.h"
 #include "platform/nvrtc_target.h"
 #include "base/log.h"
+#include "base/hash.h"
 
 #include <bsd/string.h>
 #include <cuda.h>
@@ -42,7 +43,6 @@
 #include <stdlib.h>
 #include <string.h>
 #define XXH_STATIC_LINKING_ONLY /* XXH3_state_t on the stack */
-#include <xxhash.h>
 
 /* ---- lazily loaded entry points ----------------------------------------------------- */
 static struct {

@@ -36,6 +36,7 @@
 #include "storage/remote_private.h"
 #include "base/fault.h"
 #include "base/log.h"
+#include "base/hash.h"
 
 #include <errno.h>
 #include <fcntl.h>
@@ -49,7 +50,6 @@
 #include <sys/un.h>
 #include <time.h>
 #include <unistd.h>
-#include <xxhash.h>
 
 static struct timeval tv_ms(unsigned ms) { return (struct timeval){.tv_sec = ms / 1000, .tv_usec = (ms % 1000) * 1000}; }
 
