@@ -131,6 +131,15 @@ static void make_record(const kpc_key *key, const uint8_t cid[16], void **bytes,
     make_record_of(key, cid, "\x7f" "ELF code object bytes", 64, bytes, size);
 }
 
+/* Deletes the lease named by arg after 150 ms: its holder released it while others waited. */
+static void *release_later(void *arg)
+{
+    struct timespec t = {0, 150 * 1000000L};
+    nanosleep(&t, NULL);
+    tc_redis_int(&rs_redis, "DEL %s", (const char *)arg);
+    return NULL;
+}
+
 START_TEST(module_protocol)
 {
     kpc_remote *a = NULL, *b = NULL;
@@ -208,7 +217,7 @@ START_TEST(module_protocol)
     kpc_remote_key_name(b, &key2, "lease", lname, sizeof lname);
     ck_assert_int_eq(tc_redis_int(&rs_redis, "PEXPIRE %s 100", lname), 1);
     ck_assert(tc_redis_set(&rs_redis, lname, "host=dead pid=1 start=1 token=0", 31));
-    ck_assert_int_eq(tc_redis_int(&rs_redis, "PEXPIRE %s 150", lname), 1);
+    ck_assert_int_eq(tc_redis_int(&rs_redis, "PEXPIRE %s 300", lname), 1); /* waited on, then expired */
     ts_log_begin(KPC_LOG_ERROR);
     ck_assert_int_eq(kpc_remote_begin(a, &key2, ts_target(), cid, &rec, &lease, NULL), KPC_REMOTE_BUILD);
     kpc_remote_counters_get(a, &c);
@@ -217,6 +226,19 @@ START_TEST(module_protocol)
     kpc_remote_release(a, lease);
     kpc_remote_release(b, lost);
     free(ts_log_end());
+    /* a lease released while waited on, 2.3 s before its expiry: a wait, no takeover */
+    kpc_key key3 = {{10}};
+    kpc_remote_key_name(a, &key3, "lease", lname, sizeof lname);
+    ck_assert(tc_redis_set(&rs_redis, lname, "host=other pid=1 start=1 token=1", 32));
+    ck_assert_int_eq(tc_redis_int(&rs_redis, "PEXPIRE %s 2500", lname), 1);
+    pthread_t releaser;
+    ck_assert_int_eq(pthread_create(&releaser, NULL, release_later, lname), 0);
+    ck_assert_int_eq(kpc_remote_begin(a, &key3, ts_target(), cid, &rec, &lease, NULL), KPC_REMOTE_BUILD);
+    pthread_join(releaser, NULL);
+    kpc_remote_counters_get(a, &c);
+    ck_assert_uint_eq(c.waits, 2);
+    ck_assert_uint_eq(c.takeovers, 1);
+    kpc_remote_release(a, lease);
     /* the cluster-wide counters: every process adds its own when it closes */
     kpc_remote_close(a);
     kpc_remote_close(b);

@@ -256,7 +256,7 @@ typedef struct begin_state {
     bool nowait; /* kpc_remote_try_begin: answer BUSY instead of waiting on a live holder */
     uint64_t wait_from;
     uint64_t sent_ns;    /* when the last claim or takeover was sent */
-    uint64_t expires_ns; /* the awaited lease's expiry, as last seen */
+    long long expires_ms; /* the awaited lease's expiry as last seen, on Redis's clock (0: none) */
     unsigned poll_ms;    /* the next wait's length, before its bounds */
     unsigned sleep_ms;   /* set by held_elsewhere: wait this long, then ask again */
 } begin_state;
@@ -327,7 +327,7 @@ static int held_elsewhere(begin_state *b, redisReply *rep, kpc_remote_lease **le
         b->poll_ms = POLL_FIRST_MS;
     }
     b->waited = true;
-    b->expires_ns = pttl >= 0 ? now + (uint64_t)pttl * 1000000u : UINT64_MAX;
+    b->expires_ms = pttl >= 0 && now_ms > 0 ? now_ms + pttl : 0;
     uint64_t waited_ms = (now - b->wait_from) / 1000000u;
     if (waited_ms >= r->wait_max_ms) {
         kpc_remote_count(r, KPC_RC_WAIT_TIMEOUTS);
@@ -444,8 +444,9 @@ static enum kpc_remote_verdict begin_key(kpc_remote *r, const kpc_key *key, cons
             long long redis_ms = rep->elements >= 2 && rep->element[1]->type == REDIS_REPLY_INTEGER
                                      ? rep->element[1]->integer : 0;
             freeReplyObject(rep);
-            /* after a wait: taken over when the awaited lease expired (not released) */
-            bool expired = b.waited && b.sent_ns + 1000000u >= b.expires_ns;
+            /* after a wait: taken over when the awaited lease expired (not released), on
+             * Redis's clock: ours lags it by a reply's transit, unbounded on a loaded host */
+            bool expired = b.waited && b.expires_ms > 0 && redis_ms + 2 >= b.expires_ms;
             verdict = hold(&b, lease, redis_ms > 0 ? (uint64_t)redis_ms : 0);
             if (verdict == KPC_REMOTE_BUILD && expired) {
                 kpc_remote_count(r, KPC_RC_TAKEOVERS);
