@@ -444,8 +444,7 @@ static enum kpc_remote_verdict begin_key(kpc_remote *r, const kpc_key *key, cons
             long long redis_ms = rep->elements >= 2 && rep->element[1]->type == REDIS_REPLY_INTEGER
                                      ? rep->element[1]->integer : 0;
             freeReplyObject(rep);
-            /* after a wait: taken over when the awaited lease expired (not released), on
-             * Redis's clock: ours lags it by a reply's transit, unbounded on a loaded host */
+            /* a takeover if the awaited lease expired, on Redis's clock (ours lags it by a reply) */
             bool expired = b.waited && b.expires_ms > 0 && redis_ms + 2 >= b.expires_ms;
             verdict = hold(&b, lease, redis_ms > 0 ? (uint64_t)redis_ms : 0);
             if (verdict == KPC_REMOTE_BUILD && expired) {
