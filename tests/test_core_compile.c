@@ -13,8 +13,10 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
+#include <unistd.h>
 
 #include "core/request.h"
+#include "base/hash.h"
 #include "core_support.h"
 
 START_TEST(compiles_real_code_objects)
@@ -364,6 +366,34 @@ START_TEST(working_directory_counts_where_a_relative_path_is_read)
 }
 END_TEST
 
+/* The working directory enters a key as its path's XXH3-128, a path of any length: one
+ * short, one past the first buffer kpc_request_cwd tries (256 bytes). */
+START_TEST(working_directory_digest_is_of_its_whole_path)
+{
+    char back[4200], *root = ts_tmpdir(), path[4200];
+    ck_assert_ptr_nonnull(getcwd(back, sizeof back));
+    ck_assert_int_eq(mkdir(root, 0700), 0);
+    ck_assert_ptr_nonnull(realpath(root, path)); /* getcwd spells it resolved */
+    size_t n = strlen(path);
+    for (int i = 0; n < 600; i++) {
+        n += (size_t)snprintf(path + n, sizeof path - n, "/a-directory-name-of-forty-characters-%02d", i);
+        ck_assert_int_eq(mkdir(path, 0700), 0);
+    }
+    const char *dirs[] = {root, path};
+    for (int i = 0; i < 2; i++) {
+        char want_path[4200];
+        ck_assert_int_eq(chdir(dirs[i]), 0);
+        ck_assert_ptr_nonnull(realpath(".", want_path));
+        uint8_t got[16], want[16];
+        kpc_request_cwd(got);
+        XXH128_canonicalFromHash((XXH128_canonical_t *)want, XXH3_128bits(want_path, strlen(want_path)));
+        ck_assert_msg(memcmp(got, want, 16) == 0, "the digest of %s (%zu bytes)", want_path, strlen(want_path));
+    }
+    ck_assert_int_eq(chdir(back), 0);
+    ts_cleanup(root);
+}
+END_TEST
+
 int main(void)
 {
     const TTest *tests[] = {compiles_real_code_objects, memory_hit_returns_the_same_program,
@@ -371,6 +401,7 @@ int main(void)
                             compile_error_gives_the_log, key_covers_every_input,
                             key_read_once_holds_the_directory_only_where_it_counts,
                             working_directory_counts_where_a_relative_path_is_read,
+                            working_directory_digest_is_of_its_whole_path,
 #ifndef KPC_PLATFORM_NVIDIA
                             identity_is_real,
 #endif
