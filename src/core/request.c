@@ -32,7 +32,7 @@
 #include "base/log.h"
 #include "platform/options.h"
 
-#include <errno.h>
+#include <limits.h>
 #include <stdlib.h>
 #include <string.h>
 #include <unistd.h>
@@ -74,16 +74,10 @@ void kpc_request_cwd(uint8_t cwd[16])
 {
     /* all zeros when it cannot be read: such a request's relative files are never
      * recorded, so its outcome is not cached (core/manifest.h) */
+    char buf[PATH_MAX];
     memset(cwd, 0, 16);
-    /* a short buffer first: PATH_MAX bytes of stack reach a page that a new process has
-     * not touched yet, and its first touch cost this step 2 us of its 3 (device machine) */
-    char small[256], *buf = getcwd(small, sizeof small);
-    if (buf == NULL && errno == ERANGE)
-        buf = getcwd(NULL, 0); /* as long as it is (malloc'd) */
-    if (buf)
+    if (getcwd(buf, sizeof buf))
         XXH128_canonicalFromHash((XXH128_canonical_t *)cwd, XXH3_128bits(buf, strlen(buf)));
-    if (buf != small)
-        free(buf);
 }
 
 /* Whether the source or an in-memory header has the word "include" at all: a request
