@@ -366,8 +366,8 @@ START_TEST(working_directory_counts_where_a_relative_path_is_read)
 }
 END_TEST
 
-/* The working directory enters a key as its path's XXH3-128, a path of any length: one
- * short, one past the first buffer kpc_request_cwd tries (256 bytes). */
+/* The working directory enters a key as its whole path's XXH3-128: one short, one of
+ * 650 bytes (a deep build tree). */
 START_TEST(working_directory_digest_is_of_its_whole_path)
 {
     char back[4200], *root = ts_tmpdir(), path[4200];
