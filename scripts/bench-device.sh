@@ -47,6 +47,7 @@ done
 want() { [ -z "$only" ] || [[ ",$only," == *",$1,"* ]]; }
 
 # ---- build dependencies from .carry/debs, each only where the machine lacks it --------
+. scripts/device-deps.sh
 deps=/tmp/kpc-deps
 unpack() { # dir package...
   local dir=$deps/$1 p f; shift
@@ -60,13 +61,7 @@ unpack() { # dir package...
   # the packages name /usr: point their pkg-config files and linker scripts here
   find "$dir" \( -name '*.pc' -o -name '*.so' -type f \) -exec grep -Il '/usr' {} + 2>/dev/null |
     xargs -r sed -i "s|=/usr|=$dir/usr|g; s|(/usr/|($dir/usr/|g"
-  export PKG_CONFIG_PATH=$dir/usr/lib/x86_64-linux-gnu/pkgconfig${PKG_CONFIG_PATH:+:$PKG_CONFIG_PATH}
-  export LD_LIBRARY_PATH=$dir/usr/lib/x86_64-linux-gnu${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}
-  # the compiler's and the linker's too: Debian 12's hiredis.pc names /usr/lib (not the
-  # multiarch directory) and its include directory one level down from what kpc includes
-  export LIBRARY_PATH=$dir/usr/lib/x86_64-linux-gnu${LIBRARY_PATH:+:$LIBRARY_PATH}
-  export CPATH=$dir/usr/include${CPATH:+:$CPATH}
-  export PATH=$dir/usr/bin:$PATH
+  kpc_deps_use "$dir"
 }
 if ! command -v pkg-config >/dev/null; then
   unpack pkgconf pkgconf-bin libpkgconf3 pkgconf

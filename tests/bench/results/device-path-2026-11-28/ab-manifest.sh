@@ -3,15 +3,8 @@
 # build dependencies in /tmp/kpc-deps reused): bench_manifest of the tree before the
 # traced-path change (8a84687, carried in .carry/base-mf) and of this tree, alternated.
 set -uo pipefail
-d=/tmp/kpc-deps
-for m in pkgconf bsd xxhash cjson zstd hiredis sodium; do
-  [ -d "$d/$m" ] || continue
-  export PKG_CONFIG_PATH=$d/$m/usr/lib/x86_64-linux-gnu/pkgconfig${PKG_CONFIG_PATH:+:$PKG_CONFIG_PATH}
-  export LD_LIBRARY_PATH=$d/$m/usr/lib/x86_64-linux-gnu${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}
-  export LIBRARY_PATH=$d/$m/usr/lib/x86_64-linux-gnu${LIBRARY_PATH:+:$LIBRARY_PATH}
-  export CPATH=$d/$m/usr/include${CPATH:+:$CPATH}
-  export PATH=$d/$m/usr/bin:$PATH
-done
+. scripts/device-deps.sh
+kpc_deps_use_unpacked
 build() { # src dir
   cmake -S "$1" -B "$2" -DCMAKE_BUILD_TYPE=Release -DKPC_BUILD_TESTS=OFF -DKPC_BUILD_BENCH=ON \
     -DKPC_BUILD_MAN=OFF -DKPC_WERROR=OFF -DKPC_PLATFORM=nvidia >/dev/null &&

@@ -2,15 +2,8 @@
 # ab-hit.sh - on the device machine, after scripts/bench-device.sh: bench_hit --only 4096
 # of each tree in .carry/ab/<name>, alternated four times.
 set -uo pipefail
-d=/tmp/kpc-deps
-for m in pkgconf bsd xxhash cjson zstd hiredis sodium; do
-  [ -d "$d/$m" ] || continue
-  export PKG_CONFIG_PATH=$d/$m/usr/lib/x86_64-linux-gnu/pkgconfig${PKG_CONFIG_PATH:+:$PKG_CONFIG_PATH}
-  export LD_LIBRARY_PATH=$d/$m/usr/lib/x86_64-linux-gnu${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}
-  export LIBRARY_PATH=$d/$m/usr/lib/x86_64-linux-gnu${LIBRARY_PATH:+:$LIBRARY_PATH}
-  export CPATH=$d/$m/usr/include${CPATH:+:$CPATH}
-  export PATH=$d/$m/usr/bin:$PATH
-done
+. scripts/device-deps.sh
+kpc_deps_use_unpacked
 names=$(ls .carry/ab)
 for n in $names; do
   cmake -S .carry/ab/$n -B /tmp/ab-$n -DCMAKE_BUILD_TYPE=Release -DKPC_BUILD_TESTS=OFF -DKPC_BUILD_BENCH=ON \
