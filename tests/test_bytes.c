@@ -119,11 +119,6 @@ END_TEST
 
 int main(void)
 {
-    Suite *s = suite_create("bytes");
-    TCase *tc = tcase_create("codec");
-    tcase_add_test(tc, round_trip_little_endian);
-    tcase_add_test(tc, reads_past_the_end_stick);
-    tcase_add_test(tc, writes_past_the_end_stick);
-    suite_add_tcase(s, tc);
-    return ts_run_suite(s);
+    const TTest *tests[] = {round_trip_little_endian, reads_past_the_end_stick, writes_past_the_end_stick, NULL};
+    return ts_main_case("bytes", "codec", 0, NULL, NULL, tests);
 }

@@ -128,10 +128,6 @@ END_TEST
 
 int main(void)
 {
-    Suite *s = suite_create("hash");
-    TCase *tc = tcase_create("xxh3");
-    tcase_add_test(tc, same_values_as_the_library);
-    tcase_add_test(tc, upper_halves_clear_after_each_hash);
-    suite_add_tcase(s, tc);
-    return ts_run_suite(s);
+    const TTest *tests[] = {same_values_as_the_library, upper_halves_clear_after_each_hash, NULL};
+    return ts_main_case("hash", "xxh3", 0, NULL, NULL, tests);
 }
