@@ -221,7 +221,9 @@ static void touch(kpc_map *m, kpc_map_entry *e)
         atomic_store_explicit(&e->last_use, now, memory_order_relaxed);
 }
 
-bool kpc_map_hit(kpc_map *m, const kpc_key *key, kpc_program **prog)
+/* The lookup of a hit: kpc_map_hit's, and kpc_map_acquire's first step, inlined there so
+ * that a request's hit makes no call more than the lookup's own. */
+static inline bool lookup_ready(kpc_map *m, const kpc_key *key, kpc_program **prog)
 {
     /* no lock, nothing shared written */
     kpc_grace_rec *g = kpc_grace_enter();
@@ -236,11 +238,16 @@ bool kpc_map_hit(kpc_map *m, const kpc_key *key, kpc_program **prog)
     return hit;
 }
 
+bool kpc_map_hit(kpc_map *m, const kpc_key *key, kpc_program **prog)
+{
+    return lookup_ready(m, key, prog);
+}
+
 kpc_status kpc_map_acquire(kpc_map *m, const kpc_key *key, kpc_program **prog, kpc_map_entry **entry,
                            bool *waited)
 {
     *waited = false;
-    if (kpc_map_hit(m, key, prog))
+    if (lookup_ready(m, key, prog))
         return KPC_OK;
     retired r = {0};
     pthread_mutex_lock(&m->lock);

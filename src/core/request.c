@@ -155,13 +155,18 @@ bool kpc_request_needs_cwd(const kpc_source *src, const kpc_option_table *option
            needs_cwd(src, options, relative, no_source_dir);
 }
 
-kpc_status kpc_request_read(const kpc_context *ctx, const kpc_source *src, kpc_normalized_request *req)
+/* kpc_request_read, inlined into kpc_program_get: a hit's reading costs no call of its own. */
+static inline kpc_status read_request(const kpc_context *ctx, const kpc_source *src, kpc_normalized_request *req)
 {
-    *req = (kpc_normalized_request){.src = src};
+    /* each field set below (the keys are written by their computation): clearing the
+     * whole struct first was a string store on every hit */
+    req->src = src;
+    req->cwd_bound = false;
+    req->search_dirs = req->files_read = req->keyed = 0;
     const kpc_option_table *t = ctx->key_prefix.options;
     kpc_status s = check_pointers(src);
-    bool relative, no_source_dir;
-    if (s != KPC_OK || (s = read_options(t, src, req, &relative, &no_source_dir)) != KPC_OK)
+    bool relative = false, no_source_dir = false;
+    if (s != KPC_OK || (src->num_options && (s = read_options(t, src, req, &relative, &no_source_dir)) != KPC_OK))
         return s;
     for (size_t i = 0; i < src->num_name_expressions; i++)
         if (src->name_expressions[i][0] == '\0') {
@@ -178,6 +183,11 @@ kpc_status kpc_request_read(const kpc_context *ctx, const kpc_source *src, kpc_n
     kpc_key_compute_map(&ctx->key_prefix, &ctx->map_secret, src, req->needs_cwd ? req->cwd : NULL,
                         &req->map_key);
     return KPC_OK;
+}
+
+kpc_status kpc_request_read(const kpc_context *ctx, const kpc_source *src, kpc_normalized_request *req)
+{
+    return read_request(ctx, src, req);
 }
 
 /* This thread's counter among the cache's memory-hit counters (see struct kpc_cache). */
@@ -197,8 +207,9 @@ static bool same_cwd(const kpc_program *p)
     return memcmp(now, p->cwd, sizeof now) == 0;
 }
 
-kpc_status kpc_request_acquire(kpc_context *ctx, kpc_normalized_request *req, kpc_program **out,
-                               kpc_map_entry **entry)
+/* kpc_request_acquire, inlined into kpc_program_get as read_request is. */
+static inline kpc_status acquire(kpc_context *ctx, kpc_normalized_request *req, kpc_program **out,
+                                 kpc_map_entry **entry)
 {
     const kpc_key *key = &req->map_key;
     kpc_cache *cache = ctx->cache;
@@ -228,6 +239,12 @@ kpc_status kpc_request_acquire(kpc_context *ctx, kpc_normalized_request *req, kp
     return s;
 }
 
+kpc_status kpc_request_acquire(kpc_context *ctx, kpc_normalized_request *req, kpc_program **out,
+                               kpc_map_entry **entry)
+{
+    return acquire(ctx, req, out, entry);
+}
+
 void kpc_request_publish(kpc_context *ctx, const kpc_normalized_request *req, kpc_map_entry *entry,
                          kpc_status s, kpc_program *prog, const char *log)
 {
@@ -250,10 +267,10 @@ kpc_status kpc_program_get(kpc_context *ctx, const kpc_source *src, kpc_program 
     if (s != KPC_OK)
         return s;
     kpc_normalized_request req;
-    if ((s = kpc_request_read(ctx, src, &req)) != KPC_OK)
+    if ((s = read_request(ctx, src, &req)) != KPC_OK)
         return s;
     kpc_map_entry *entry;
-    s = kpc_request_acquire(ctx, &req, out, &entry);
+    s = acquire(ctx, &req, out, &entry);
     if (s != KPC_E_NOT_FOUND)
         return s;
     kpc_program *prog = NULL;
