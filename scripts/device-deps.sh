@@ -23,3 +23,32 @@ kpc_deps_use_unpacked() {
   done
   return 0
 }
+
+# kpc_ab_build TARGET...: each tree of an A/B comparison, .carry/ab/<name> (a copy of the
+# repository at one commit), built Release for the NVIDIA platform in /tmp/ab-<name> with
+# just the named targets; its names in KPC_AB_NAMES. Returns 1 (said) if one fails.
+kpc_ab_build() {
+  local n
+  KPC_AB_NAMES=$(ls .carry/ab)
+  for n in $KPC_AB_NAMES; do
+    cmake -S .carry/ab/$n -B /tmp/ab-$n -DCMAKE_BUILD_TYPE=Release -DKPC_BUILD_TESTS=OFF -DKPC_BUILD_BENCH=ON \
+      -DKPC_BUILD_MAN=OFF -DKPC_WERROR=OFF -DKPC_PLATFORM=nvidia >/dev/null &&
+      cmake --build /tmp/ab-$n -j"$(nproc)" --target "$@" >/dev/null || { echo "$n build failed"; return 1; }
+  done
+}
+
+# kpc_ab_alternate TIMES LABEL AWK BENCH [ARG...]: BENCH ARG... of each tree built by
+# kpc_ab_build (or of /tmp/ab-<name> for each name in KPC_AB_NAMES), the trees taking
+# turns TIMES times; a line each run: LABEL (if any), the tree's name, and what AWK
+# (fields split at tabs) prints of the run's output.
+kpc_ab_alternate() {
+  local times=$1 label=$2 prog=$3 bench=$4 i n
+  shift 4
+  for ((i = 0; i < times; i++)); do
+    for n in $KPC_AB_NAMES; do
+      printf '%s%s ' "${label:+$label }" "$n"
+      /tmp/ab-$n/bench/$bench "$@" 2>&1 | awk -F'\t' "$prog"
+      echo
+    done
+  done
+}

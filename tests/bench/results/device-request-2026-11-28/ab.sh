@@ -14,18 +14,7 @@ build() { # src dir
 }
 build .carry/base /tmp/ab-base || { echo "base build failed"; exit 1; }
 build . /tmp/ab-main || { echo "main build failed"; exit 1; }
-for i in 1 2 3; do
-  for b in base main; do
-    printf '%s ' "$b"
-    /tmp/ab-$b/bench/bench_xproc --fake --kernels 80 --runs 15 2>&1 |
-      awk -F'\t' '/^xproc_get\t|^xproc_get_warm_process\t|^xproc_request_check_floor\t|^xproc_page_fault\t/ {printf "%s %s  ", $1, $3}'
-    echo
-  done
-done
-for i in 1 2 3; do
-  for b in base main; do
-    printf '%s ' "$b"
-    /tmp/ab-$b/bench/bench_hit --fake --only 4096 --rounds 11 2>&1 | grep -E '^bench: 1 in-memory hit, 4 KB source' | head -2 | tr '\n' '|'
-    echo
-  done
-done
+KPC_AB_NAMES="base main"
+kpc_ab_alternate 3 '' '/^xproc_get\t|^xproc_get_warm_process\t|^xproc_request_check_floor\t|^xproc_page_fault\t/ {printf "%s %s  ", $1, $3}' \
+  bench_xproc --fake --kernels 80 --runs 15
+kpc_ab_alternate 3 '' '/^bench: 1 in-memory hit, 4 KB source/ && n++ < 2 {printf "%s|", $0}' bench_hit --fake --only 4096 --rounds 11
