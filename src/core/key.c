@@ -160,6 +160,7 @@ void kpc_key_prefix_init(kpc_key_prefix *pre, const uint8_t compiler_id[16], con
                          const char *target)
 {
     pre->options = kpc_options_for(platform);
+    pre->source_dir_searched = kpc_options_source_dir_searched(pre->options);
     memcpy(pre->compiler_id, compiler_id, 16);
     pre->platform = platform;
     pre->target = target;
@@ -241,8 +242,10 @@ static void compute_read(const kpc_key_prefix *pre, const kpc_source *src, const
         return;
     }
     uint8_t buf[KEY_BUF], *p = buf;
-    memcpy(p, pre->bytes, prefix);
-    p += prefix;
+    if (prefix) { /* a map's key has none: no call of memcpy for nothing on every hit */
+        memcpy(p, pre->bytes, prefix);
+        p += prefix;
+    }
     p = w_head(p, 'o', src->num_options); /* a count: the head alone */
     for (size_t i = 0; i < src->num_options; i++)
         p = i < KEY_OPTS ? w_put(p, 'O', src->options[i], olen[i]) : w_str(p, 'O', src->options[i]);

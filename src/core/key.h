@@ -18,6 +18,8 @@ typedef struct kpc_key_prefix {
     uint8_t compiler_id[16];
     const char *platform, *target;
     const kpc_option_table *options; /* the compiler's (platform/options.h) */
+    bool source_dir_searched;        /* kpc_options_source_dir_searched(options), read by
+                                        every request: asked once */
 } kpc_key_prefix;
 void kpc_key_prefix_init(kpc_key_prefix *pre, const uint8_t compiler_id[16], const char *platform,
                          const char *target);

@@ -135,15 +135,16 @@ static kpc_status read_options(const kpc_option_table *t, const kpc_source *src,
 
 /* Whether the compiler searches the directory of src's relative name: then what it
  * includes may be read from there. */
-static bool source_dir_searched(const kpc_source *src, const kpc_option_table *t, bool no_source_dir)
+static bool source_dir_searched(const kpc_source *src, bool compiler_searches, bool no_source_dir)
 {
-    return kpc_options_source_dir_searched(t) && !no_source_dir && (src->name == NULL || src->name[0] != '/');
+    return compiler_searches && !no_source_dir && (src->name == NULL || src->name[0] != '/');
 }
 
 /* The working-directory rule (request.h) on what read_options found. */
 static bool needs_cwd(const kpc_source *src, const kpc_option_table *t, bool relative, bool no_source_dir)
 {
-    return relative || (source_dir_searched(src, t, no_source_dir) && mentions_include(src));
+    return relative ||
+           (source_dir_searched(src, kpc_options_source_dir_searched(t), no_source_dir) && mentions_include(src));
 }
 
 bool kpc_request_needs_cwd(const kpc_source *src, const kpc_option_table *options)
@@ -177,7 +178,7 @@ static inline kpc_status read_request(const kpc_context *ctx, const kpc_source *
     /* the texts are scanned for an include only on a miss (kpc_request_acquire): on the
      * device machine the scan of a 4 KB source cost a hit four times its floor */
     req->needs_cwd = relative;
-    req->cwd_pending = !relative && source_dir_searched(src, t, no_source_dir);
+    req->cwd_pending = !relative && source_dir_searched(src, ctx->key_prefix.source_dir_searched, no_source_dir);
     if (req->needs_cwd)
         kpc_request_cwd(req->cwd);
     kpc_key_compute_map(&ctx->key_prefix, &ctx->map_secret, src, req->needs_cwd ? req->cwd : NULL,
