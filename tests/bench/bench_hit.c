@@ -111,27 +111,33 @@ static void shared_op(workload *w, pthread_mutex_t *m, uint64_t *acc)
 
 typedef void (*op_fn)(workload *, pthread_mutex_t *, uint64_t *);
 
+/* Seconds per op of one batch of n ops. */
+static double batch_s(op_fn op, workload *w, pthread_mutex_t *m, uint64_t *acc, size_t n)
+{
+    uint64_t t0 = bn_now_ns();
+    for (size_t i = 0; i < n; i++)
+        op(w, m, acc);
+    return (double)(bn_now_ns() - t0) / 1e9 / (double)n;
+}
+
+/* The ops in a batch of more than target_ns, found by doubling (doubles as the warm-up). */
+static size_t batch_size(op_fn op, workload *w, pthread_mutex_t *m, uint64_t *acc, double target_ns)
+{
+    size_t n = 1;
+    while (batch_s(op, w, m, acc, n) * 1e9 * (double)n <= target_ns && n <= (1u << 26))
+        n *= 2;
+    return n;
+}
+
 /* Seconds per op: median over rounds of batches sized to ~10 ms. */
 static double per_op(op_fn op, workload *w)
 {
     pthread_mutex_t m = PTHREAD_MUTEX_INITIALIZER;
     uint64_t acc = 0;
-    size_t n = 1;
-    for (;;) { /* calibrate (doubles as the warm-up) */
-        uint64_t t0 = bn_now_ns();
-        for (size_t i = 0; i < n; i++)
-            op(w, &m, &acc);
-        if (bn_now_ns() - t0 > 10000000u || n > (1u << 26))
-            break;
-        n *= 2;
-    }
+    size_t n = batch_size(op, w, &m, &acc, 10e6);
     double *v = calloc((size_t)rounds, sizeof *v);
-    for (int r = 0; r < rounds; r++) {
-        uint64_t t0 = bn_now_ns();
-        for (size_t i = 0; i < n; i++)
-            op(w, &m, &acc);
-        v[r] = (double)(bn_now_ns() - t0) / 1e9 / (double)n;
-    }
+    for (int r = 0; r < rounds; r++)
+        v[r] = batch_s(op, w, &m, &acc, n);
     sink += acc;
     double med = bn_median(v, (size_t)rounds);
     free(v);
@@ -148,25 +154,11 @@ static double paired_ratio(op_fn op_a, op_fn op_b, workload *w, double *a, doubl
 {
     pthread_mutex_t m = PTHREAD_MUTEX_INITIALIZER;
     uint64_t acc = 0;
-    op_fn ops[2] = {op_a, op_b};
-    size_t n[2] = {1, 1};
-    for (int k = 0; k < 2; k++)
-        for (;;) { /* calibrate each to ~5 ms a batch (doubles as the warm-up) */
-            uint64_t t0 = bn_now_ns();
-            for (size_t i = 0; i < n[k]; i++)
-                ops[k](w, &m, &acc);
-            if (bn_now_ns() - t0 > 5000000u || n[k] > (1u << 26))
-                break;
-            n[k] *= 2;
-        }
+    size_t na = batch_size(op_a, w, &m, &acc, 5e6), nb = batch_size(op_b, w, &m, &acc, 5e6);
     double *v = calloc(3 * (size_t)rounds, sizeof *v), *va = v, *vb = v + rounds, *vr = v + 2 * rounds;
     for (int r = 0; r < rounds; r++) {
-        for (int k = 0; k < 2; k++) {
-            uint64_t t0 = bn_now_ns();
-            for (size_t i = 0; i < n[k]; i++)
-                ops[k](w, &m, &acc);
-            (k ? vb : va)[r] = (double)(bn_now_ns() - t0) / 1e9 / (double)n[k];
-        }
+        va[r] = batch_s(op_a, w, &m, &acc, na);
+        vb[r] = batch_s(op_b, w, &m, &acc, nb);
         vr[r] = va[r] / vb[r];
     }
     sink += acc;
