@@ -28,6 +28,10 @@
  *                   from the disk tier, its decoding, the check of its entry (the 50
  *                   stats), the object record's read. Context rows, no goal: where the
  *                   time over the floor goes
+ *   the faults      the page faults (first writes of new memory) of the 50-file hit over
+ *                   those of the no-include hit of the same turn, median over the turns,
+ *                   beside what one costs a fresh process here (the "touch" helper: 64
+ *                   pages of a fresh mapping written once each, timed): context, no goal
  *   the reads       the manifest's record and its object's record read as the disk tier
  *                   reads a record (fstatat of its directory, openat, fstat, pread into
  *                   memory of its own, close), without kpc, in a fresh process, against
@@ -36,7 +40,7 @@
  *                   the manifest's record held its newest entry's object
  *
  * usage: bench_manifest [--rounds N] [--runs N]
- *        bench_manifest --helper files|memory|none|floor|mf|decode|check|object DIR HEADERS
+ *        bench_manifest --helper files|memory|none|floor|touch|mf|decode|check|object DIR HEADERS
  *        bench_manifest --helper reads BASE NAME[,NAME]
  *                                                                     (the fresh process)
  */
@@ -54,6 +58,8 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/mman.h>
+#include <sys/resource.h>
 #include <sys/stat.h>
 #include <sys/wait.h>
 #include <unistd.h>
@@ -205,11 +211,42 @@ static int step_helper(kpc_context *ctx, const kpc_source *src, const char *whic
     return 0;
 }
 
-/* The fresh process: prints "get_ns builds disk_hits". */
+/* The page faults this process has taken (the minor ones: pages it touched first). */
+static long minor_faults(void)
+{
+    struct rusage u;
+    return getrusage(RUSAGE_SELF, &u) == 0 ? u.ru_minflt : 0;
+}
+
+/* What a fresh process pays for a page of new memory: TOUCH_PAGES pages of a fresh
+ * anonymous mapping each written once, timed together. Prints "ns-per-page 0 1". */
+#define TOUCH_PAGES 64
+static int touch_helper(void)
+{
+    size_t page = (size_t)sysconf(_SC_PAGESIZE);
+    volatile char *m = mmap(NULL, TOUCH_PAGES * page, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+    if (m == MAP_FAILED)
+        return 1;
+    long f0 = minor_faults();
+    uint64_t t0 = bn_now_ns();
+    for (size_t i = 0; i < TOUCH_PAGES; i++)
+        m[i * page] = 1;
+    uint64_t t1 = bn_now_ns();
+    long faults = minor_faults() - f0;
+    munmap((void *)m, TOUCH_PAGES * page);
+    if (faults < TOUCH_PAGES)
+        return 1; /* not a fault a page: not what this measures */
+    printf("%llu 0 1\n", (unsigned long long)((t1 - t0) / TOUCH_PAGES));
+    return 0;
+}
+
+/* The fresh process: prints "get_ns builds disk_hits faults". */
 static int helper(const char *which, const char *dir, const char *hdir)
 {
     if (strcmp(which, "floor") == 0)
         return floor_helper(hdir);
+    if (strcmp(which, "touch") == 0)
+        return touch_helper();
     if (strcmp(which, "reads") == 0)
         return reads_helper(dir, hdir);
     requests r;
@@ -228,9 +265,11 @@ static int helper(const char *which, const char *dir, const char *hdir)
             kpc_cache_close(cache);
             return rc;
         }
+    long f0 = minor_faults();
     uint64_t t0 = bn_now_ns();
     kpc_status s = kpc_program_get(ctx, pick(&r, which), &p);
     uint64_t t1 = bn_now_ns();
+    long f1 = minor_faults();
     if (s != KPC_OK) {
         fprintf(stderr, "helper %s: %s\n%s", which, kpc_status_str(s), kpc_last_log());
         return 1;
@@ -238,8 +277,8 @@ static int helper(const char *which, const char *dir, const char *hdir)
     kpc_stats st;
     kpc_stats_get(cache, &st);
     kpc_program_release(p);
-    printf("%llu %llu %llu\n", (unsigned long long)(t1 - t0), (unsigned long long)st.builds,
-           (unsigned long long)st.disk_hits);
+    printf("%llu %llu %llu %ld\n", (unsigned long long)(t1 - t0), (unsigned long long)st.builds,
+           (unsigned long long)st.disk_hits, f1 - f0);
     kpc_context_destroy(ctx);
     kpc_cache_close(cache);
     return 0;
@@ -270,8 +309,9 @@ static double mem_hit_ns(kpc_context *ctx, const kpc_source *src, int rounds)
     return m;
 }
 
-/* One fresh process's get (its helper mode `which`): its ns. */
-static double helper_ns(const char *which, const char *dir, const char *hdir)
+/* One fresh process's get (its helper mode `which`): its ns; its page faults in *faults
+ * where it counts them (the gets) and faults is not NULL. */
+static double helper_counted(const char *which, const char *dir, const char *hdir, double *faults)
 {
     char self[4200];
     snprintf(self, sizeof self, "%s/bench_manifest", bn_self_dir());
@@ -292,11 +332,20 @@ static double helper_ns(const char *which, const char *dir, const char *hdir)
     int st;
     waitpid(pid, &st, 0);
     unsigned long long ns = 0, builds = 9, disk = 0;
-    if (n <= 0 || !WIFEXITED(st) || WEXITSTATUS(st) != 0 || sscanf(line, "%llu %llu %llu", &ns, &builds, &disk) != 3)
+    long fl = 0;
+    if (n <= 0 || !WIFEXITED(st) || WEXITSTATUS(st) != 0 ||
+        sscanf(line, "%llu %llu %llu %ld", &ns, &builds, &disk, &fl) < 3)
         bn_die("helper %s failed", which);
     if (builds != 0 || disk != 1)
         bn_die("helper %s: %llu builds, %llu disk hits: not a disk hit", which, builds, disk);
+    if (faults)
+        *faults = (double)fl;
     return (double)ns;
+}
+
+static double helper_ns(const char *which, const char *dir, const char *hdir)
+{
+    return helper_counted(which, dir, hdir, NULL);
 }
 
 /* A fresh process's get, median over runs (one warm-up run first, not counted). */
@@ -319,20 +368,23 @@ static double xproc_ns(const char *which, const char *dir, const char *hdir, int
  * device machine the three measured one after the other moved apart by up to 2x from
  * call to call (the floor alone 25 to 44 us); within a turn they see the same machine. */
 static double xproc_at_floor(const char *dir, const char *hdir, int runs, double *files, double *none,
-                             double *floor_ns)
+                             double *floor_ns, double *more_faults)
 {
-    double *v = calloc(4 * (size_t)runs, sizeof *v), *vf = v, *vn = v + runs, *vl = v + 2 * runs,
-           *over = v + 3 * runs;
+    double *v = calloc(5 * (size_t)runs, sizeof *v), *vf = v, *vn = v + runs, *vl = v + 2 * runs,
+           *over = v + 3 * runs, *vq = v + 4 * runs;
     for (int r = -1; r < runs; r++) {
-        double f = helper_ns("files", dir, hdir), n = helper_ns("none", dir, hdir), l = helper_ns("floor", dir, hdir);
+        double qf, qn, f = helper_counted("files", dir, hdir, &qf), n = helper_counted("none", dir, hdir, &qn),
+                       l = helper_ns("floor", dir, hdir);
         if (r < 0)
             continue;
         vf[r] = f, vn[r] = n, vl[r] = l;
         over[r] = f - n - l;
+        vq[r] = qf - qn;
     }
     *files = bn_median(vf, (size_t)runs);
     *none = bn_median(vn, (size_t)runs);
     *floor_ns = bn_median(vl, (size_t)runs);
+    *more_faults = bn_median(vq, (size_t)runs);
     double m = bn_median(over, (size_t)runs);
     free(v);
     return m;
@@ -446,7 +498,8 @@ int main(int argc, char **argv)
     reads_setup(ctx, &r.files, base, tdir, two, one);
     kpc_context_destroy(ctx);
     kpc_cache_close(cache);
-    double xp_files, xp_none, xp_floor, over = xproc_at_floor(dir, hdir, runs, &xp_files, &xp_none, &xp_floor);
+    double xp_files, xp_none, xp_floor, more_faults,
+        over = xproc_at_floor(dir, hdir, runs, &xp_files, &xp_none, &xp_floor, &more_faults);
     double xp_memory = xproc_ns("memory", dir, hdir, runs);
     row("manifest_mem_50", "7 in-memory hit, 50 included files", mem_files,
         "the 50 headers in memory", mem_memory);
@@ -495,6 +548,16 @@ int main(int argc, char **argv)
     bn_row("manifest_xproc_50_one_read_model", "7 model: the 50-file hit with its object in the manifest's record",
            vt, "no-include hit + floor", rt, ratio, "(context: a model, not a build; goal <= reference + 15 us)", -1,
            xp_files - (reads2 - reads1), "ns");
+    /* the pages the 50-file hit touches first and the no-include hit does not (median
+     * over the turns), at what one costs a fresh process here: the machine's price for
+     * the memory the files' path holds (the manifest, its decoded list, a second record) */
+    double touch = xproc_ns("touch", dir, hdir, runs);
+    bn_fmt_time(rt, sizeof rt, touch / 1e9);
+    snprintf(vt, sizeof vt, "%+.0f faults", more_faults);
+    snprintf(ratio, sizeof ratio, "= %.1f us", more_faults * touch / 1e3);
+    bn_row("manifest_xproc_50_faults", "7 new-process hit, 50 included files: page faults over the no-include hit",
+           vt, "a new page's first write, fresh process", rt, ratio, "(context: no goal)", -1, more_faults,
+           "faults");
     bn_cleanup(dir);
     return 0;
 }
