@@ -14,6 +14,9 @@
  *                be is refused without blocking, and the request is built
  *   faults       each system call of a manifest hit fails in turn (the fault seam): the
  *                right object or a status, never the object of another entry
+ *   carried      the outcome a manifest's record carries serves the hit without its own
+ *                record; carried damaged, or not carried (as an older kpc wrote it), the
+ *                own record serves it
  *
  * Every object is compared with a compile of the same request in an empty cache (the
  * bytes the compiler gives for the files as they are now). A file must be older than a
@@ -22,6 +25,8 @@
 #define _GNU_SOURCE
 #include "manifest_support.h"
 #include "support.h"
+#include "core/manifest.h"
+#include "storage/record.h"
 
 #include <errno.h>
 #include <fcntl.h>
@@ -68,6 +73,19 @@ static void *fresh(const kpc_source *src, size_t *size)
 static bool same(const void *a, size_t na, const void *b, size_t nb)
 {
     return na == nb && memcmp(a, b, na) == 0;
+}
+
+/* One get of src through a new handle on mf_dir: its code (malloc'd), and the handle's
+ * counts in *st. */
+static void *get_in_new_handle(const kpc_source *src, size_t *size, kpc_stats *st)
+{
+    kpc_cache *c = ts_open(mf_dir, 0, 0);
+    kpc_context *ctx = ts_context(c);
+    void *code = ts_get_code(ctx, src, size);
+    kpc_stats_get(c, st);
+    kpc_context_destroy(ctx);
+    kpc_cache_close(c);
+    return code;
 }
 
 /* One kpc_program_get_many of src alone; a malloc'd copy of its code. */
@@ -253,20 +271,15 @@ START_TEST(shadowing_header)
     ck_assert_int_eq(unlink(shadow), 0);
     kpc_context_destroy(ctx);
     kpc_cache_close(c);
-    c = ts_open(mf_dir, 0, 0);
-    ctx = ts_context(c);
     size_t n4;
-    void *again = ts_get_code(ctx, &src, &n4);
-    ck_assert(same(before, n1, again, n4));
     kpc_stats st;
-    kpc_stats_get(c, &st);
+    void *again = get_in_new_handle(&src, &n4, &st);
+    ck_assert(same(before, n1, again, n4));
     ck_assert_uint_eq(st.builds, 0);
     free(again);
     free(before);
     free(held);
     free(after);
-    kpc_context_destroy(ctx);
-    kpc_cache_close(c);
 }
 END_TEST
 
@@ -409,6 +422,90 @@ START_TEST(fail_every_call_of_a_manifest_hit)
 }
 END_TEST
 
+/* ---- the outcome a manifest's record carries --------------------------------------- */
+enum carried_form { CARRIED_AS_WRITTEN, CARRIED_DAMAGED, CARRIED_NONE };
+
+/* The manifest's record (bytes whole, size of them) written back to path in form: as it
+ * was, its carried record with its last byte flipped (the manifest's own checksum made
+ * again, so only the carried record's check can see it), or without the carried part. */
+static void put_manifest(const char *path, const uint8_t *bytes, size_t size, enum carried_form form)
+{
+    kpc_record r;
+    ck_assert_ptr_null(kpc_record_decode_header(bytes, size, &r));
+    ck_assert_uint_gt(r.names_size, 0);
+    const uint8_t *first = bytes + KPC_RECORD_HEADER;
+    uint8_t *carried = malloc(r.names_size);
+    memcpy(carried, first + r.code_size, r.names_size);
+    if (form == CARRIED_DAMAGED)
+        carried[r.names_size - 1] ^= 0xff;
+    if (form == CARRIED_NONE)
+        r.names_size = 0;
+    size_t n = KPC_RECORD_HEADER + r.code_size + r.names_size;
+    uint8_t *out = malloc(n);
+    kpc_record_header(out, &r, first, carried);
+    memcpy(out + KPC_RECORD_HEADER, first, r.code_size);
+    memcpy(out + KPC_RECORD_HEADER + r.code_size, carried, r.names_size);
+    ts_write_file(path, out, n);
+    free(out);
+    free(carried);
+}
+
+START_TEST(carried_outcome)
+{
+    mf_put("c/h.h", "typedef float real;\n");
+    mf_settle();
+    char inc[4300];
+    snprintf(inc, sizeof inc, "-I%s/c", mf_work);
+    const char *opts[] = {inc};
+    kpc_source src = request(opts, 1);
+    kpc_cache *c = ts_open(mf_dir, 0, 0);
+    kpc_context *ctx = ts_context(c);
+    size_t want_size;
+    void *want = ts_get_code(ctx, &src, &want_size);
+    kpc_key key;
+    ts_key(ctx, &src, &key);
+    kpc_context_destroy(ctx);
+    kpc_cache_close(c);
+    /* the manifest's record, and the object's own beside it */
+    char mf[4300], co[4300];
+    ts_record_path(mf_dir, ts_target(), &key, "mf", mf, sizeof mf);
+    size_t mf_size;
+    uint8_t *written = ts_read_file(mf, &mf_size);
+    kpc_record r;
+    ck_assert_ptr_null(kpc_record_decode_header(written, mf_size, &r));
+    kpc_manifest m;
+    ck_assert_int_eq(kpc_manifest_decode(written + KPC_RECORD_HEADER, r.code_size, &m), KPC_OK);
+    ts_record_path(mf_dir, ts_target(), &m.entries[0].object, "co", co, sizeof co);
+    kpc_manifest_free(&m);
+    struct stat sb;
+    ck_assert_int_eq(stat(co, &sb), 0);
+    /* each form in a new handle: the same object, from disk, nothing built; as written,
+     * with the object's own record gone first */
+    const enum carried_form forms[] = {CARRIED_DAMAGED, CARRIED_NONE, CARRIED_AS_WRITTEN};
+    for (size_t i = 0; i < sizeof forms / sizeof forms[0]; i++) {
+        put_manifest(mf, written, mf_size, forms[i]);
+        if (forms[i] == CARRIED_AS_WRITTEN)
+            ck_assert_int_eq(unlink(co), 0);
+        size_t n;
+        kpc_stats st;
+        void *code = get_in_new_handle(&src, &n, &st);
+        ck_assert_msg(same(code, n, want, want_size), "form %zu: another object", i);
+        ck_assert_uint_eq(st.builds, 0);
+        ck_assert_uint_eq(st.disk_hits, 1);
+        free(code);
+    }
+    /* neither the own record nor the carried one: built again (what the forms above
+     * would have come to without the record each was served from) */
+    put_manifest(mf, written, mf_size, CARRIED_NONE);
+    size_t n;
+    kpc_stats st;
+    free(get_in_new_handle(&src, &n, &st));
+    ck_assert_uint_eq(st.builds, 1);
+    free(written);
+    free(want);
+}
+END_TEST
+
 static Suite *suite(void)
 {
     Suite *s = suite_create("manifest_edges");
@@ -421,6 +518,7 @@ static Suite *suite(void)
     tcase_add_test(tc, fifo_header_refused);
     tcase_add_test(tc, fifo_record_and_manifest);
     tcase_add_test(tc, fail_every_call_of_a_manifest_hit);
+    tcase_add_test(tc, carried_outcome);
     suite_add_tcase(s, tc);
     return s;
 }

@@ -53,6 +53,10 @@
 #define KPC_MANIFEST_MAX_ENTRIES 16          /* entry lists per manifest; the oldest goes */
 #define KPC_MANIFEST_MAX_FILES 65536         /* files per entry list */
 #define KPC_MANIFEST_MAX_BYTES (64u << 20)   /* an encoded manifest */
+/* The outcome of a manifest's newest entry travels in the manifest's record (its second
+ * part: core/manifest_seen.h) up to this size of its payload; a larger one is read from
+ * its own record, where reading costs its bytes more than the second open does. */
+#define KPC_MANIFEST_CARRY_MAX (1u << 20)
 
 /* One file a compile read, as it was when the outcome was recorded, or one lookup that
  * missed (absent: only the path means anything): what the recorder fills and what the

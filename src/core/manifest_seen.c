@@ -3,6 +3,14 @@
  * (core/manifest_seen.h): read and matched once by each look of core/resolve.c, and
  * recorded into by the request's build from what that look read, not read a second time.
  * Each call enters core/manifest.c once.
+ *
+ * A manifest's record carries, as its second part, the whole record of its newest
+ * entry's outcome (written by core/resolve.c up to KPC_MANIFEST_CARRY_MAX): a hit on that
+ * entry, the usual one, takes the outcome from there and opens no second record. It is
+ * checked as a record read from a tier is (storage/record.h: its key, target, kind and
+ * checksum); one that is not the matching entry's, or fails a check, leaves the hit to
+ * read the outcome's own record, which every writable tier keeps as before. A reader
+ * that predates the second part reads the manifest from the first and never sees it.
  */
 #include "core/manifest_seen.h"
 #include "core/cache.h"
@@ -10,6 +18,7 @@
 #include "storage/tier.h"
 
 #include <stdlib.h>
+#include <string.h>
 
 void kpc_seen_manifest_free(kpc_seen_manifest *sm)
 {
@@ -17,10 +26,19 @@ void kpc_seen_manifest_free(kpc_seen_manifest *sm)
     sm->read = false;
 }
 
+/* The outcome a manifest's record carries: its whole record's bytes (malloc'd), and the
+ * tier the manifest came from. */
+typedef struct carried {
+    void *bytes;
+    size_t size;
+    kpc_tier *from;
+} carried;
+
 /* Read the manifest under key into sm (what it held before is freed first) and, with
- * match, find the entry whose files match now (manifest.h: kpc_manifest_lookup). */
+ * match, find the entry whose files match now (manifest.h: kpc_manifest_lookup); the
+ * outcome its record carries into *c where c is not NULL. */
 static void look_up_manifest(kpc_context *ctx, const kpc_key *key, kpc_seen_manifest *sm,
-                             kpc_manifest_match_out *match)
+                             kpc_manifest_match_out *match, carried *c)
 {
     if (sm->m.bytes) /* what an earlier look held (an empty one needs no call) */
         kpc_manifest_free(&sm->m);
@@ -28,11 +46,25 @@ static void look_up_manifest(kpc_context *ctx, const kpc_key *key, kpc_seen_mani
     if (match)
         match->found = false;
     kpc_record rec;
+    kpc_tier *from;
+    kpc_tiers *tiers = &ctx->cache->tiers;
+    if (kpc_tier_read(tiers, key, ctx->target, KPC_RECORD_MANIFEST, &rec, &from) != KPC_OK)
+        return;
     /* accepted as read (a hit of its tier, copied above it): a manifest answers no
      * request by itself, and every outcome it leads to is checked against the request */
-    if (kpc_tier_read(&ctx->cache->tiers, key, ctx->target, KPC_RECORD_MANIFEST, &rec, NULL) != KPC_OK)
-        return;
-    kpc_status s = kpc_manifest_lookup(rec.payload, rec.code_size, &sm->m, match);
+    kpc_tier_accept(tiers, from, &rec);
+    /* the two parts apart: the manifest's bytes, which the lookup takes (and a program may
+     * keep with its files for as long as it lives), copied out (the smaller part, most
+     * often: a list of files against a code object), and the carried record moved to
+     * the head of the bytes read, where it is taken in place */
+    void *bytes = rec.payload;
+    if (c && rec.names_size && (bytes = malloc(rec.code_size + 1)) != NULL) {
+        memcpy(bytes, rec.payload, rec.code_size);
+        memmove(rec.payload, (char *)rec.payload + rec.code_size, rec.names_size);
+        *c = (carried){rec.payload, rec.names_size, from};
+    } else if (bytes == NULL)
+        bytes = rec.payload; /* out of memory: the outcome is read from its own record */
+    kpc_status s = kpc_manifest_lookup(bytes, rec.code_size, &sm->m, match);
     rec.payload = NULL; /* taken */
     /* a match freed the manifest: a build after it (its record refused) reads it again;
      * one unreadable or of an older format is replaced by what the build records */
@@ -52,10 +84,32 @@ kpc_status kpc_seen_manifest_read(kpc_context *ctx, const kpc_key *key, kpc_seen
                                   kpc_record *rec, kpc_deps **deps, kpc_tier **from)
 {
     kpc_manifest_match_out e;
-    look_up_manifest(ctx, key, sm, &e);
-    if (!e.found)
+    carried c = {NULL, 0, NULL};
+    look_up_manifest(ctx, key, sm, &e, &c);
+    if (!e.found) {
+        free(c.bytes);
         return KPC_E_NOT_FOUND;
+    }
     uint32_t kind = e.outcome == KPC_MANIFEST_LOG ? KPC_RECORD_LOG : KPC_RECORD_CODE;
+    /* the carried outcome, where it is the matching entry's (kpc_record_take frees the
+     * bytes it refuses: another entry's, or damaged) */
+    const char *why = c.bytes ? kpc_record_take(c.bytes, c.size, &e.object, ctx->target, kind, rec) : "";
+    if (why == NULL) {
+        /* the room the manifest's part took, given back (the program keeps the payload) */
+        size_t size = rec->code_size + rec->names_size + rec->request_size,
+               request = rec->request ? (size_t)((const char *)rec->request - (char *)rec->payload) : 0;
+        void *fit = realloc(rec->payload, size ? size : 1);
+        if (fit) {
+            rec->payload = fit;
+            rec->request = rec->request ? (char *)fit + request : NULL;
+        }
+        *deps = e.deps;
+        *from = c.from;
+        return KPC_OK;
+    }
+    if (c.bytes)
+        KPC_LOG(KPC_LOG_DEBUG, "the outcome a manifest carries for %s is not taken (%s): its own record "
+                "is read", ctx->target, why);
     kpc_status s = kpc_tier_read(&ctx->cache->tiers, &e.object, ctx->target, kind, rec, from);
     if (s != KPC_OK)
         kpc_manifest_deps_free(e.deps);
@@ -69,7 +123,7 @@ kpc_status kpc_seen_manifest_record(kpc_context *ctx, const kpc_key *key, kpc_se
                                     kpc_key *object, void **buf, size_t *size)
 {
     if (!sm->read)
-        look_up_manifest(ctx, key, sm, NULL);
+        look_up_manifest(ctx, key, sm, NULL, NULL);
     /* nothing held (no manifest, or one unreadable): the new one has this entry alone */
     kpc_status s = kpc_manifest_record_build(&sm->m, key, b, outcome, deps, object, buf, size);
     sm->read = false;

@@ -100,14 +100,30 @@ typedef struct kpc_manifest_bytes {
     size_t size;
 } kpc_manifest_bytes;
 
-/* The manifest mf under key, in every writable tier. */
+/* A fresh outcome: its record and its parts, and how the claim ends when it is stored. */
+typedef struct outcome {
+    kpc_record *rec;
+    const void *first, *second;
+    kpc_claim_outcome done;   /* READY (a CODE record) or FAILED (a LOG record) */
+} outcome;
+
+/* The manifest mf under key, in every writable tier, with o's record whole as its second
+ * part (core/manifest_seen.h) when it is small enough: the hit through the manifest then
+ * reads one record. A reader that predates that part reads the first alone. */
 static kpc_status write_manifest(kpc_context *ctx, const kpc_key *key, const kpc_source *src,
-                                 const kpc_manifest_bytes *mf)
+                                 const kpc_manifest_bytes *mf, const outcome *o)
 {
     kpc_record head;
     fill_record(&head, ctx, key, src, KPC_RECORD_MANIFEST);
     head.code_size = mf->size;
-    return kpc_tier_write(&ctx->cache->tiers, NULL, &head, mf->buf, NULL);
+    void *carried = NULL;
+    size_t size = 0;
+    if (o->rec->code_size + o->rec->names_size + o->rec->request_size <= KPC_MANIFEST_CARRY_MAX &&
+        kpc_record_encode(o->rec, o->first, o->second, &carried, &size) == KPC_OK)
+        head.names_size = size;
+    kpc_status s = kpc_tier_write(&ctx->cache->tiers, NULL, &head, mf->buf, carried);
+    free(carried);
+    return s;
 }
 
 /* The files the compile read, recorded now, the key its outcome goes under and the
@@ -156,12 +172,6 @@ static char *failed_log(kpc_context *ctx, const kpc_key *key, const kpc_source *
  * or could not be stored. Under the request key (no deps) the record also reaches the
  * lease's tier through the claim's finish; under an object key it is written to every
  * writable tier and its manifest entry added (a lease never gets such a record). */
-typedef struct outcome {
-    kpc_record *rec;
-    const void *first, *second;
-    kpc_claim_outcome done;   /* READY (a CODE record) or FAILED (a LOG record) */
-} outcome;
-
 static void store_outcome(kpc_context *ctx, const kpc_key *key, const kpc_source *src, kpc_claim *claim,
                           bool keep, const kpc_deps *deps, const kpc_manifest_bytes *mf, const outcome *o)
 {
@@ -173,7 +183,7 @@ static void store_outcome(kpc_context *ctx, const kpc_key *key, const kpc_source
         kpc_claim_finish(claim, stored ? o->done : KPC_CLAIM_UNSTORED, o->rec, o->first, o->second);
     } else {
         bool stored = kpc_tier_write(tiers, NULL, o->rec, o->first, o->second) == KPC_OK &&
-                      write_manifest(ctx, key, src, mf) == KPC_OK;
+                      write_manifest(ctx, key, src, mf, o) == KPC_OK;
         kpc_claim_finish(claim, stored ? o->done : KPC_CLAIM_UNSTORED, NULL, NULL, NULL);
     }
 }

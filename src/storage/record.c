@@ -133,6 +133,25 @@ void kpc_record_header(uint8_t h[KPC_RECORD_HEADER], const kpc_record *r, const 
     encode_header(h, r, XXH3_64bits_digest(&sum));
 }
 
+kpc_status kpc_record_encode(const kpc_record *r, const void *first, const void *second, void **buf,
+                             size_t *size)
+{
+    size_t n = KPC_RECORD_HEADER + r->code_size + r->names_size + r->request_size;
+    uint8_t *b = malloc(n);
+    if (b == NULL)
+        return KPC_E_NOMEM;
+    kpc_record_header(b, r, first, second);
+    uint8_t *p = b + KPC_RECORD_HEADER;
+    memcpy(p, first, r->code_size);
+    if (r->names_size)
+        memcpy(p + r->code_size, second, r->names_size);
+    if (r->request_size)
+        memcpy(p + r->code_size + r->names_size, r->request, r->request_size);
+    *buf = b;
+    *size = n;
+    return KPC_OK;
+}
+
 const char *kpc_record_take(void *buf, size_t size, const kpc_key *key, const char *target,
                             uint32_t kind, kpc_record *out)
 {

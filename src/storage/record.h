@@ -61,6 +61,10 @@ void kpc_record_free(kpc_record *r);
  * checksums computed here. A writer writes those three parts after the header. */
 void kpc_record_header(uint8_t h[KPC_RECORD_HEADER], const kpc_record *r, const void *first,
                        const void *second);
+/* The whole record (header, then first, second and r->request) in one buffer (*buf,
+ * malloc'd, *size bytes): what a tier stores as one value. KPC_E_NOMEM. */
+kpc_status kpc_record_encode(const kpc_record *r, const void *first, const void *second, void **buf,
+                             size_t *size);
 /* Decode and check a header alone (avail bytes at h); NULL when good, else why not. */
 const char *kpc_record_decode_header(const uint8_t *h, size_t avail, kpc_record *r);
 /* Check a whole record (header + payload, size bytes at buf, malloc'd) against what

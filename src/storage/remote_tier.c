@@ -75,21 +75,14 @@ static void tier_finish(kpc_tier *t, kpc_tier_lease *tl, enum kpc_tier_outcome h
                         const void *first, const void *second)
 {
     kpc_remote_lease *lease = (kpc_remote_lease *)tl;
-    size_t payload = rec ? rec->code_size + rec->names_size + rec->request_size : 0;
-    uint8_t *buf = how != KPC_TIER_ABANDON && rec ? malloc(KPC_RECORD_HEADER + payload) : NULL;
-    if (buf == NULL) {
+    void *buf = NULL;
+    size_t size = 0;
+    /* the disk record's bytes exactly (storage/record.h) */
+    if (how == KPC_TIER_ABANDON || rec == NULL || kpc_record_encode(rec, first, second, &buf, &size) != KPC_OK) {
         kpc_remote_release(of(t), lease);
         return;
     }
-    /* the disk record's bytes exactly: header, then the code (or log), the names and the
-     * request section (storage/record.h) */
-    kpc_record_header(buf, rec, first, second);
-    memcpy(buf + KPC_RECORD_HEADER, first, rec->code_size);
-    if (rec->names_size)
-        memcpy(buf + KPC_RECORD_HEADER + rec->code_size, second, rec->names_size);
-    if (rec->request_size)
-        memcpy(buf + KPC_RECORD_HEADER + rec->code_size + rec->names_size, rec->request, rec->request_size);
-    kpc_remote_publish(of(t), lease, &rec->key, rec->kind, buf, KPC_RECORD_HEADER + payload);
+    kpc_remote_publish(of(t), lease, &rec->key, rec->kind, buf, size);
     free(buf);
 }
 

@@ -10,8 +10,9 @@
  *                   a stat of each of the 50 (their size, mtime and ctime vouch for the
  *                   content: no re-hash; they are older than a second)
  *   new process     kpc_program_get alone in a fresh process (fork + exec of this
- *                   program in its helper mode), which reads the manifest and then the
- *                   record from disk; median over --runs processes after a warm-up.
+ *                   program in its helper mode), which reads the manifest's record from
+ *                   disk (the object it leads to carried in it); median over --runs
+ *                   processes after a warm-up.
  *                   The 50-file hit, the no-include hit and the floor run in turn, a
  *                   process each, and the figure over the floor is the median over the
  *                   turns of each turn's own difference (xproc_at_floor).
@@ -26,22 +27,16 @@
  *   the steps       the parts of the 50-file hit, each timed in a fresh process of its
  *                   own after the parts before it (untimed): the manifest record's read
  *                   from the disk tier, its decoding, the check of its entry (the 50
- *                   stats), the object record's read. Context rows, no goal: where the
- *                   time over the floor goes
+ *                   stats), the object taken from the record the manifest's record carries
+ *                   (no second read). Context rows, no goal: where the time over the
+ *                   floor goes
  *   the faults      the page faults (first writes of new memory) of the 50-file hit over
  *                   those of the no-include hit of the same turn, median over the turns,
  *                   beside what one costs a fresh process here (the "touch" helper: 64
  *                   pages of a fresh mapping written once each, timed): context, no goal
- *   the reads       the manifest's record and its object's record read as the disk tier
- *                   reads a record (fstatat of its directory, openat, fstat, pread into
- *                   memory of its own, close), without kpc, in a fresh process, against
- *                   the same bytes in one file: what the design's second read costs the
- *                   machine. With it, a model (context, not a build): the 50-file hit if
- *                   the manifest's record held its newest entry's object
  *
  * usage: bench_manifest [--rounds N] [--runs N]
  *        bench_manifest --helper files|memory|none|floor|touch|mf|decode|check|object DIR HEADERS
- *        bench_manifest --helper reads BASE NAME[,NAME]
  *                                                                     (the fresh process)
  */
 #define _GNU_SOURCE
@@ -144,38 +139,6 @@ static int floor_helper(const char *hdir)
     return 0;
 }
 
-/* The records named (comma-separated, each "<dir>/<file>" under base) read as the disk
- * tier reads a record, base opened first and held (as the tier holds v1/<target>), each
- * buffer kept (as a hit keeps it); timed alone. Prints "ns 0 1". */
-static int reads_helper(const char *base, const char *names)
-{
-    char list[4096];
-    snprintf(list, sizeof list, "%s", names);
-    int at = open(base, O_PATH | O_DIRECTORY | O_CLOEXEC);
-    if (at < 0)
-        return 1;
-    free(malloc(1)); /* the heap made, as in a process that has opened a cache */
-    bool ok = true;
-    uint64_t t0 = bn_now_ns();
-    for (char *save = NULL, *name = strtok_r(list, ",", &save); name && ok; name = strtok_r(NULL, ",", &save)) {
-        struct stat st;
-        *strchr(name, '/') = '\0';
-        ok = fstatat(at, name, &st, AT_SYMLINK_NOFOLLOW) == 0 && S_ISDIR(st.st_mode);
-        name[strlen(name)] = '/';
-        int fd = ok ? openat(at, name, O_RDONLY | O_CLOEXEC | O_NOFOLLOW | O_NONBLOCK) : -1;
-        char *buf = fd >= 0 && fstat(fd, &st) == 0 ? malloc((size_t)st.st_size + 1) : NULL;
-        ok = buf && pread(fd, buf, (size_t)st.st_size, 0) == st.st_size;
-        if (fd >= 0)
-            close(fd);
-    }
-    uint64_t t1 = bn_now_ns();
-    close(at);
-    if (!ok)
-        return 1;
-    printf("%llu 0 1\n", (unsigned long long)(t1 - t0));
-    return 0;
-}
-
 /* The steps of the 50-file hit, in order (the "the steps" rows). */
 static const char *const steps[] = {"mf", "decode", "check", "object"};
 enum { STEPS = sizeof steps / sizeof steps[0] };
@@ -198,7 +161,15 @@ static int step_helper(kpc_context *ctx, const kpc_source *src, const char *whic
     t[2] = bn_now_ns();
     ok = ok && (e = kpc_manifest_match(&m)) != NULL;
     t[3] = bn_now_ns();
-    ok = ok && kpc_tier_read(tiers, &e->object, ctx->target, KPC_RECORD_CODE, &object, NULL) == KPC_OK;
+    /* the object as core/manifest_seen.c takes it: the record the manifest's record
+     * carries, moved to the head of the bytes read and checked there (the entry holds
+     * its object key: the manifest's bytes are not read again) */
+    ok = ok && mf.names_size > 0;
+    if (ok) {
+        memmove(mf.payload, (char *)mf.payload + mf.code_size, mf.names_size);
+        ok = kpc_record_take(mf.payload, mf.names_size, &e->object, ctx->target, KPC_RECORD_CODE, &object) == NULL;
+        mf.payload = NULL; /* taken, or freed */
+    }
     t[4] = bn_now_ns();
     if (!ok)
         return 1;
@@ -247,8 +218,6 @@ static int helper(const char *which, const char *dir, const char *hdir)
         return floor_helper(hdir);
     if (strcmp(which, "touch") == 0)
         return touch_helper();
-    if (strcmp(which, "reads") == 0)
-        return reads_helper(dir, hdir);
     requests r;
     make_requests(&r, hdir);
     kpc_config cfg = {.struct_size = sizeof cfg, .cache_dir = dir};
@@ -390,59 +359,6 @@ static double xproc_at_floor(const char *dir, const char *hdir, int runs, double
     return m;
 }
 
-/* The bytes of the file at path (malloc'd, *size of them). */
-static void *file_bytes(const char *path, size_t *size)
-{
-    FILE *f = fopen(path, "rb");
-    char *b = malloc(1 << 20);
-    *size = f ? fread(b, 1, 1 << 20, f) : 0;
-    if (f == NULL || *size == 0 || ferror(f))
-        bn_die("read %s failed", path);
-    fclose(f);
-    return b;
-}
-
-/* The "reads" rows' files: the files request's manifest record and its entry's object
- * record where they lie in the cache (their names relative to the target's directory,
- * comma-separated, in two; that directory in tdir), and their bytes together in one file
- * under base (its name relative to base in one). */
-static void reads_setup(kpc_context *ctx, const kpc_source *src, const char *base, char tdir[4400],
-                        char two[256], char one[256])
-{
-    const kpc_root *root = kpc_store_root(kpc_store_of_tier(kpc_tier_host_disk(&ctx->cache->tiers)));
-    kpc_key key[2];
-    kpc_key_compute_prefixed(&ctx->key_prefix, src, &key[0]);
-    kpc_record mf;
-    kpc_manifest m;
-    if (kpc_tier_read(&ctx->cache->tiers, &key[0], ctx->target, KPC_RECORD_MANIFEST, &mf, NULL) != KPC_OK ||
-        kpc_manifest_decode(mf.payload, mf.code_size, &m) != KPC_OK || m.count != 1)
-        bn_die("the manifest of the files request is not what the benchmark built");
-    key[1] = m.entries[0].object;
-    kpc_manifest_free(&m);
-    kpc_record_free(&mf);
-    if (kpc_root_target_dir(root, ctx->target, tdir, 4400) != 0)
-        bn_die("no target directory");
-    size_t at = strlen(tdir) + 1, size[2], n = 0;
-    void *bytes[2];
-    char path[4700];
-    for (int i = 0; i < 2; i++) {
-        if (kpc_root_record_path(root, &key[i], ctx->target, i ? "co" : "mf", path, sizeof path, NULL, 0) != 0)
-            bn_die("no record path");
-        bytes[i] = file_bytes(path, &size[i]);
-        n += (size_t)snprintf(two + n, 256 - n, "%s%s", i ? "," : "", path + at);
-    }
-    snprintf(one, 256, "both/records");
-    snprintf(path, sizeof path, "%s/both", base);
-    if (kpc__mkdir_p(path, 0700) != 0)
-        bn_die("mkdir %s failed", path);
-    bytes[0] = realloc(bytes[0], size[0] + size[1]);
-    memcpy((char *)bytes[0] + size[0], bytes[1], size[1]);
-    snprintf(path, sizeof path, "%s/%s", base, one);
-    bn_write_file(path, bytes[0], size[0] + size[1]);
-    free(bytes[0]);
-    free(bytes[1]);
-}
-
 static void row(const char *id, const char *figure, double value_ns, const char *reference,
                 double ref_ns)
 {
@@ -492,10 +408,6 @@ int main(int argc, char **argv)
     double mem_files = mem_hit_ns(ctx, &r.files, rounds);
     double mem_memory = mem_hit_ns(ctx, &r.memory, rounds);
     double mem_none = mem_hit_ns(ctx, &r.none, rounds);
-    char base[4200], tdir[4400], two[256], one[256];
-    snprintf(base, sizeof base, "%s", dir);
-    strcpy(strrchr(base, '/'), "/reads");
-    reads_setup(ctx, &r.files, base, tdir, two, one);
     kpc_context_destroy(ctx);
     kpc_cache_close(cache);
     double xp_files, xp_none, xp_floor, more_faults,
@@ -532,22 +444,11 @@ int main(int argc, char **argv)
                                                 "manifest_step_check", "manifest_step_object"};
     static const char *const step_figs[STEPS] = {
         "7 new-process hit, step: the manifest record's read", "7 new-process hit, step: its decoding",
-        "7 new-process hit, step: its entry's check (50 stats)", "7 new-process hit, step: the object record's read"};
+        "7 new-process hit, step: its entry's check (50 stats)",
+        "7 new-process hit, step: the object taken from the manifest's record"};
     for (int i = 0; i < STEPS; i++)
         row(step_ids[i], step_figs[i], xproc_ns(steps[i], dir, hdir, runs), "50-file hit over the no-include hit",
             xp_files - xp_none);
-    /* the second record read against one read of the same bytes, without kpc; and the
-     * 50-file hit as it would be with one read (a model: the difference taken off) */
-    double reads2 = xproc_ns("reads", tdir, two, runs), reads1 = xproc_ns("reads", base, one, runs);
-    row("manifest_reads_two", "7 new process: the manifest's and its object's records read, no kpc", reads2,
-        "the same bytes in one file, read once", reads1);
-    over -= reads2 - reads1;
-    snprintf(ratio, sizeof ratio, "%+.1f us", over / 1e3);
-    bn_fmt_time(rt, sizeof rt, (xp_none + xp_floor) / 1e9);
-    bn_fmt_time(vt, sizeof vt, (xp_files - (reads2 - reads1)) / 1e9);
-    bn_row("manifest_xproc_50_one_read_model", "7 model: the 50-file hit with its object in the manifest's record",
-           vt, "no-include hit + floor", rt, ratio, "(context: a model, not a build; goal <= reference + 15 us)", -1,
-           xp_files - (reads2 - reads1), "ns");
     /* the pages the 50-file hit touches first and the no-include hit does not (median
      * over the turns), at what one costs a fresh process here: the machine's price for
      * the memory the files' path holds (the manifest, its decoded list, a second record) */
