@@ -113,8 +113,13 @@ static const row nvrtc_rows[] = {
 static const kpc_option_table hiprtc = {"hiprtc", false, hiprtc_rows};
 static const kpc_option_table nvrtc = {"nvrtc", true, nvrtc_rows};
 
+static void names_ready(void);
+
 const kpc_option_table *kpc_options_for(const char *platform)
 {
+    /* the rows' index is made by whoever takes a table (a context, when it is made), not
+     * by the first request that has an option */
+    names_ready();
     /* the platform's name, its compiler's ("NVRTC", "hipRTC") or a drop-in's ("kpc-nvrtc") */
     if (strcasecmp(platform, "nvidia") == 0 || strcasestr(platform, "nvrtc") != NULL)
         return &nvrtc;
@@ -193,10 +198,15 @@ static void fill_names(void)
     atomic_store_explicit(&names_filled, true, memory_order_release);
 }
 
-bool kpc_option_may_name_path_or_target(const char *opt)
+static void names_ready(void)
 {
     if (!atomic_load_explicit(&names_filled, memory_order_acquire))
         pthread_once(&names_once, fill_names);
+}
+
+bool kpc_option_may_name_path_or_target(const char *opt)
+{
+    names_ready();
     return opt != NULL && opt[0] == '-' && names_path_or_target_at[(unsigned char)opt[1]];
 }
 
