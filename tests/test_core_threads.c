@@ -1,7 +1,8 @@
 /*
  * test_core_threads.c - the core library under threads, through real
  * compiles: eight threads asking three sources build each once, a failing source
- * compiles once, the last log is per thread, the LRU drops only the map's reference.
+ * compiles once, the last log is per thread, the LRU drops only the map's reference,
+ * and the hits of more threads than there are hit counters are each counted once.
  */
 #define _GNU_SOURCE
 #include "support.h"
@@ -167,10 +168,65 @@ START_TEST(lru_drops_the_map_reference_only)
 }
 END_TEST
 
+/* ---- every hit counted, with more threads than the cache has hit counters ------------ */
+#define COUNTED_THREADS (KPC_HIT_SLOTS + 16)
+#define COUNTED_HITS 500
+
+typedef struct hit_arg {
+    kpc_context *ctx;
+    const kpc_source *src;
+    pthread_barrier_t *barrier;
+    int failures;
+} hit_arg;
+
+static void *hit_many(void *p)
+{
+    hit_arg *a = p;
+    pthread_barrier_wait(a->barrier);
+    for (int i = 0; i < COUNTED_HITS; i++) {
+        kpc_program *prog = NULL;
+        a->failures += kpc_program_get(a->ctx, a->src, &prog) != KPC_OK;
+        kpc_program_release(prog);
+    }
+    return NULL;
+}
+
+START_TEST(every_hit_counted_with_counters_shared)
+{
+    kpc_cache *c = ts_open(dir, KPC_NO_DISK, 0);
+    kpc_context *ctx = ts_context(c);
+    kpc_source src = ts_src(ts_kernel_source(30), "counted.hip");
+    kpc_program *built;
+    ck_assert_int_eq(kpc_program_get(ctx, &src, &built), KPC_OK); /* the build: no hit */
+    kpc_program_release(built);
+    /* together, 16 threads more than there are counters (core/cache.h): some counters
+     * are written by two threads at once */
+    static pthread_t t[COUNTED_THREADS];
+    static hit_arg args[COUNTED_THREADS];
+    pthread_barrier_t barrier;
+    pthread_barrier_init(&barrier, NULL, COUNTED_THREADS);
+    for (int i = 0; i < COUNTED_THREADS; i++) {
+        args[i] = (hit_arg){.ctx = ctx, .src = &src, .barrier = &barrier};
+        ck_assert_int_eq(pthread_create(&t[i], NULL, hit_many, &args[i]), 0);
+    }
+    for (int i = 0; i < COUNTED_THREADS; i++) {
+        pthread_join(t[i], NULL);
+        ck_assert_int_eq(args[i].failures, 0);
+    }
+    pthread_barrier_destroy(&barrier);
+    kpc_stats st = stats_of(c);
+    ck_assert_uint_eq(st.builds, 1);
+    ck_assert_uint_eq(st.mem_hits, (uint64_t)COUNTED_THREADS * COUNTED_HITS);
+    kpc_context_destroy(ctx);
+    kpc_cache_close(c);
+}
+END_TEST
+
 int main(void)
 {
     const TTest *tests[] = {eight_threads_three_sources_three_builds,
                             eight_threads_failing_source_one_compile, last_log_is_per_thread,
-                            lru_drops_the_map_reference_only, NULL};
+                            lru_drops_the_map_reference_only, every_hit_counted_with_counters_shared,
+                            NULL};
     return ts_main_case("core", "compile", 120, setup, teardown, tests);
 }
