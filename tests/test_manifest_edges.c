@@ -15,8 +15,8 @@
  *   faults       each system call of a manifest hit fails in turn (the fault seam): the
  *                right object or a status, never the object of another entry
  *   carried      the outcome a manifest's record carries serves the hit without its own
- *                record; carried damaged, or not carried (as an older kpc wrote it), the
- *                own record serves it
+ *                record, a cached compile error too; carried damaged, or not carried (as
+ *                an older kpc wrote it), the own record serves it
  *
  * Every object is compared with a compile of the same request in an empty cache (the
  * bytes the compiler gives for the files as they are now). A file must be older than a
@@ -450,35 +450,54 @@ static void put_manifest(const char *path, const uint8_t *bytes, size_t size, en
     free(carried);
 }
 
+/* The manifest's record of src in mf_dir (its bytes whole, malloc'd, *size of them; its
+ * file in mf) and the file of its newest entry's own record (ext: "co" or "log") in own,
+ * which must be there. */
+static uint8_t *manifest_of(const kpc_source *src, char mf[4300], size_t *size, const char *ext,
+                            char own[4300])
+{
+    kpc_cache *c = ts_open(mf_dir, 0, 0);
+    kpc_context *ctx = ts_context(c);
+    kpc_key key;
+    ts_key(ctx, src, &key);
+    kpc_context_destroy(ctx);
+    kpc_cache_close(c);
+    ts_record_path(mf_dir, ts_target(), &key, "mf", mf, 4300);
+    uint8_t *bytes = ts_read_file(mf, size);
+    kpc_record r;
+    ck_assert_ptr_null(kpc_record_decode_header(bytes, *size, &r));
+    kpc_manifest m;
+    ck_assert_int_eq(kpc_manifest_decode(bytes + KPC_RECORD_HEADER, r.code_size, &m), KPC_OK);
+    ts_record_path(mf_dir, ts_target(), &m.entries[0].object, ext, own, 4300);
+    kpc_manifest_free(&m);
+    struct stat sb;
+    ck_assert_int_eq(stat(own, &sb), 0);
+    return bytes;
+}
+
+/* A request for h.h through -I<work>/<dir>. */
+static kpc_source request_in(const char *dir, char inc[4300], const char *opts[1])
+{
+    snprintf(inc, 4300, "-I%s/%s", mf_work, dir);
+    opts[0] = inc;
+    return request(opts, 1);
+}
+
 START_TEST(carried_outcome)
 {
     mf_put("c/h.h", "typedef float real;\n");
     mf_settle();
     char inc[4300];
-    snprintf(inc, sizeof inc, "-I%s/c", mf_work);
-    const char *opts[] = {inc};
-    kpc_source src = request(opts, 1);
-    kpc_cache *c = ts_open(mf_dir, 0, 0);
-    kpc_context *ctx = ts_context(c);
+    const char *opts[1];
+    kpc_source src = request_in("c", inc, opts);
     size_t want_size;
-    void *want = ts_get_code(ctx, &src, &want_size);
-    kpc_key key;
-    ts_key(ctx, &src, &key);
-    kpc_context_destroy(ctx);
-    kpc_cache_close(c);
+    kpc_stats first;
+    void *want = get_in_new_handle(&src, &want_size, &first);
+    ck_assert_uint_eq(first.builds, 1);
     /* the manifest's record, and the object's own beside it */
     char mf[4300], co[4300];
-    ts_record_path(mf_dir, ts_target(), &key, "mf", mf, sizeof mf);
     size_t mf_size;
-    uint8_t *written = ts_read_file(mf, &mf_size);
-    kpc_record r;
-    ck_assert_ptr_null(kpc_record_decode_header(written, mf_size, &r));
-    kpc_manifest m;
-    ck_assert_int_eq(kpc_manifest_decode(written + KPC_RECORD_HEADER, r.code_size, &m), KPC_OK);
-    ts_record_path(mf_dir, ts_target(), &m.entries[0].object, "co", co, sizeof co);
-    kpc_manifest_free(&m);
-    struct stat sb;
-    ck_assert_int_eq(stat(co, &sb), 0);
+    uint8_t *written = manifest_of(&src, mf, &mf_size, "co", co);
     /* each form in a new handle: the same object, from disk, nothing built; as written,
      * with the object's own record gone first */
     const enum carried_form forms[] = {CARRIED_DAMAGED, CARRIED_NONE, CARRIED_AS_WRITTEN};
@@ -506,6 +525,44 @@ START_TEST(carried_outcome)
 }
 END_TEST
 
+/* A compile error the header gave, cached behind the manifest: served from the record
+ * the manifest carries once the log's own record is gone, its log the same. */
+START_TEST(carried_compile_error)
+{
+    mf_put("e/h.h", "typedef float real\n"); /* no ';': the compile fails after reading it */
+    mf_settle();
+    char inc[4300];
+    const char *opts[1];
+    kpc_source src = request_in("e", inc, opts);
+    char *first_log = NULL;
+    for (int round = 0; round < 2; round++) {
+        if (round == 1) { /* the log's own record gone */
+            char mf[4300], log[4300];
+            size_t size;
+            free(manifest_of(&src, mf, &size, "log", log));
+            ck_assert_int_eq(unlink(log), 0);
+        }
+        kpc_cache *c = ts_open(mf_dir, 0, 0);
+        kpc_context *ctx = ts_context(c);
+        kpc_program *p = NULL;
+        ck_assert_int_eq(kpc_program_get(ctx, &src, &p), KPC_E_COMPILE);
+        ck_assert_ptr_null(p);
+        if (round == 0)
+            first_log = strdup(kpc_last_log());
+        else
+            ck_assert_str_eq(kpc_last_log(), first_log);
+        kpc_stats st;
+        kpc_stats_get(c, &st);
+        ck_assert_uint_eq(st.builds + st.build_failures, round == 0 ? 1 : 0);
+        ck_assert_uint_eq(st.cached_failures, round == 0 ? 0 : 1);
+        kpc_context_destroy(ctx);
+        kpc_cache_close(c);
+    }
+    ck_assert_msg(strstr(first_log, "h.h") != NULL, "log: %s", first_log);
+    free(first_log);
+}
+END_TEST
+
 static Suite *suite(void)
 {
     Suite *s = suite_create("manifest_edges");
@@ -519,6 +576,7 @@ static Suite *suite(void)
     tcase_add_test(tc, fifo_record_and_manifest);
     tcase_add_test(tc, fail_every_call_of_a_manifest_hit);
     tcase_add_test(tc, carried_outcome);
+    tcase_add_test(tc, carried_compile_error);
     suite_add_tcase(s, tc);
     return s;
 }
