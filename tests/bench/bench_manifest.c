@@ -45,8 +45,6 @@
 #include "core/context.h"
 #include "core/key.h"
 #include "core/manifest.h"
-#include "base/root.h"
-#include "storage/store.h"
 #include "storage/tier.h"
 
 #include <fcntl.h>
