@@ -2,8 +2,9 @@
  * test_manifest.c - the manifest module alone: dependency lists recorded and checked
  * against the file system (edits, deletions, symlinks, the race rule), manifests
  * encoded, decoded (and refused when damaged), their entry lists, the object key, a
- * build recorded into a manifest in one call, and threads hitting a program whose header
- * changes (which options make the working directory part of the key:
+ * lookup that hands back what follows a manifest's bytes, a build recorded into a
+ * manifest in one call (threads hitting a program whose header changes:
+ * test_manifest_threads.c; which options make the working directory part of the key:
  * test_core_compile.c). How the platforms learn the files (dependency files, the include
  * scan): test_manifest_scan.c.
  */
@@ -12,7 +13,6 @@
 #include "support.h"
 
 #include <fcntl.h>
-#include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -170,15 +170,32 @@ START_TEST(symlinked_header)
 END_TEST
 
 /* ---- manifests ---------------------------------------------------------------------- */
+/* Two headers, a.h ("one") and b.h ("two"), each the one file of a list (da, db), and
+ * the object keys those lists give a request key. */
+typedef struct two_lists {
+    char a[4200], b[4200];
+    kpc_deps *da, *db;
+    kpc_key req, oa, ob;
+} two_lists;
+
+static void make_two_lists(two_lists *t, uint8_t req)
+{
+    put("a.h", "one\n", t->a, sizeof t->a);
+    put("b.h", "two\n", t->b, sizeof t->b);
+    t->da = record1(t->a);
+    t->db = record1(t->b);
+    t->req = (kpc_key){{req, 2, 3}};
+    kpc_manifest_object_key(&t->req, t->da, &t->oa);
+    kpc_manifest_object_key(&t->req, t->db, &t->ob);
+}
+
 START_TEST(encode_decode)
 {
-    char a[4200], b[4200];
-    put("a.h", "one\n", a, sizeof a);
-    put("b.h", "two\n", b, sizeof b);
-    kpc_deps *da = record1(a), *db = record1(b);
-    kpc_key req = {{1, 2, 3}}, oa, ob;
-    kpc_manifest_object_key(&req, da, &oa);
-    kpc_manifest_object_key(&req, db, &ob);
+    two_lists t;
+    make_two_lists(&t, 1);
+    char *a = t.a, *b = t.b;
+    kpc_deps *da = t.da, *db = t.db;
+    kpc_key req = t.req, oa = t.oa, ob = t.ob;
     ck_assert_mem_ne(oa.bytes, ob.bytes, 16);
     ck_assert_mem_ne(oa.bytes, req.bytes, 16);
     /* the object key's bytes, as docs/file-format.md spells them (caches written before
@@ -274,6 +291,70 @@ START_TEST(encode_decode)
     kpc_manifest_free(&m);
     kpc_manifest_deps_free(da);
     kpc_manifest_deps_free(db);
+}
+END_TEST
+
+/* A manifest read with bytes after it (the record a manifest's record carries): a match
+ * hands the allocation back with those bytes at its head; the list of a manifest of one
+ * entry keeps its bytes behind them (borrowed, nothing copied), of two a copy. */
+START_TEST(lookup_hands_back_the_tail)
+{
+    two_lists t;
+    make_two_lists(&t, 4);
+    static const char tail[] = "the record the manifest's record carries";
+    for (int entries = 0; entries <= 2; entries++) { /* 0: one entry, its file gone */
+        kpc_manifest m = {0};
+        if (entries == 2)
+            ck_assert_int_eq(kpc_manifest_add(&m, &t.ob, KPC_MANIFEST_CODE, t.db), KPC_OK);
+        ck_assert_int_eq(kpc_manifest_add(&m, &t.oa, KPC_MANIFEST_CODE, t.da), KPC_OK);
+        void *buf;
+        size_t size;
+        ck_assert_int_eq(kpc_manifest_encode(&m, &buf, &size), KPC_OK);
+        kpc_manifest_free(&m);
+        uint8_t *all = malloc(size + sizeof tail);
+        memcpy(all, buf, size);
+        memcpy(all + size, tail, sizeof tail);
+        if (entries == 0)
+            ck_assert_int_eq(rename(t.a, t.b), 0);
+        kpc_manifest back;
+        kpc_manifest_match_out mo;
+        ck_assert_int_eq(kpc_manifest_lookup(all, size, sizeof tail, &back, &mo), KPC_OK);
+        if (entries == 0) { /* no match: the manifest keeps it all, the tail is no one's */
+            ck_assert(!mo.found);
+            ck_assert_ptr_null(mo.tail);
+            ck_assert_ptr_eq(back.bytes, all);
+            ck_assert_uint_eq(back.count, 1);
+            kpc_manifest_free(&back);
+            ck_assert_int_eq(rename(t.b, t.a), 0);
+            put("b.h", "two\n", t.b, sizeof t.b);
+            free(buf);
+            continue;
+        }
+        ck_assert(mo.found);
+        ck_assert_mem_eq(mo.object.bytes, t.oa.bytes, 16);
+        ck_assert_ptr_eq(mo.tail, all);
+        ck_assert_mem_eq(mo.tail, tail, sizeof tail);
+        ck_assert(mo.borrowed == (entries == 1));
+        if (mo.borrowed) { /* behind the tail, as they were read */
+            ck_assert_ptr_null(mo.deps->block);
+            ck_assert_ptr_eq(mo.deps->files, all + sizeof tail + size - t.da->size);
+            ck_assert_mem_eq(mo.deps->files, (uint8_t *)buf + size - t.da->size, t.da->size);
+        }
+        ck_assert_uint_eq(mo.deps->count, 1);
+        ck_assert_path_is(file_at(mo.deps, 0), t.a);
+        ck_assert(kpc_manifest_deps_match(mo.deps));
+        kpc_key again;
+        kpc_manifest_object_key(&t.req, mo.deps, &again);
+        ck_assert_mem_eq(again.bytes, t.oa.bytes, 16);
+        if (mo.borrowed) /* given the allocation, the list frees it */
+            mo.deps->block = mo.tail;
+        else
+            free(mo.tail);
+        kpc_manifest_deps_free(mo.deps);
+        free(buf);
+    }
+    kpc_manifest_deps_free(t.da);
+    kpc_manifest_deps_free(t.db);
 }
 END_TEST
 
@@ -391,149 +472,6 @@ START_TEST(record_build_puts_the_build_first)
 }
 END_TEST
 
-/* ---- threads hitting a program whose header changes (the map's check, under TSan) ----- */
-/* A platform whose compile reads the file named after "// dep=" in the source: the code
- * object embeds that file's bytes' hash, and the file is the build's one dependency. */
-static _Atomic unsigned dep_compiles;
-
-static kpc_status dep_identity(const kpc_root *root, uint8_t id[16], char *desc, size_t cap)
-{
-    (void)root;
-    memset(id, 0x6b, 16);
-    snprintf(desc, cap, "dep");
-    return KPC_OK;
-}
-
-static kpc_status dep_normalize(const kpc_root *root, const uint8_t id[16], const char *t, char *out,
-                                size_t cap)
-{
-    (void)root, (void)id;
-    snprintf(out, cap, "%s", t);
-    return KPC_OK;
-}
-
-static kpc_status dep_compile(const char *target, const kpc_source *src, kpc_build *b)
-{
-    (void)target;
-    memset(b, 0, sizeof *b);
-    atomic_fetch_add(&dep_compiles, 1);
-    const char *at = strstr(src->code, "// dep=");
-    char path[4096];
-    snprintf(path, sizeof path, "%.*s", (int)strcspn(at + 7, "\n"), at + 7);
-    size_t size;
-    void *text = ts_read_file(path, &size);
-    b->code_size = 128;
-    unsigned char *c = calloc(1, b->code_size);
-    memcpy(c, "\x7f" "ELF", 4);
-    uint64_t h = text ? XXH3_64bits(text, size) : 0;
-    memcpy(c + 64, &h, sizeof h);
-    free(text);
-    b->code = c;
-    kpc_names_encode(NULL, NULL, 0, &b->names, &b->names_size);
-    b->deps = calloc(1, sizeof *b->deps);
-    b->deps[0] = strdup(path);
-    b->num_deps = 1;
-    return KPC_OK;
-}
-
-static const kpc_platform dep_platform = {
-    .name = "dep",
-    .identity = dep_identity,
-    .target_normalize = dep_normalize,
-    .compile = dep_compile,
-};
-
-#define VERSIONS 4
-static uint64_t version_hash[VERSIONS]; /* of "version V\n", set before the threads start */
-
-typedef struct hitter {
-    kpc_context *ctx;
-    kpc_source src;
-    _Atomic int *version; /* stored after the file holds that version */
-    _Atomic bool *stop;
-    unsigned gets, stale;
-} hitter;
-
-static void *hit_loop(void *arg)
-{
-    hitter *h = arg;
-    while (!atomic_load(h->stop)) {
-        int before = atomic_load(h->version); /* the file is at least this new during the get */
-        kpc_program *p = NULL;
-        if (kpc_program_get(h->ctx, &h->src, &p) != KPC_OK) {
-            h->stale++;
-            continue;
-        }
-        size_t size;
-        const unsigned char *code = kpc_program_code(p, &size);
-        uint64_t got;
-        memcpy(&got, code + 64, sizeof got);
-        /* a get that began after a version was written never returns an older one */
-        bool fresh = false;
-        for (int v = before; v < VERSIONS; v++)
-            fresh |= got == version_hash[v];
-        h->stale += !fresh;
-        h->gets++;
-        kpc_program_release(p);
-    }
-    return NULL;
-}
-
-START_TEST(threads_see_a_header_change)
-{
-    kpc_platform_set(&dep_platform);
-    char header[4200], code[4400];
-    put("dep.h", "version 0\n", header, sizeof header);
-    snprintf(code, sizeof code, "kernel\n// dep=%s\n", header);
-    kpc_cache *c = ts_open(dir, 0, 0);
-    kpc_context *ctx = NULL;
-    ck_assert_int_eq(kpc_context_create_for_target(c, "fake", &ctx), KPC_OK);
-    for (int v = 0; v < VERSIONS; v++) {
-        char text[32];
-        snprintf(text, sizeof text, "version %d\n", v);
-        version_hash[v] = XXH3_64bits(text, strlen(text));
-    }
-    _Atomic int version = 0;
-    _Atomic bool stop = false;
-    usleep(1100 * 1000); /* old enough to be cached */
-    hitter h[4];
-    pthread_t t[4];
-    for (int i = 0; i < 4; i++) {
-        h[i] = (hitter){.ctx = ctx, .src = ts_src(code, "dep.hip"), .version = &version, .stop = &stop};
-        ck_assert_int_eq(pthread_create(&t[i], NULL, hit_loop, &h[i]), 0);
-    }
-    for (int v = 1; v < VERSIONS; v++) {
-        usleep(300 * 1000);
-        char text[32], tmp[4300];
-        snprintf(text, sizeof text, "version %d\n", v);
-        /* whole, by rename: a compile never reads it half written (that is a torn read,
-         * not a stale cache) */
-        snprintf(tmp, sizeof tmp, "%s.tmp", header);
-        ts_write_file(tmp, text, strlen(text));
-        ck_assert_int_eq(rename(tmp, header), 0);
-        atomic_store(&version, v);
-        usleep(1100 * 1000); /* this version gets cached, and hit */
-    }
-    usleep(300 * 1000);
-    atomic_store(&stop, true);
-    unsigned gets = 0, stale = 0;
-    for (int i = 0; i < 4; i++) {
-        pthread_join(t[i], NULL);
-        gets += h[i].gets;
-        stale += h[i].stale;
-    }
-    ck_assert_uint_eq(stale, 0);
-    ck_assert_uint_gt(gets, 100);
-    /* each version was compiled, and hits were served in between: far fewer compiles than gets */
-    unsigned compiles = atomic_load(&dep_compiles);
-    ck_assert_uint_ge(compiles, 4);
-    ck_assert_uint_lt(compiles, gets / 4);
-    kpc_context_destroy(ctx);
-    kpc_cache_close(c);
-    kpc_platform_set(NULL);
-}
-END_TEST
-
 static Suite *suite(void)
 {
     Suite *s = suite_create("manifest");
@@ -543,9 +481,9 @@ static Suite *suite(void)
     tcase_add_test(tc, record_refuses_recent);
     tcase_add_test(tc, symlinked_header);
     tcase_add_test(tc, encode_decode);
+    tcase_add_test(tc, lookup_hands_back_the_tail);
     tcase_add_test(tc, entries_replace_and_cap);
     tcase_add_test(tc, record_build_puts_the_build_first);
-    tcase_add_test(tc, threads_see_a_header_change);
     suite_add_tcase(s, tc);
     return s;
 }

@@ -147,3 +147,46 @@ void kpc__writer_discard(kpc__writer *w)
     w->p = NULL;
     w->len = w->cap = 0;
 }
+
+#define ROTATE_TEMP 4096 /* the stack a manifest check has written already (a directory path) */
+
+/* The n bytes at x and the n at y (apart) swapped through t, a ROTATE_TEMP at a time. */
+static void swap_bytes(uint8_t *x, uint8_t *y, size_t n, uint8_t *t)
+{
+    while (n > 0) {
+        size_t k = n < ROTATE_TEMP ? n : ROTATE_TEMP;
+        memcpy(t, x, k);
+        memcpy(x, y, k);
+        memcpy(y, t, k);
+        x += k;
+        y += k;
+        n -= k;
+    }
+}
+
+void kpc__rotate(void *buf, size_t a, size_t b)
+{
+    uint8_t t[ROTATE_TEMP], *p = buf;
+    /* while both are longer than t: the shorter swapped with the far end of the longer,
+     * which puts it in its place (Gries and Mills) and leaves a shorter rotation */
+    while (a > ROTATE_TEMP && b > ROTATE_TEMP) {
+        if (a <= b) {
+            swap_bytes(p, p + b, a, t);
+            b -= a;
+        } else {
+            swap_bytes(p, p + a, b, t);
+            p += b;
+            a -= b;
+        }
+    }
+    /* then the shorter through t, the longer moved over once */
+    if (a <= b) {
+        memcpy(t, p, a);
+        memmove(p, p + a, b);
+        memcpy(p + b, t, a);
+    } else {
+        memcpy(t, p + a, b);
+        memmove(p + b, p, a);
+        memcpy(p, t, b);
+    }
+}

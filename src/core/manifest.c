@@ -15,6 +15,7 @@
  */
 #define _GNU_SOURCE
 #include "core/manifest.h"
+#include "base/bytes.h"
 #include "base/hash.h"
 #include "base/fault.h"
 #include "base/log.h"
@@ -435,10 +436,37 @@ kpc_deps *kpc_manifest_take(kpc_manifest *m, const kpc_manifest_entry *e)
     return deps_copy(from);
 }
 
-kpc_status kpc_manifest_lookup(void *bytes, size_t size, kpc_manifest *m, kpc_manifest_match_out *match)
+/* The list d, whose bytes lay in an allocation that has moved them by `by` bytes. */
+static void deps_moved(kpc_deps *d, size_t by)
+{
+    d->files += by;
+    for (size_t i = 0; i < d->count; i++)
+        d->file[i].path += by;
+}
+
+/* A match's tail (kpc_manifest_lookup) at the head of the allocation, which the manifest
+ * gives up: the list keeps the bytes behind it where it took them whole. */
+static void hand_back_tail(kpc_manifest *m, uint8_t *bytes, size_t size, size_t tail,
+                           kpc_manifest_match_out *match)
+{
+    kpc_deps *d = match->deps;
+    if (d->block == bytes) { /* the manifest's bytes, the list's now: moved behind the tail */
+        kpc__rotate(bytes, size, tail);
+        deps_moved(d, tail);
+        d->block = NULL;
+        match->borrowed = true;
+    } else { /* a copy: the bytes are the tail's alone */
+        memmove(bytes, bytes + size, tail);
+        m->bytes = NULL;
+    }
+    match->tail = bytes;
+}
+
+kpc_status kpc_manifest_lookup(void *bytes, size_t size, size_t tail, kpc_manifest *m,
+                               kpc_manifest_match_out *match)
 {
     if (match)
-        match->found = false, match->deps = NULL;
+        *match = (kpc_manifest_match_out){.found = false};
     kpc_status s = kpc_manifest_decode(bytes, size, m);
     if (s != KPC_OK) {
         free(bytes);
@@ -452,6 +480,8 @@ kpc_status kpc_manifest_lookup(void *bytes, size_t size, kpc_manifest *m, kpc_ma
     match->outcome = e->outcome;
     match->deps = kpc_manifest_take(m, e);
     match->found = match->deps != NULL;
+    if (match->found && tail)
+        hand_back_tail(m, bytes, size, tail, match);
     kpc_manifest_free(m); /* a match needs no more of it (see manifest.h) */
     return match->found ? KPC_OK : KPC_E_NOMEM;
 }

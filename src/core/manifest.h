@@ -79,7 +79,9 @@ typedef struct kpc_manifest_file {
  * the bytes, so a check walks an array and never parses again, and a list found through
  * a manifest keeps that manifest's own bytes (nothing copied per file). Its bytes follow
  * the struct in one allocation (a copy), or lie in block (encoded; taken out of a
- * manifest whole): kpc_manifest_deps_free frees them and file.
+ * manifest whole): kpc_manifest_deps_free frees them and file. A list whose block is NULL
+ * and whose bytes are not its tail borrows them (kpc_manifest_lookup's tail): freeing it
+ * reads none of them.
  */
 typedef struct kpc_deps {
     size_t count;            /* files, read and absent */
@@ -158,13 +160,18 @@ const kpc_manifest_entry *kpc_manifest_match(const kpc_manifest *m);
 kpc_deps *kpc_manifest_take(kpc_manifest *m, const kpc_manifest_entry *e);
 /*
  * The two calls a request makes, one before its build and one after.
- * Lookup: the bytes of the manifest under the request key (malloc'd; taken in every
- * case) decoded into *m (statuses as kpc_manifest_decode); with match, the first entry
- * whose files all match now: *match true, its object key, outcome and files (taken,
- * kpc_manifest_take; owned by the caller), and *m freed: a request that found its
- * outcome builds nothing (and one whose record is then refused reads the manifest again
- * for its build: a rare path). No entry matched: *m is the manifest as read, for the
- * build to extend.
+ * Lookup: the manifest under the request key, the first size bytes of an allocation of
+ * size + tail (malloc'd; taken in every case), decoded into *m (statuses as
+ * kpc_manifest_decode); with match, the first entry whose files all match now: found,
+ * its object key, outcome and files (taken, kpc_manifest_take; owned by the caller), and
+ * *m freed: a request that found its outcome builds nothing (and one whose record is
+ * then refused reads the manifest again for its build: a rare path). No entry matched:
+ * *m is the manifest as read, for the build to extend, and the tail is not the caller's.
+ * A match with a tail (the record a manifest's record carries) gives the allocation
+ * back: match->tail, with the tail's bytes at its head. Where the list kept the
+ * manifest's bytes whole (its only entry), they lie behind the tail in that allocation
+ * (borrowed): the list is freed no later than the allocation, or given it
+ * (deps->block = tail), so a new process's hit writes no second copy of either.
  * Record a build: the files b names as they are now (kpc_manifest_deps_record) in *deps
  * (owned), the key its outcome goes under (kpc_manifest_object_key) in *object, and *m
  * with (object, outcome, deps) put first (as kpc_manifest_add does) encoded into *buf
@@ -176,8 +183,11 @@ typedef struct kpc_manifest_match_out {
     kpc_key object;
     uint32_t outcome;
     kpc_deps *deps;
+    void *tail;    /* the allocation, the tail at its head (NULL: no tail, or no match) */
+    bool borrowed; /* deps' bytes lie in tail's allocation, behind the tail */
 } kpc_manifest_match_out;
-kpc_status kpc_manifest_lookup(void *bytes, size_t size, kpc_manifest *m, kpc_manifest_match_out *match);
+kpc_status kpc_manifest_lookup(void *bytes, size_t size, size_t tail, kpc_manifest *m,
+                               kpc_manifest_match_out *match);
 kpc_status kpc_manifest_record_build(kpc_manifest *m, const kpc_key *request, const kpc_manifest_build *b,
                                      uint32_t outcome, kpc_deps **deps, kpc_key *object, void **buf, size_t *size);
 /* The codec's half of kpc_manifest_record_build: the list of n files (*deps, set

@@ -11,6 +11,8 @@
  * checksum); one that is not the matching entry's, or fails a check, leaves the hit to
  * read the outcome's own record, which every writable tier keeps as before. A reader
  * that predates the second part reads the manifest from the first and never sees it.
+ * Neither part is copied: the carried record is taken at the head of the bytes read and
+ * the manifest's part, kept with the program as its files, behind it (manifest.h).
  */
 #include "core/manifest_seen.h"
 #include "core/cache.h"
@@ -26,8 +28,8 @@ void kpc_seen_manifest_free(kpc_seen_manifest *sm)
     sm->read = false;
 }
 
-/* The outcome a manifest's record carries: its whole record's bytes (malloc'd), and the
- * tier the manifest came from. */
+/* The outcome a manifest's record carries: its whole record's bytes at the head of the
+ * allocation they were read in, and the tier the manifest came from. */
 typedef struct carried {
     void *bytes;
     size_t size;
@@ -53,19 +55,14 @@ static void look_up_manifest(kpc_context *ctx, const kpc_key *key, kpc_seen_mani
     /* accepted as read (a hit of its tier, copied above it): a manifest answers no
      * request by itself, and every outcome it leads to is checked against the request */
     kpc_tier_accept(tiers, from, &rec);
-    /* the two parts apart: the manifest's bytes, which the lookup takes (and a program may
-     * keep with its files for as long as it lives), copied out (the smaller part, most
-     * often: a list of files against a code object), and the carried record moved to
-     * the head of the bytes read, where it is taken in place */
-    void *bytes = rec.payload;
-    if (c && rec.names_size && (bytes = malloc(rec.code_size + 1)) != NULL) {
-        memcpy(bytes, rec.payload, rec.code_size);
-        memmove(rec.payload, (char *)rec.payload + rec.code_size, rec.names_size);
-        *c = (carried){rec.payload, rec.names_size, from};
-    } else if (bytes == NULL)
-        bytes = rec.payload; /* out of memory: the outcome is read from its own record */
-    kpc_status s = kpc_manifest_lookup(bytes, rec.code_size, &sm->m, match);
+    /* the two parts in the one allocation they were read in: the manifest's bytes, then
+     * the carried record, which a match hands back at the head (the manifest's bytes,
+     * where the program keeps them with its files, moved behind it) */
+    size_t tail = c ? rec.names_size : 0;
+    kpc_status s = kpc_manifest_lookup(rec.payload, rec.code_size, tail, &sm->m, match);
     rec.payload = NULL; /* taken */
+    if (c && match->tail)
+        *c = (carried){match->tail, tail, from};
     /* a match freed the manifest: a build after it (its record refused) reads it again;
      * one unreadable or of an older format is replaced by what the build records */
     sm->read = !(s == KPC_OK && match && match->found);
@@ -80,36 +77,50 @@ static void look_up_manifest(kpc_context *ctx, const kpc_key *key, kpc_seen_mani
     }
 }
 
+/* The carried outcome, refused: the list takes the allocation its bytes lie in, or it
+ * goes. */
+static void drop_carried(kpc_manifest_match_out *e, void *bytes)
+{
+    if (e->borrowed)
+        e->deps->block = bytes;
+    else
+        free(bytes);
+}
+
 kpc_status kpc_seen_manifest_read(kpc_context *ctx, const kpc_key *key, kpc_seen_manifest *sm,
                                   kpc_record *rec, kpc_deps **deps, kpc_tier **from)
 {
     kpc_manifest_match_out e;
     carried c = {NULL, 0, NULL};
     look_up_manifest(ctx, key, sm, &e, &c);
-    if (!e.found) {
-        free(c.bytes);
+    if (!e.found)
         return KPC_E_NOT_FOUND;
-    }
     uint32_t kind = e.outcome == KPC_MANIFEST_LOG ? KPC_RECORD_LOG : KPC_RECORD_CODE;
-    /* the carried outcome, where it is the matching entry's (kpc_record_take frees the
-     * bytes it refuses: another entry's, or damaged) */
-    const char *why = c.bytes ? kpc_record_take(c.bytes, c.size, &e.object, ctx->target, kind, rec) : "";
+    /* the carried outcome, where it is the matching entry's (not another entry's, not
+     * damaged) */
+    const char *why = c.bytes ? kpc_record_take_if_good(c.bytes, c.size, &e.object, ctx->target, kind, rec)
+                              : "";
     if (why == NULL) {
-        /* the room the manifest's part took, given back (the program keeps the payload) */
-        size_t size = rec->code_size + rec->names_size + rec->request_size,
-               request = rec->request ? (size_t)((const char *)rec->request - (char *)rec->payload) : 0;
-        void *fit = realloc(rec->payload, size ? size : 1);
-        if (fit) {
-            rec->payload = fit;
-            rec->request = rec->request ? (char *)fit + request : NULL;
+        if (!e.borrowed) { /* the room the manifest's part took, given back */
+            size_t size = rec->code_size + rec->names_size + rec->request_size,
+                   request = rec->request ? (size_t)((const char *)rec->request - (char *)rec->payload) : 0;
+            void *fit = realloc(rec->payload, size ? size : 1);
+            if (fit) {
+                rec->payload = fit;
+                rec->request = rec->request ? (char *)fit + request : NULL;
+            }
         }
+        /* else the list's bytes stay behind the record's, in what becomes the program's
+         * code buffer (core/program.h): nothing copied */
         *deps = e.deps;
         *from = c.from;
         return KPC_OK;
     }
-    if (c.bytes)
+    if (c.bytes) {
         KPC_LOG(KPC_LOG_DEBUG, "the outcome a manifest carries for %s is not taken (%s): its own record "
                 "is read", ctx->target, why);
+        drop_carried(&e, c.bytes);
+    }
     kpc_status s = kpc_tier_read(&ctx->cache->tiers, &e.object, ctx->target, kind, rec, from);
     if (s != KPC_OK)
         kpc_manifest_deps_free(e.deps);

@@ -32,7 +32,8 @@ struct kpc_program {
     kpc_key key;    /* the request's */
     kpc_key object; /* its record's: the key itself, or a manifest entry's object key */
     /* The files its compile read (core/manifest.h), checked on every hit of the map; NULL
-     * when none. Immutable, owned. */
+     * when none. Immutable, owned; its bytes may lie in code's allocation, after the
+     * record's (a manifest's record read whole: core/manifest_seen.c), and live as long. */
     kpc_deps *deps;
     /* Not cached: its files could not be vouched for (learned too late, or modified
      * within the race window); the map drops it as soon as it is handed out. */

@@ -152,8 +152,8 @@ kpc_status kpc_record_encode(const kpc_record *r, const void *first, const void 
     return KPC_OK;
 }
 
-const char *kpc_record_take(void *buf, size_t size, const kpc_key *key, const char *target,
-                            uint32_t kind, kpc_record *out)
+const char *kpc_record_take_if_good(void *buf, size_t size, const kpc_key *key, const char *target,
+                                    uint32_t kind, kpc_record *out)
 {
     const char *why = kpc_record_decode_header(buf, size, out);
     if (why == NULL && key && memcmp(out->key.bytes, key->bytes, 16) != 0)
@@ -174,15 +174,23 @@ const char *kpc_record_take(void *buf, size_t size, const kpc_key *key, const ch
         why = "bad lowered-name table";
     if (why == NULL && kind == KPC_RECORD_CODE && out->code_size == 0)
         why = "empty code object";
-    if (why != NULL) {
-        free(buf);
-        out->payload = NULL;
+    out->payload = NULL;
+    out->request = NULL;
+    if (why != NULL)
         return why;
-    }
     memmove(buf, (uint8_t *)buf + KPC_RECORD_HEADER, size - KPC_RECORD_HEADER);
     out->payload = buf;
     out->request = out->request_size ? (uint8_t *)buf + out->code_size + out->names_size : NULL;
     return NULL;
+}
+
+const char *kpc_record_take(void *buf, size_t size, const kpc_key *key, const char *target,
+                            uint32_t kind, kpc_record *out)
+{
+    const char *why = kpc_record_take_if_good(buf, size, key, target, kind, out);
+    if (why != NULL)
+        free(buf);
+    return why;
 }
 
 bool kpc_record_serves(const kpc_record *r, const uint8_t want[32])

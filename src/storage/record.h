@@ -73,6 +73,11 @@ const char *kpc_record_decode_header(const uint8_t *h, size_t avail, kpc_record 
  * and the reason returned. */
 const char *kpc_record_take(void *buf, size_t size, const kpc_key *key, const char *target,
                             uint32_t kind, kpc_record *out);
+/* The same checks, for a record at the head of an allocation that holds more after it:
+ * taken as kpc_record_take takes it when good (out->payload is buf), and left as it was,
+ * still the caller's, when not. */
+const char *kpc_record_take_if_good(void *buf, size_t size, const kpc_key *key, const char *target,
+                                    uint32_t kind, kpc_record *out);
 
 /* Whether r may answer the request whose digest (kpc_request_digest) is want: the one
  * comparison every hit from outside the process passes, whatever tier it came from. A

@@ -41,6 +41,7 @@
  */
 #define _GNU_SOURCE
 #include "bench.h"
+#include "base/bytes.h"
 #include "core/cache.h"
 #include "core/context.h"
 #include "core/key.h"
@@ -159,14 +160,17 @@ static int step_helper(kpc_context *ctx, const kpc_source *src, const char *whic
     t[2] = bn_now_ns();
     ok = ok && (e = kpc_manifest_match(&m)) != NULL;
     t[3] = bn_now_ns();
-    /* the object as core/manifest_seen.c takes it: the record the manifest's record
-     * carries, moved to the head of the bytes read and checked there (the entry holds
-     * its object key: the manifest's bytes are not read again) */
+    /* the object as a match of the manifest's one entry takes it (core/manifest.c,
+     * kpc_manifest_lookup; core/manifest_seen.c): the record the manifest's record
+     * carries traded places with the manifest's bytes, which stay behind it as the
+     * program's files, and checked at the head (the entry holds its object key) */
     ok = ok && mf.names_size > 0;
     if (ok) {
-        memmove(mf.payload, (char *)mf.payload + mf.code_size, mf.names_size);
-        ok = kpc_record_take(mf.payload, mf.names_size, &e->object, ctx->target, KPC_RECORD_CODE, &object) == NULL;
-        mf.payload = NULL; /* taken, or freed */
+        kpc__rotate(mf.payload, mf.code_size, mf.names_size);
+        ok = kpc_record_take_if_good(mf.payload, mf.names_size, &e->object, ctx->target, KPC_RECORD_CODE,
+                                     &object) == NULL;
+        if (ok)
+            mf.payload = NULL; /* the object's now, the manifest's bytes with it */
     }
     t[4] = bn_now_ns();
     if (!ok)
