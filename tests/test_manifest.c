@@ -52,9 +52,10 @@ static uint64_t later(void)
 static kpc_manifest_file file_at(const kpc_deps *d, size_t i)
 {
     ck_assert_uint_lt(i, d->count);
-    ck_assert((const uint8_t *)d->file[i].path >= d->files &&
-              (const uint8_t *)d->file[i].path + d->file[i].path_len <= d->files + d->size);
-    return d->file[i];
+    kpc_manifest_file f;
+    kpc_manifest_file_at(d, i, &f);
+    ck_assert((const uint8_t *)f.path >= d->files && (const uint8_t *)f.path + f.path_len <= d->files + d->size);
+    return f;
 }
 
 /* f's path (not NUL-terminated) is s. */

@@ -68,6 +68,26 @@ static inline uint64_t kpc__get_le(kpc__reader *r, int n)
     return v;
 }
 
+/* The little-endian 8 bytes at b, which a reader has already bounded (a field of a
+ * layout read in place), and the same written. */
+static inline uint64_t kpc__load_le64(const uint8_t b[8])
+{
+    uint64_t v = 0;
+#if defined(__BYTE_ORDER__) && __BYTE_ORDER__ == __ORDER_LITTLE_ENDIAN__
+    memcpy(&v, b, 8);
+#else
+    for (int i = 7; i >= 0; i--)
+        v = v << 8 | b[i];
+#endif
+    return v;
+}
+
+static inline void kpc__store_le64(uint8_t b[8], uint64_t v)
+{
+    for (int i = 0; i < 8; i++)
+        b[i] = (uint8_t)(v >> (8 * i));
+}
+
 static inline uint8_t kpc__get_u8(kpc__reader *r) { return (uint8_t)kpc__get_le(r, 1); }
 static inline uint16_t kpc__get_u16(kpc__reader *r) { return (uint16_t)kpc__get_le(r, 2); }
 static inline uint32_t kpc__get_u32(kpc__reader *r) { return (uint32_t)kpc__get_le(r, 4); }

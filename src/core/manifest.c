@@ -5,10 +5,10 @@
  * bytes of a manifest in manifest_codec.c.
  *
  * Invariants: a kpc_deps holds its files as bytes it owns (its own tail, or a manifest's
- * bytes it took) and as those bytes read once (kpc_deps.file, made by the codec when the
- * list was decoded or encoded), immutable once returned, so a program can carry it and
- * any thread can check it without a lock. Nothing here reads a list's bytes again: a
- * check and the object key walk the files as read.
+ * bytes it took) and where each file lies in them (kpc_deps.at, found by the codec when
+ * the list was decoded or encoded), immutable once returned, so a program can carry it
+ * and any thread can check it without a lock. Nothing here parses a list's bytes again:
+ * a check and the object key read each file's fields where at says they lie.
  * Every file is opened through kpc_open_regular (never blocking on a FIFO) and every
  * system call goes through the fault seam, where a failure is a mismatch: a miss, never
  * a stale hit.
@@ -95,11 +95,12 @@ static int stat_and_hash(int dirfd, const char *name, struct stat *st, uint8_t d
 }
 
 /* ---- dependency lists --------------------------------------------------------------- */
-/* What a list owns besides itself: its bytes where they are not its tail, its files. */
+/* What a list owns besides itself: its bytes where they are not its tail, where its
+ * files lie. */
 static void deps_release(kpc_deps *d)
 {
     free(d->block);
-    free(d->file);
+    free(d->at);
 }
 
 void kpc_manifest_deps_free(kpc_deps *deps)
@@ -109,30 +110,40 @@ void kpc_manifest_deps_free(kpc_deps *deps)
     free(deps);
 }
 
-/* from's files as read, their paths moved to the same places in bytes (a copy of
- * from->files): malloc'd, NULL on ENOMEM. */
-static kpc_manifest_file *files_in(const kpc_deps *from, const uint8_t *bytes)
+void kpc_manifest_file_at(const kpc_deps *d, size_t i, kpc_manifest_file *f)
 {
-    kpc_manifest_file *file = malloc((from->count ? from->count : 1) * sizeof *file);
-    if (file == NULL)
-        return NULL;
-    for (size_t i = 0; i < from->count; i++) {
-        file[i] = from->file[i];
-        file[i].path = (const char *)bytes + (file[i].path - (const char *)from->files);
+    const kpc_manifest_at *a = &d->at[i];
+    f->path = (const char *)d->files + a->path;
+    f->path_len = a->path_len;
+    f->dir_len = a->dir_len;
+    f->absent = a->fixed == 0;
+    if (f->absent) {
+        memset(&f->dev, 0, sizeof *f - offsetof(kpc_manifest_file, dev));
+        return;
     }
-    return file;
+    const kpc_manifest_fixed *x = (const kpc_manifest_fixed *)(d->files + a->fixed);
+    f->dev = kpc__load_le64(x->dev);
+    f->ino = kpc__load_le64(x->ino);
+    f->size = kpc__load_le64(x->size);
+    f->mtime_ns = (int64_t)kpc__load_le64(x->mtime_ns);
+    f->ctime_ns = (int64_t)kpc__load_le64(x->ctime_ns);
+    memcpy(f->digest, x->digest, 16);
 }
 
-/* *to as a copy of from whose bytes are at bytes (from->size of them, filled here), its
- * files as read in an allocation of their own; false on ENOMEM (to->file NULL). */
+/* *to as a copy of from whose bytes are at bytes (from->size of them, filled here), where
+ * its files lie in an allocation of their own (the offsets hold: the bytes are the
+ * same); false on ENOMEM (to->at NULL). */
 static bool copy_into(kpc_deps *to, const kpc_deps *from, uint8_t *bytes)
 {
     memcpy(bytes, from->files, from->size);
     *to = (kpc_deps){.count = from->count, .size = from->size, .files = bytes};
-    return (to->file = files_in(from, bytes)) != NULL;
+    to->at = malloc((from->count ? from->count : 1) * sizeof *to->at);
+    if (to->at)
+        memcpy(to->at, from->at, from->count * sizeof *to->at);
+    return to->at != NULL;
 }
 
-/* A copy of from: the struct and the bytes in one allocation, the files as read in another. */
+/* A copy of from: the struct and the bytes in one allocation, where its files lie in another. */
 static kpc_deps *deps_copy(const kpc_deps *from)
 {
     kpc_deps *d = malloc(sizeof *d + from->size);
@@ -360,10 +371,11 @@ bool kpc_manifest_deps_match(const kpc_deps *deps)
     dir_cache c = {.next = 0};
     bool ok = true;
     for (size_t i = 0; ok && i < deps->count; i++) {
-        const kpc_manifest_file *f = &deps->file[i];
-        if (!file_matches(&c, f, now)) {
-            KPC_LOG(KPC_LOG_DEBUG, "dependency %.*s %s", (int)f->path_len, f->path,
-                    f->absent ? "appeared" : "changed");
+        kpc_manifest_file f;
+        kpc_manifest_file_at(deps, i, &f);
+        if (!file_matches(&c, &f, now)) {
+            KPC_LOG(KPC_LOG_DEBUG, "dependency %.*s %s", (int)f.path_len, f.path,
+                    f.absent ? "appeared" : "changed");
             ok = false;
         }
     }
@@ -371,31 +383,44 @@ bool kpc_manifest_deps_match(const kpc_deps *deps)
     return ok;
 }
 
-/* The object key of the count files at file (kpc_manifest_object_key). */
-static void object_key(const kpc_key *request, const kpc_manifest_file *file, size_t count, kpc_key *out)
+/* The object key's hash: started with the request key; each file read added (a missed
+ * lookup changes no byte the compiler read); its digest the key (kpc_manifest_object_key). */
+static void object_key_start(XXH3_state_t *st, const kpc_key *request)
 {
-    XXH3_state_t st;
-    XXH3_128bits_reset(&st);
-    XXH3_128bits_update(&st, OBJECT_KEY_TAG, sizeof OBJECT_KEY_TAG);
-    XXH3_128bits_update(&st, request->bytes, sizeof request->bytes);
-    for (size_t i = 0; i < count; i++) {
-        const kpc_manifest_file *f = &file[i];
-        if (f->absent)
-            continue; /* a missed lookup changes no byte the compiler read */
-        /* the path with its NUL: no two lists hash alike by shifting bytes between fields */
-        XXH3_128bits_update(&st, f->path, f->path_len);
-        XXH3_128bits_update(&st, "", 1);
-        XXH3_128bits_update(&st, f->digest, 16);
-    }
-    XXH128_canonicalFromHash((XXH128_canonical_t *)out->bytes, XXH3_128bits_digest(&st));
+    XXH3_128bits_reset(st);
+    XXH3_128bits_update(st, OBJECT_KEY_TAG, sizeof OBJECT_KEY_TAG);
+    XXH3_128bits_update(st, request->bytes, sizeof request->bytes);
+}
+
+static void object_key_add(XXH3_state_t *st, const kpc_manifest_file *f)
+{
+    if (f->absent)
+        return;
+    /* the path with its NUL: no two lists hash alike by shifting bytes between fields */
+    XXH3_128bits_update(st, f->path, f->path_len);
+    XXH3_128bits_update(st, "", 1);
+    XXH3_128bits_update(st, f->digest, 16);
+}
+
+static void object_key_end(XXH3_state_t *st, kpc_key *out)
+{
+    XXH128_canonicalFromHash((XXH128_canonical_t *)out->bytes, XXH3_128bits_digest(st));
 }
 
 void kpc_manifest_object_key(const kpc_key *request, const kpc_deps *deps, kpc_key *out)
 {
-    if (deps == NULL || deps->count == 0)
+    if (deps == NULL || deps->count == 0) {
         *out = *request;
-    else
-        object_key(request, deps->file, deps->count, out);
+        return;
+    }
+    XXH3_state_t st;
+    object_key_start(&st, request);
+    for (size_t i = 0; i < deps->count; i++) {
+        kpc_manifest_file f;
+        kpc_manifest_file_at(deps, i, &f);
+        object_key_add(&st, &f);
+    }
+    object_key_end(&st, out);
 }
 
 /* ---- manifests -------------------------------------------------------------------- */
@@ -430,18 +455,10 @@ kpc_deps *kpc_manifest_take(kpc_manifest *m, const kpc_manifest_entry *e)
         *d = *from;
         d->block = m->bytes;
         m->bytes = NULL;
-        m->entries[0].deps.file = NULL; /* d's now */
+        m->entries[0].deps.at = NULL; /* d's now */
         return d;
     }
     return deps_copy(from);
-}
-
-/* The list d, whose bytes lay in an allocation that has moved them by `by` bytes. */
-static void deps_moved(kpc_deps *d, size_t by)
-{
-    d->files += by;
-    for (size_t i = 0; i < d->count; i++)
-        d->file[i].path += by;
 }
 
 /* A match's tail (kpc_manifest_lookup) at the head of the allocation, which the manifest
@@ -452,7 +469,7 @@ static void hand_back_tail(kpc_manifest *m, uint8_t *bytes, size_t size, size_t 
     kpc_deps *d = match->deps;
     if (d->block == bytes) { /* the manifest's bytes, the list's now: moved behind the tail */
         kpc__rotate(bytes, size, tail);
-        deps_moved(d, tail);
+        d->files += tail; /* where each file lies in them holds */
         d->block = NULL;
         match->borrowed = true;
     } else { /* a copy: the bytes are the tail's alone */
@@ -535,7 +552,11 @@ kpc_status kpc_manifest_record_build(kpc_manifest *m, const kpc_key *request, co
     kpc_status s = b->n == 0 ? KPC_E_INVALID : record_files(b, &files, &kept);
     if (s == KPC_OK) {
         kpc_key obj;
-        object_key(request, files, kept, &obj);
+        XXH3_state_t st;
+        object_key_start(&st, request);
+        for (size_t i = 0; i < kept; i++)
+            object_key_add(&st, &files[i]);
+        object_key_end(&st, &obj);
         make_room(m, &obj);
         /* the new list and the manifest that leads to it, in one pass of the codec */
         s = kpc_manifest_encode_new(m, &obj, outcome, files, kept, deps, buf, size);

@@ -59,8 +59,8 @@
 #define KPC_MANIFEST_CARRY_MAX (1u << 20)
 
 /* One file a compile read, as it was when the outcome was recorded, or one lookup that
- * missed (absent: only the path means anything): what the recorder fills and what the
- * codec reads back out of a list's bytes (kpc_deps.file). */
+ * missed (absent: only the path means anything): what the recorder fills, and what a
+ * list's file reads as (kpc_manifest_file_at). */
 typedef struct kpc_manifest_file {
     const char *path;  /* absolute, as the compiler opened it; NOT NUL-terminated when read back */
     size_t path_len;
@@ -72,24 +72,44 @@ typedef struct kpc_manifest_file {
     uint8_t digest[16]; /* XXH3-128 of the content, canonical (big-endian) bytes */
 } kpc_manifest_file;
 
+/* The fixed part of a file read, as a list's bytes hold it after its path and kind
+ * (docs/file-format.md), every number little-endian: the codec writes and reads it, and
+ * a check reads it in place, so its layout has this one home. */
+typedef struct kpc_manifest_fixed {
+    uint8_t dev[8], ino[8], size[8], mtime_ns[8], ctime_ns[8];
+    uint8_t digest[16];
+} kpc_manifest_fixed;
+
+/* Where one file of a list lies in the list's bytes, found when the codec read them. */
+typedef struct kpc_manifest_at {
+    uint32_t path;     /* its path's offset from the list's first byte */
+    uint16_t path_len; /* at most 4095: the codec's bound */
+    uint16_t dir_len;  /* path[dir_len] is its last '/' */
+    uint32_t fixed;    /* its kpc_manifest_fixed's offset; 0: a lookup that missed */
+} kpc_manifest_at;
+
 /*
  * The files of one outcome, in the compiler's order, kept as their bytes in a manifest
  * (docs/file-format.md, the files of an entry), and those bytes read once, when the list
- * is made (recorded, decoded, encoded): file[i] is the i-th file, its path pointing into
- * the bytes, so a check walks an array and never parses again, and a list found through
- * a manifest keeps that manifest's own bytes (nothing copied per file). Its bytes follow
- * the struct in one allocation (a copy), or lie in block (encoded; taken out of a
- * manifest whole): kpc_manifest_deps_free frees them and file. A list whose block is NULL
- * and whose bytes are not its tail borrows them (kpc_manifest_lookup's tail): freeing it
- * reads none of them.
+ * is made (recorded, decoded, encoded): at[i] says where the i-th file lies in them
+ * (12 bytes a file, so the list a new process decodes for its first hit fits in memory
+ * it has written already), a check reads each file from there without parsing again, and
+ * a list found through a manifest keeps that manifest's own bytes (nothing copied per
+ * file). Its bytes follow the struct in one allocation (a copy), or lie in block
+ * (encoded; taken out of a manifest whole): kpc_manifest_deps_free frees them and at. A
+ * list whose block is NULL and whose bytes are not its tail borrows them
+ * (kpc_manifest_lookup's tail): freeing it reads none of them.
  */
 typedef struct kpc_deps {
-    size_t count;            /* files, read and absent */
-    size_t size;             /* bytes at files */
-    const uint8_t *files;    /* count encoded files */
-    kpc_manifest_file *file; /* the count files as read (owned; paths into files) */
-    void *block;             /* owned bytes other than this struct's tail (NULL: none) */
+    size_t count;          /* files, read and absent */
+    size_t size;           /* bytes at files */
+    const uint8_t *files;  /* count encoded files */
+    kpc_manifest_at *at;   /* where each lies in files (owned) */
+    void *block;           /* owned bytes other than this struct's tail (NULL: none) */
 } kpc_deps;
+
+/* File i of d as read: its path in d's bytes, its fields copied out of them. */
+void kpc_manifest_file_at(const kpc_deps *d, size_t i, kpc_manifest_file *f);
 
 /* Outcome kinds an entry leads to (the record kinds of the store). */
 enum kpc_manifest_outcome { KPC_MANIFEST_CODE = 1, KPC_MANIFEST_LOG = 2 };

@@ -31,53 +31,51 @@ static void put_file(kpc__writer *w, const kpc_manifest_file *f)
     kpc__put_u32(w, f->absent ? FILE_ABSENT : FILE_READ);
     if (f->absent)
         return;
-    kpc__put_u64(w, f->dev);
-    kpc__put_u64(w, f->ino);
-    kpc__put_u64(w, f->size);
-    kpc__put_u64(w, (uint64_t)f->mtime_ns);
-    kpc__put_u64(w, (uint64_t)f->ctime_ns);
-    kpc__put_bytes(w, f->digest, 16);
+    kpc_manifest_fixed x;
+    kpc__store_le64(x.dev, f->dev);
+    kpc__store_le64(x.ino, f->ino);
+    kpc__store_le64(x.size, f->size);
+    kpc__store_le64(x.mtime_ns, (uint64_t)f->mtime_ns);
+    kpc__store_le64(x.ctime_ns, (uint64_t)f->ctime_ns);
+    memcpy(x.digest, f->digest, 16);
+    kpc__put_bytes(w, &x, sizeof x);
 }
 
-/* One file read at r, its path in place; false when malformed (a path that is empty,
- * relative, too long or holds a NUL; an unknown kind; fields past the end). */
-static bool get_file(kpc__reader *r, kpc_manifest_file *f)
+/* One file read at r, where it lies in the list that starts at offset start; false when
+ * malformed (a path that is empty, relative, too long or holds a NUL; an unknown kind;
+ * fields past the end). */
+static bool get_file(kpc__reader *r, size_t start, kpc_manifest_at *a)
 {
-    f->path = kpc__get_lstr(r, 4, PATH_MAX_BYTES, &f->path_len);
+    size_t len;
+    const char *path = kpc__get_lstr(r, 4, PATH_MAX_BYTES, &len);
     uint32_t kind = kpc__get_u32(r);
-    if (r->bad || f->path_len == 0 || f->path[0] != '/' || memchr(f->path, '\0', f->path_len) ||
+    if (r->bad || len == 0 || path[0] != '/' || memchr(path, '\0', len) ||
         (kind != FILE_READ && kind != FILE_ABSENT))
         return false;
-    /* its directory: path[0] is a '/' */
-    f->dir_len = (uint32_t)((const char *)memrchr(f->path, '/', f->path_len) - f->path);
-    f->absent = kind == FILE_ABSENT;
-    if (f->absent) {
-        memset(&f->dev, 0, sizeof *f - offsetof(kpc_manifest_file, dev));
-        return true;
-    }
-    f->dev = kpc__get_u64(r);
-    f->ino = kpc__get_u64(r);
-    f->size = kpc__get_u64(r);
-    f->mtime_ns = (int64_t)kpc__get_u64(r);
-    f->ctime_ns = (int64_t)kpc__get_u64(r);
-    kpc__get_copy(r, f->digest, 16);
+    a->path = (uint32_t)((const uint8_t *)path - r->p - start);
+    a->path_len = (uint16_t)len;
+    a->dir_len = (uint16_t)((const char *)memrchr(path, '/', len) - path); /* path[0] is a '/' */
+    a->fixed = kind == FILE_ABSENT ? 0 : (uint32_t)(r->off - start);
+    if (kind == FILE_READ)
+        kpc__get_skip(r, sizeof(kpc_manifest_fixed));
     return !r->bad;
 }
 
-/* One list's nf files at r, checked, read into d->file (malloc'd) and passed over: their
- * bytes become d's. false when malformed or out of memory (then d holds nothing). */
+/* One list's nf files at r, checked, where each lies read into d->at (malloc'd) and
+ * passed over: their bytes become d's. false when malformed or out of memory (then d
+ * holds nothing). */
 static bool get_files(kpc__reader *r, uint32_t nf, kpc_deps *d)
 {
     size_t start = r->off;
-    kpc_manifest_file *file = malloc((nf ? nf : 1) * sizeof *file);
-    if (file == NULL)
+    kpc_manifest_at *at = malloc((nf ? nf : 1) * sizeof *at);
+    if (at == NULL)
         return false;
     for (uint32_t j = 0; j < nf; j++)
-        if (!get_file(r, &file[j])) {
-            free(file);
+        if (!get_file(r, start, &at[j])) {
+            free(at);
             return false;
         }
-    *d = (kpc_deps){.count = nf, .size = r->off - start, .files = r->p + start, .file = file};
+    *d = (kpc_deps){.count = nf, .size = r->off - start, .files = r->p + start, .at = at};
     return true;
 }
 
@@ -155,7 +153,7 @@ kpc_status kpc_manifest_encode_new(const kpc_manifest *m, const kpc_key *object,
 static bool reads_a_file(const kpc_deps *d)
 {
     for (size_t i = 0; i < d->count; i++)
-        if (!d->file[i].absent)
+        if (d->at[i].fixed != 0)
             return true;
     return false;
 }
@@ -164,7 +162,7 @@ static bool reads_a_file(const kpc_deps *d)
 static kpc_status refuse(kpc_manifest *out, kpc_status s)
 {
     for (size_t i = 0; i < out->count; i++)
-        free(out->entries[i].deps.file);
+        free(out->entries[i].deps.at);
     out->count = 0;
     return s;
 }

@@ -73,10 +73,13 @@ int LLVMFuzzerInitialize(int *argc, char ***argv)
 static void check_list(const kpc_deps *d)
 {
     for (size_t i = 0; i < d->count; i++) {
-        const kpc_manifest_file *f = &d->file[i];
+        kpc_manifest_file file, *f = &file;
+        kpc_manifest_file_at(d, i, f);
         if (f->path_len == 0 || f->path[0] != '/' || f->dir_len >= f->path_len || f->path[f->dir_len] != '/' ||
             memchr(f->path, '\0', f->path_len) || f->path < (const char *)d->files ||
-            f->path + f->path_len > (const char *)d->files + d->size)
+            f->path + f->path_len > (const char *)d->files + d->size ||
+            (!f->absent && (const uint8_t *)f->path + f->path_len + 4 + sizeof(kpc_manifest_fixed) >
+                               d->files + d->size))
             abort();
     }
 }
