@@ -279,6 +279,8 @@ START_TEST(encode_decode)
     ck_assert_mem_eq(again.bytes, oa.bytes, 16);
     kpc_manifest_deps_free(taken);
 
+    /* a size past what any writer makes is refused before a byte is read */
+    ck_assert_int_eq(kpc_manifest_decode(buf, (size_t)KPC_MANIFEST_MAX_BYTES + 1, &back), KPC_E_CORRUPT);
     /* every truncation and a flipped byte in the header are refused, never misread */
     for (size_t cut = 0; cut < size; cut++)
         ck_assert_int_eq(kpc_manifest_decode(buf, cut, &back), KPC_E_CORRUPT);

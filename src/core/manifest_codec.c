@@ -171,6 +171,8 @@ kpc_status kpc_manifest_decode(const void *buf, size_t size, kpc_manifest *out)
 {
     out->count = 0;
     out->bytes = NULL;
+    if (size > KPC_MANIFEST_MAX_BYTES) /* more than a writer makes; and offsets fit 32 bits */
+        return KPC_E_CORRUPT;
     kpc__reader r;
     kpc__reader_init(&r, buf, size);
     const uint8_t *magic = kpc__get_bytes(&r, 8);
