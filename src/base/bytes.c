@@ -84,8 +84,8 @@ static uint8_t *reserve(kpc__writer *w, size_t len)
 static void put_le(kpc__writer *w, uint64_t v, int bytes)
 {
     uint8_t *b = reserve(w, (size_t)bytes);
-    for (int i = 0; b && i < bytes; i++)
-        b[i] = (uint8_t)(v >> (8 * i));
+    if (b)
+        kpc__store_le(b, v, bytes);
 }
 
 void kpc__put_u8(kpc__writer *w, uint8_t v) { put_le(w, v, 1); }

@@ -52,13 +52,12 @@ static inline const uint8_t *kpc__get_bytes(kpc__reader *r, size_t len)
     return p;
 }
 
-/* A little-endian unsigned of n bytes (1, 2, 4 or 8); 0 when they are not there. */
-static inline uint64_t kpc__get_le(kpc__reader *r, int n)
+/* The little-endian unsigned of n bytes (1, 2, 4 or 8) at b, which the caller has
+ * bounded (a reader, or a layout a reader checked once and that is read in place), and
+ * the same written: the one home of the byte order. */
+static inline uint64_t kpc__load_le(const uint8_t *b, int n)
 {
-    const uint8_t *b = kpc__get_bytes(r, (size_t)n);
     uint64_t v = 0;
-    if (b == NULL)
-        return 0;
 #if defined(__BYTE_ORDER__) && __BYTE_ORDER__ == __ORDER_LITTLE_ENDIAN__
     memcpy(&v, b, (size_t)n);
 #else
@@ -68,24 +67,17 @@ static inline uint64_t kpc__get_le(kpc__reader *r, int n)
     return v;
 }
 
-/* The little-endian 8 bytes at b, which a reader has already bounded (a field of a
- * layout read in place), and the same written. */
-static inline uint64_t kpc__load_le64(const uint8_t b[8])
+static inline void kpc__store_le(uint8_t *b, uint64_t v, int n)
 {
-    uint64_t v = 0;
-#if defined(__BYTE_ORDER__) && __BYTE_ORDER__ == __ORDER_LITTLE_ENDIAN__
-    memcpy(&v, b, 8);
-#else
-    for (int i = 7; i >= 0; i--)
-        v = v << 8 | b[i];
-#endif
-    return v;
+    for (int i = 0; i < n; i++)
+        b[i] = (uint8_t)(v >> (8 * i));
 }
 
-static inline void kpc__store_le64(uint8_t b[8], uint64_t v)
+/* A little-endian unsigned of n bytes (1, 2, 4 or 8); 0 when they are not there. */
+static inline uint64_t kpc__get_le(kpc__reader *r, int n)
 {
-    for (int i = 0; i < 8; i++)
-        b[i] = (uint8_t)(v >> (8 * i));
+    const uint8_t *b = kpc__get_bytes(r, (size_t)n);
+    return b ? kpc__load_le(b, n) : 0;
 }
 
 static inline uint8_t kpc__get_u8(kpc__reader *r) { return (uint8_t)kpc__get_le(r, 1); }

@@ -31,6 +31,7 @@
 #include "core/key.h"
 #include "core/request.h" /* kpc_request_needs_cwd, kpc_request_cwd: the key of a request not read by it */
 
+#include "base/bytes.h"
 #include "base/hash.h"
 #include "base/log.h"
 
@@ -96,13 +97,18 @@ static void emit(serializer *z, const void *data, size_t len)
     }
 }
 
+/* A field's head at p: its tag, then its length (little-endian, whatever the host). */
+static uint8_t *w_head(uint8_t *p, uint8_t tag, uint64_t len)
+{
+    p[0] = tag;
+    kpc__store_le(p + 1, len, 8);
+    return p + 9;
+}
+
 static void head(serializer *z, uint8_t tag, size_t len)
 {
     uint8_t h[9];
-    uint64_t n = len;
-    h[0] = tag;
-    for (int i = 0; i < 8; i++)
-        h[1 + i] = (uint8_t)(n >> (8 * i)); /* little-endian, whatever the host */
+    w_head(h, tag, len);
     emit(z, h, sizeof h);
 }
 
@@ -128,13 +134,6 @@ static void put_digest(serializer *z, uint8_t tag, const void *data, size_t len)
 }
 
 /* ---- the fast path: a buffer sized up front, no checks per field ------------------ */
-static uint8_t *w_head(uint8_t *p, uint8_t tag, uint64_t len)
-{
-    p[0] = tag;
-    for (int i = 0; i < 8; i++)
-        p[1 + i] = (uint8_t)(len >> (8 * i)); /* little-endian, whatever the host */
-    return p + 9;
-}
 
 static uint8_t *w_put(uint8_t *p, uint8_t tag, const void *data, size_t len)
 {

@@ -122,11 +122,11 @@ void kpc_manifest_file_at(const kpc_deps *d, size_t i, kpc_manifest_file *f)
         return;
     }
     const kpc_manifest_fixed *x = (const kpc_manifest_fixed *)(d->files + a->fixed);
-    f->dev = kpc__load_le64(x->dev);
-    f->ino = kpc__load_le64(x->ino);
-    f->size = kpc__load_le64(x->size);
-    f->mtime_ns = (int64_t)kpc__load_le64(x->mtime_ns);
-    f->ctime_ns = (int64_t)kpc__load_le64(x->ctime_ns);
+    f->dev = kpc__load_le(x->dev, 8);
+    f->ino = kpc__load_le(x->ino, 8);
+    f->size = kpc__load_le(x->size, 8);
+    f->mtime_ns = (int64_t)kpc__load_le(x->mtime_ns, 8);
+    f->ctime_ns = (int64_t)kpc__load_le(x->ctime_ns, 8);
     memcpy(f->digest, x->digest, 16);
 }
 

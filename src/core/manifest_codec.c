@@ -32,11 +32,11 @@ static void put_file(kpc__writer *w, const kpc_manifest_file *f)
     if (f->absent)
         return;
     kpc_manifest_fixed x;
-    kpc__store_le64(x.dev, f->dev);
-    kpc__store_le64(x.ino, f->ino);
-    kpc__store_le64(x.size, f->size);
-    kpc__store_le64(x.mtime_ns, (uint64_t)f->mtime_ns);
-    kpc__store_le64(x.ctime_ns, (uint64_t)f->ctime_ns);
+    kpc__store_le(x.dev, f->dev, 8);
+    kpc__store_le(x.ino, f->ino, 8);
+    kpc__store_le(x.size, f->size, 8);
+    kpc__store_le(x.mtime_ns, (uint64_t)f->mtime_ns, 8);
+    kpc__store_le(x.ctime_ns, (uint64_t)f->ctime_ns, 8);
     memcpy(x.digest, f->digest, 16);
     kpc__put_bytes(w, &x, sizeof x);
 }

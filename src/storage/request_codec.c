@@ -306,8 +306,7 @@ enum kpc_request_match kpc_request_compare(const void *section, size_t size, con
 static void digest_count(crypto_generichash_state *st, uint64_t n)
 {
     uint8_t b[8];
-    for (int i = 0; i < 8; i++)
-        b[i] = (uint8_t)(n >> (8 * i)); /* little-endian, whatever the host */
+    kpc__store_le(b, n, 8); /* little-endian, whatever the host */
     crypto_generichash_update(st, b, sizeof b);
 }
 
