@@ -117,31 +117,8 @@ START_TEST(writes_past_the_end_stick)
 }
 END_TEST
 
-/* Two parts of one buffer trade places, byte for byte, whatever their lengths: equal,
- * either one longer, one empty, longer than the stack buffer the swaps go through. */
-START_TEST(rotate_trades_two_parts)
-{
-    static const size_t sizes[] = {0, 1, 2, 3, 7, 64, 1000, 1023, 1024, 1025, 4096, 5431, 6433};
-    enum { N = sizeof sizes / sizeof sizes[0] };
-    uint8_t *buf = malloc(2 * 6433), *want = malloc(2 * 6433);
-    for (size_t x = 0; x < N; x++)
-        for (size_t y = 0; y < N; y++) {
-            size_t a = sizes[x], b = sizes[y];
-            for (size_t i = 0; i < a + b; i++) /* a's bytes and b's differ, and each from its neighbours */
-                buf[i] = (uint8_t)(i < a ? i * 7 + 1 : (i - a) * 13 + 128);
-            memcpy(want, buf + a, b);
-            memcpy(want + b, buf, a);
-            kpc__rotate(buf, a, b);
-            ck_assert_msg(memcmp(buf, want, a + b) == 0, "%zu and %zu bytes: not traded", a, b);
-        }
-    free(buf);
-    free(want);
-}
-END_TEST
-
 int main(void)
 {
-    const TTest *tests[] = {round_trip_little_endian, reads_past_the_end_stick, writes_past_the_end_stick,
-                            rotate_trades_two_parts, NULL};
+    const TTest *tests[] = {round_trip_little_endian, reads_past_the_end_stick, writes_past_the_end_stick, NULL};
     return ts_main_case("bytes", "codec", 0, NULL, NULL, tests);
 }

@@ -50,7 +50,7 @@ static kpc_status fake_read(kpc_tier *t, const kpc_key *key, const char *target,
         strcmp(f->rec.target, target) != 0)
         return KPC_E_NOT_FOUND;
     *out = f->rec;
-    out->payload = malloc(f->payload_size);
+    out->block = out->payload = malloc(f->payload_size);
     memcpy(out->payload, f->payload, f->payload_size);
     return KPC_OK;
 }

@@ -270,10 +270,10 @@ START_TEST(encode_decode)
     ck_assert_int_eq(kpc_manifest_encode(&one, &obuf, &osize), KPC_OK);
     kpc_manifest_free(&one);
     ck_assert_int_eq(kpc_manifest_decode(obuf, osize, &one), KPC_OK);
-    one.bytes = obuf;
+    one.block = obuf;
     taken = kpc_manifest_take(&one, &one.entries[0]);
     ck_assert_ptr_eq(taken->block, obuf);
-    ck_assert_ptr_null(one.bytes);
+    ck_assert_ptr_null(one.block);
     kpc_manifest_free(&one);
     kpc_manifest_object_key(&req, taken, &again);
     ck_assert_mem_eq(again.bytes, oa.bytes, 16);
@@ -297,9 +297,11 @@ START_TEST(encode_decode)
 }
 END_TEST
 
-/* A manifest read with bytes after it (the record a manifest's record carries): a match
- * hands the allocation back with those bytes at its head; the list of a manifest of one
- * entry keeps its bytes behind them (borrowed, nothing copied), of two a copy. */
+/* A manifest read with bytes after it (the record a manifest's record carries), inside
+ * an allocation that holds more before it (the record's header): a match hands the
+ * allocation back; the list of a manifest of one entry keeps its bytes where they were
+ * read, before the tail (borrowed, nothing moved or copied), of two a copy, and then the
+ * tail moves to the head of the allocation. */
 START_TEST(lookup_hands_back_the_tail)
 {
     two_lists t;
@@ -314,18 +316,20 @@ START_TEST(lookup_hands_back_the_tail)
         size_t size;
         ck_assert_int_eq(kpc_manifest_encode(&m, &buf, &size), KPC_OK);
         kpc_manifest_free(&m);
-        uint8_t *all = malloc(size + sizeof tail);
-        memcpy(all, buf, size);
-        memcpy(all + size, tail, sizeof tail);
+        enum { BEFORE = 256 };
+        uint8_t *all = malloc(BEFORE + size + sizeof tail);
+        memset(all, 0xee, BEFORE);
+        memcpy(all + BEFORE, buf, size);
+        memcpy(all + BEFORE + size, tail, sizeof tail);
         if (entries == 0)
             ck_assert_int_eq(rename(t.a, t.b), 0);
         kpc_manifest back;
         kpc_manifest_match_out mo;
-        ck_assert_int_eq(kpc_manifest_lookup(all, size, sizeof tail, &back, &mo), KPC_OK);
+        ck_assert_int_eq(kpc_manifest_lookup(all, all + BEFORE, size, sizeof tail, &back, &mo), KPC_OK);
         if (entries == 0) { /* no match: the manifest keeps it all, the tail is no one's */
             ck_assert(!mo.found);
-            ck_assert_ptr_null(mo.tail);
-            ck_assert_ptr_eq(back.bytes, all);
+            ck_assert_ptr_null(mo.block);
+            ck_assert_ptr_eq(back.block, all);
             ck_assert_uint_eq(back.count, 1);
             kpc_manifest_free(&back);
             ck_assert_int_eq(rename(t.b, t.a), 0);
@@ -335,13 +339,16 @@ START_TEST(lookup_hands_back_the_tail)
         }
         ck_assert(mo.found);
         ck_assert_mem_eq(mo.object.bytes, t.oa.bytes, 16);
-        ck_assert_ptr_eq(mo.tail, all);
         ck_assert_mem_eq(mo.tail, tail, sizeof tail);
         ck_assert(mo.borrowed == (entries == 1));
-        if (mo.borrowed) { /* behind the tail, as they were read */
+        if (mo.borrowed) { /* where they were read, and the tail where it was read */
+            ck_assert_ptr_eq(mo.block, all);
+            ck_assert_ptr_eq(mo.tail, all + BEFORE + size);
             ck_assert_ptr_null(mo.deps->block);
-            ck_assert_ptr_eq(mo.deps->files, all + sizeof tail + size - t.da->size);
+            ck_assert_ptr_eq(mo.deps->files, all + BEFORE + size - t.da->size);
             ck_assert_mem_eq(mo.deps->files, (uint8_t *)buf + size - t.da->size, t.da->size);
+        } else { /* the tail at the head of what is left of the allocation */
+            ck_assert_ptr_eq(mo.tail, mo.block);
         }
         ck_assert_uint_eq(mo.deps->count, 1);
         ck_assert_path_is(file_at(mo.deps, 0), t.a);
@@ -350,9 +357,9 @@ START_TEST(lookup_hands_back_the_tail)
         kpc_manifest_object_key(&t.req, mo.deps, &again);
         ck_assert_mem_eq(again.bytes, t.oa.bytes, 16);
         if (mo.borrowed) /* given the allocation, the list frees it */
-            mo.deps->block = mo.tail;
+            mo.deps->block = mo.block;
         else
-            free(mo.tail);
+            free(mo.block);
         kpc_manifest_deps_free(mo.deps);
         free(buf);
     }
@@ -417,7 +424,7 @@ START_TEST(record_build_puts_the_build_first)
     ck_assert_int_eq(kpc_manifest_record_build(&m, &req, &build, KPC_MANIFEST_LOG, &deps, &object, &buf, &size),
                      KPC_OK);
     ck_assert_uint_eq(m.count, 0); /* freed */
-    ck_assert_ptr_null(m.bytes);
+    ck_assert_ptr_null(m.block);
     ck_assert_uint_eq(deps->count, 1);
     ck_assert_path_is(file_at(deps, 0), b);
     kpc_key want;
@@ -437,7 +444,7 @@ START_TEST(record_build_puts_the_build_first)
 
     /* the same build again, into that manifest: its entry replaced, not doubled */
     ck_assert_int_eq(kpc_manifest_decode(buf, size, &m), KPC_OK);
-    m.bytes = buf; /* the manifest owns them now */
+    m.block = buf; /* the manifest owns them now */
     kpc_deps *again;
     kpc_key object2;
     void *buf2;

@@ -156,9 +156,4 @@ kpc_status kpc__writer_finish(kpc__writer *w, void **buf, size_t *size);
 /* Drop a growing writer's buffer (after a failure of the caller's own). */
 void kpc__writer_discard(kpc__writer *w);
 
-/* The a bytes at buf and the b bytes after them trade places in the same buffer
- * ([A][B] becomes [B][A]) through 4 KB of stack: two parts of one allocation reordered
- * with no second allocation, and no new page of the heap written. */
-void kpc__rotate(void *buf, size_t a, size_t b);
-
 #endif /* KPC_BASE_BYTES_H */

@@ -431,8 +431,8 @@ void kpc_manifest_free(kpc_manifest *m)
     for (size_t i = 0; i < m->count; i++)
         deps_release(&m->entries[i].deps);
     m->count = 0;
-    free(m->bytes);
-    m->bytes = NULL;
+    free(m->block);
+    m->block = NULL;
 }
 
 const kpc_manifest_entry *kpc_manifest_match(const kpc_manifest *m)
@@ -448,48 +448,50 @@ kpc_deps *kpc_manifest_take(kpc_manifest *m, const kpc_manifest_entry *e)
     const kpc_deps *from = &e->deps;
     /* a manifest of one entry (the usual one) is kept whole rather than copied: a new
      * process's hit then makes no allocation of the size of its files */
-    if (e->deps.block == NULL && m->bytes && m->count == 1) {
+    if (e->deps.block == NULL && m->block && m->count == 1) {
         kpc_deps *d = malloc(sizeof *d);
         if (d == NULL)
             return NULL;
         *d = *from;
-        d->block = m->bytes;
-        m->bytes = NULL;
+        d->block = m->block;
+        m->block = NULL;
         m->entries[0].deps.at = NULL; /* d's now */
         return d;
     }
     return deps_copy(from);
 }
 
-/* A match's tail (kpc_manifest_lookup) at the head of the allocation, which the manifest
- * gives up: the list keeps the bytes behind it where it took them whole. */
-static void hand_back_tail(kpc_manifest *m, uint8_t *bytes, size_t size, size_t tail,
+/* A match's tail (kpc_manifest_lookup): the manifest gives up the allocation. Where
+ * the list took the manifest's bytes whole, it borrows them where they lie, before the
+ * tail; else the tail moves to the head, and the room the manifest took is given back. */
+static void hand_back_tail(kpc_manifest *m, uint8_t *block, const uint8_t *bytes, size_t size, size_t tail,
                            kpc_manifest_match_out *match)
 {
     kpc_deps *d = match->deps;
-    if (d->block == bytes) { /* the manifest's bytes, the list's now: moved behind the tail */
-        kpc__rotate(bytes, size, tail);
-        d->files += tail; /* where each file lies in them holds */
+    m->block = NULL; /* where the list did not take it */
+    match->borrowed = d->block == block;
+    if (match->borrowed) {
         d->block = NULL;
-        match->borrowed = true;
-    } else { /* a copy: the bytes are the tail's alone */
-        memmove(bytes, bytes + size, tail);
-        m->bytes = NULL;
+        match->tail = (uint8_t *)bytes + size;
+    } else {
+        memmove(block, bytes + size, tail);
+        uint8_t *fit = realloc(block, tail);
+        match->tail = block = fit ? fit : block;
     }
-    match->tail = bytes;
+    match->block = block;
 }
 
-kpc_status kpc_manifest_lookup(void *bytes, size_t size, size_t tail, kpc_manifest *m,
+kpc_status kpc_manifest_lookup(void *block, const void *bytes, size_t size, size_t tail, kpc_manifest *m,
                                kpc_manifest_match_out *match)
 {
     if (match)
         *match = (kpc_manifest_match_out){.found = false};
     kpc_status s = kpc_manifest_decode(bytes, size, m);
     if (s != KPC_OK) {
-        free(bytes);
+        free(block);
         return s;
     }
-    m->bytes = bytes; /* the entries point into it: the manifest keeps it */
+    m->block = block; /* the entries point into it: the manifest keeps it */
     const kpc_manifest_entry *e = match ? kpc_manifest_match(m) : NULL;
     if (e == NULL)
         return KPC_OK;
@@ -498,7 +500,7 @@ kpc_status kpc_manifest_lookup(void *bytes, size_t size, size_t tail, kpc_manife
     match->deps = kpc_manifest_take(m, e);
     match->found = match->deps != NULL;
     if (match->found && tail)
-        hand_back_tail(m, bytes, size, tail, match);
+        hand_back_tail(m, block, bytes, size, tail, match);
     kpc_manifest_free(m); /* a match needs no more of it (see manifest.h) */
     return match->found ? KPC_OK : KPC_E_NOMEM;
 }

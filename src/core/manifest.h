@@ -122,7 +122,7 @@ typedef struct kpc_manifest_entry {
 
 typedef struct kpc_manifest {
     size_t count; /* newest first */
-    void *bytes;  /* the decoded bytes the entries point into, when the manifest owns them */
+    void *block;  /* the allocation the entries point into, when the manifest owns it */
     kpc_manifest_entry entries[KPC_MANIFEST_MAX_ENTRIES];
 } kpc_manifest;
 
@@ -163,10 +163,10 @@ void kpc_manifest_object_key(const kpc_key *request, const kpc_deps *deps, kpc_k
  * docs/file-format.md; core/manifest_codec.c). *buf is malloc'd. */
 kpc_status kpc_manifest_encode(const kpc_manifest *m, void **buf, size_t *size);
 /* Parse and check one; its entries point into buf, which must outlive them (or be handed
- * to the manifest: out->bytes, freed with it). KPC_E_CORRUPT for anything malformed
+ * to the manifest: out->block, freed with it). KPC_E_CORRUPT for anything malformed
  * (never reads past size); KPC_E_NOT_FOUND for a manifest of an older format (its
  * entries lack the identities and the absent entries this check relies on: a miss,
- * rewritten by the next build). On failure *out is empty (out->bytes NULL). */
+ * rewritten by the next build). On failure *out is empty (out->block NULL). */
 kpc_status kpc_manifest_decode(const void *buf, size_t size, kpc_manifest *out);
 void kpc_manifest_free(kpc_manifest *m);
 /* The list of n files (KPC_E_INVALID for a relative path, one longer than a manifest
@@ -180,18 +180,20 @@ const kpc_manifest_entry *kpc_manifest_match(const kpc_manifest *m);
 kpc_deps *kpc_manifest_take(kpc_manifest *m, const kpc_manifest_entry *e);
 /*
  * The two calls a request makes, one before its build and one after.
- * Lookup: the manifest under the request key, the first size bytes of an allocation of
- * size + tail (malloc'd; taken in every case), decoded into *m (statuses as
+ * Lookup: the manifest under the request key, size bytes at bytes, followed by tail
+ * bytes, inside the allocation block (malloc'd; taken in every case), decoded into *m
+ * (statuses as
  * kpc_manifest_decode); with match, the first entry whose files all match now: found,
  * its object key, outcome and files (taken, kpc_manifest_take; owned by the caller), and
  * *m freed: a request that found its outcome builds nothing (and one whose record is
  * then refused reads the manifest again for its build: a rare path). No entry matched:
  * *m is the manifest as read, for the build to extend, and the tail is not the caller's.
  * A match with a tail (the record a manifest's record carries) gives the allocation
- * back: match->tail, with the tail's bytes at its head. Where the list kept the
- * manifest's bytes whole (its only entry), they lie behind the tail in that allocation
- * (borrowed): the list is freed no later than the allocation, or given it
- * (deps->block = tail), so a new process's hit writes no second copy of either.
+ * back: match->block, the tail's bytes at match->tail in it. Where the list kept the
+ * manifest's bytes whole (its only entry), they stay where they were read, before the
+ * tail (borrowed): the list is freed no later than the allocation, or given it
+ * (deps->block = match->block), so a new process's hit moves and copies neither.
+ * Otherwise the tail is moved to the head of the allocation, which shrinks to it.
  * Record a build: the files b names as they are now (kpc_manifest_deps_record) in *deps
  * (owned), the key its outcome goes under (kpc_manifest_object_key) in *object, and *m
  * with (object, outcome, deps) put first (as kpc_manifest_add does) encoded into *buf
@@ -203,10 +205,11 @@ typedef struct kpc_manifest_match_out {
     kpc_key object;
     uint32_t outcome;
     kpc_deps *deps;
-    void *tail;    /* the allocation, the tail at its head (NULL: no tail, or no match) */
-    bool borrowed; /* deps' bytes lie in tail's allocation, behind the tail */
+    void *block;   /* the allocation, the caller's (NULL: no tail, or no match) */
+    void *tail;    /* the tail's bytes, in block */
+    bool borrowed; /* deps' bytes lie in block, before the tail */
 } kpc_manifest_match_out;
-kpc_status kpc_manifest_lookup(void *bytes, size_t size, size_t tail, kpc_manifest *m,
+kpc_status kpc_manifest_lookup(void *block, const void *bytes, size_t size, size_t tail, kpc_manifest *m,
                                kpc_manifest_match_out *match);
 kpc_status kpc_manifest_record_build(kpc_manifest *m, const kpc_key *request, const kpc_manifest_build *b,
                                      uint32_t outcome, kpc_deps **deps, kpc_key *object, void **buf, size_t *size);

@@ -170,7 +170,7 @@ static kpc_status refuse(kpc_manifest *out, kpc_status s)
 kpc_status kpc_manifest_decode(const void *buf, size_t size, kpc_manifest *out)
 {
     out->count = 0;
-    out->bytes = NULL;
+    out->block = NULL;
     if (size > KPC_MANIFEST_MAX_BYTES) /* more than a writer makes; and offsets fit 32 bits */
         return KPC_E_CORRUPT;
     kpc__reader r;

@@ -11,8 +11,9 @@
  * checksum); one that is not the matching entry's, or fails a check, leaves the hit to
  * read the outcome's own record, which every writable tier keeps as before. A reader
  * that predates the second part reads the manifest from the first and never sees it.
- * Neither part is copied: the carried record is taken at the head of the bytes read and
- * the manifest's part, kept with the program as its files, behind it (manifest.h).
+ * Neither part is copied nor moved: the carried record is taken where it was read, and
+ * the manifest's part, kept with the program as its files, stays before it in the one
+ * allocation the program frees (manifest.h, storage/record.h).
  */
 #include "core/manifest_seen.h"
 #include "core/cache.h"
@@ -28,9 +29,10 @@ void kpc_seen_manifest_free(kpc_seen_manifest *sm)
     sm->read = false;
 }
 
-/* The outcome a manifest's record carries: its whole record's bytes at the head of the
- * allocation they were read in, and the tier the manifest came from. */
+/* The outcome a manifest's record carries: its whole record's bytes in the allocation
+ * they were read in, and the tier the manifest came from. */
 typedef struct carried {
+    void *block;
     void *bytes;
     size_t size;
     kpc_tier *from;
@@ -42,7 +44,7 @@ typedef struct carried {
 static void look_up_manifest(kpc_context *ctx, const kpc_key *key, kpc_seen_manifest *sm,
                              kpc_manifest_match_out *match, carried *c)
 {
-    if (sm->m.bytes) /* what an earlier look held (an empty one needs no call) */
+    if (sm->m.block) /* what an earlier look held (an empty one needs no call) */
         kpc_manifest_free(&sm->m);
     sm->read = true;
     if (match)
@@ -56,13 +58,12 @@ static void look_up_manifest(kpc_context *ctx, const kpc_key *key, kpc_seen_mani
      * request by itself, and every outcome it leads to is checked against the request */
     kpc_tier_accept(tiers, from, &rec);
     /* the two parts in the one allocation they were read in: the manifest's bytes, then
-     * the carried record, which a match hands back at the head (the manifest's bytes,
-     * where the program keeps them with its files, moved behind it) */
+     * the carried record, which a match hands back */
     size_t tail = c ? rec.names_size : 0;
-    kpc_status s = kpc_manifest_lookup(rec.payload, rec.code_size, tail, &sm->m, match);
-    rec.payload = NULL; /* taken */
-    if (c && match->tail)
-        *c = (carried){match->tail, tail, from};
+    kpc_status s = kpc_manifest_lookup(rec.block, rec.payload, rec.code_size, tail, &sm->m, match);
+    rec.block = rec.payload = NULL; /* taken */
+    if (c && match->block)
+        *c = (carried){match->block, match->tail, tail, from};
     /* a match freed the manifest: a build after it (its record refused) reads it again;
      * one unreadable or of an older format is replaced by what the build records */
     sm->read = !(s == KPC_OK && match && match->found);
@@ -79,47 +80,37 @@ static void look_up_manifest(kpc_context *ctx, const kpc_key *key, kpc_seen_mani
 
 /* The carried outcome, refused: the list takes the allocation its bytes lie in, or it
  * goes. */
-static void drop_carried(kpc_manifest_match_out *e, void *bytes)
+static void drop_carried(kpc_manifest_match_out *e, void *block)
 {
     if (e->borrowed)
-        e->deps->block = bytes;
+        e->deps->block = block;
     else
-        free(bytes);
+        free(block);
 }
 
 kpc_status kpc_seen_manifest_read(kpc_context *ctx, const kpc_key *key, kpc_seen_manifest *sm,
                                   kpc_record *rec, kpc_deps **deps, kpc_tier **from)
 {
     kpc_manifest_match_out e;
-    carried c = {NULL, 0, NULL};
+    carried c = {NULL, NULL, 0, NULL};
     look_up_manifest(ctx, key, sm, &e, &c);
     if (!e.found)
         return KPC_E_NOT_FOUND;
     uint32_t kind = e.outcome == KPC_MANIFEST_LOG ? KPC_RECORD_LOG : KPC_RECORD_CODE;
     /* the carried outcome, where it is the matching entry's (not another entry's, not
      * damaged) */
-    const char *why = c.bytes ? kpc_record_take_if_good(c.bytes, c.size, &e.object, ctx->target, kind, rec)
-                              : "";
-    if (why == NULL) {
-        if (!e.borrowed) { /* the room the manifest's part took, given back */
-            size_t size = rec->code_size + rec->names_size + rec->request_size,
-                   request = rec->request ? (size_t)((const char *)rec->request - (char *)rec->payload) : 0;
-            void *fit = realloc(rec->payload, size ? size : 1);
-            if (fit) {
-                rec->payload = fit;
-                rec->request = rec->request ? (char *)fit + request : NULL;
-            }
-        }
-        /* else the list's bytes stay behind the record's, in what becomes the program's
-         * code buffer (core/program.h): nothing copied */
+    const char *why =
+        c.block ? kpc_record_take_at(c.block, c.bytes, c.size, &e.object, ctx->target, kind, rec) : "";
+    if (why == NULL) { /* where borrowed, the list's bytes stay in what becomes the
+                        * program's allocation (core/program.h) */
         *deps = e.deps;
         *from = c.from;
         return KPC_OK;
     }
-    if (c.bytes) {
+    if (c.block) {
         KPC_LOG(KPC_LOG_DEBUG, "the outcome a manifest carries for %s is not taken (%s): its own record "
                 "is read", ctx->target, why);
-        drop_carried(&e, c.bytes);
+        drop_carried(&e, c.block);
     }
     kpc_status s = kpc_tier_read(&ctx->cache->tiers, &e.object, ctx->target, kind, rec, from);
     if (s != KPC_OK)

@@ -21,7 +21,7 @@
  * builders of one key on one host never race here (the host index lets one build). */
 typedef struct kpc_seen_manifest {
     bool read;      /* looked, and nothing matched: m is what the build records into */
-    kpc_manifest m; /* m.bytes set: a manifest held, kpc_seen_manifest_free due (most
+    kpc_manifest m; /* m.block set: a manifest held, kpc_seen_manifest_free due (most
                        requests end holding none: a match or a build let it go) */
 } kpc_seen_manifest;
 void kpc_seen_manifest_free(kpc_seen_manifest *sm);

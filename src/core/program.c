@@ -37,40 +37,48 @@
 #include <stdlib.h>
 #include <string.h>
 
+static kpc_program *program_alloc(const kpc_key *key)
+{
+    kpc_program *p = calloc(1, sizeof *p);
+    if (p == NULL)
+        return NULL;
+    atomic_init(&p->refs, 1);
+    p->key = *key;
+    p->object = *key;
+    p->device = -1;
+    pthread_mutex_init(&p->kernels_lock, NULL);
+    return p;
+}
+
 kpc_status kpc_program_from_record(const kpc_key *key, kpc_record *rec, kpc_program **out)
 {
-    kpc_build b = {0};
-    b.names = malloc(rec->names_size ? rec->names_size : 1);
-    if (b.names == NULL)
+    kpc_program *p = program_alloc(key);
+    if (p == NULL) {
+        kpc_record_free(rec);
         return KPC_E_NOMEM;
-    memcpy(b.names, (char *)rec->payload + rec->code_size, rec->names_size);
-    b.names_size = rec->names_size;
-    b.code = rec->payload; /* the code is the head of the payload: keep it */
-    b.code_size = rec->code_size;
-    b.bitcode = (rec->flags & KPC_RECORD_BITCODE) != 0;
-    rec->payload = NULL;
-    kpc_status s = kpc_program_new(key, &b, out);
-    if (s != KPC_OK)
-        kpc_platform_build_free(&b);
-    return s;
+    }
+    p->block = rec->block;
+    p->code = rec->payload; /* the head of the payload, where the record lies */
+    p->code_size = rec->code_size;
+    p->names = (char *)rec->payload + rec->code_size;
+    p->names_size = rec->names_size;
+    p->bitcode = (rec->flags & KPC_RECORD_BITCODE) != 0;
+    rec->block = rec->payload = NULL;
+    *out = p;
+    return KPC_OK;
 }
 
 kpc_status kpc_program_new(const kpc_key *key, kpc_build *b, kpc_program **out)
 {
-    kpc_program *p = calloc(1, sizeof *p);
+    kpc_program *p = program_alloc(key);
     if (p == NULL)
         return KPC_E_NOMEM;
-    atomic_init(&p->refs, 1);
-    p->key = *key;
-    p->object = *key;
-    p->code = b->code;
+    p->block = p->code = b->code;
     p->code_size = b->code_size;
     p->bitcode = b->bitcode;
-    p->names = b->names;
+    p->names_block = p->names = b->names;
     p->names_size = b->names_size;
-    p->device = -1;
     b->code = b->names = NULL;
-    pthread_mutex_init(&p->kernels_lock, NULL);
     *out = p;
     return KPC_OK;
 }
@@ -166,8 +174,8 @@ static void program_free(kpc_program *prog)
         free(prog->kernels[i].name);
     free(prog->kernels);
     pthread_mutex_destroy(&prog->kernels_lock);
-    free(prog->code);
-    free(prog->names);
+    free(prog->block);
+    free(prog->names_block);
     kpc_manifest_deps_free(prog->deps);
     free(atomic_load(&prog->slots));
     free(prog);

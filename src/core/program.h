@@ -32,8 +32,8 @@ struct kpc_program {
     kpc_key key;    /* the request's */
     kpc_key object; /* its record's: the key itself, or a manifest entry's object key */
     /* The files its compile read (core/manifest.h), checked on every hit of the map; NULL
-     * when none. Immutable, owned; its bytes may lie in code's allocation, after the
-     * record's (a manifest's record read whole: core/manifest_seen.c), and live as long. */
+     * when none. Immutable, owned; its bytes may lie in block, before the record's (a
+     * manifest's record read whole: core/manifest_seen.c), and live as long. */
     kpc_deps *deps;
     /* Not cached: its files could not be vouched for (learned too late, or modified
      * within the race window); the map drops it as soon as it is handed out. */
@@ -43,6 +43,10 @@ struct kpc_program {
      * misses (core/request.c). */
     bool cwd_bound;
     uint8_t cwd[16];
+    /* Owned: the allocation code lies in: a build's code itself, or the allocation its
+     * record was read in (names, request and, from a manifest, deps' bytes too) */
+    void *block;
+    void *names_block; /* owned: a build's names, apart from block (NULL: in block) */
     void *code;
     size_t code_size;
     bool bitcode; /* code is LLVM bitcode (a -fgpu-rdc compile): never loaded as a module */
@@ -59,8 +63,9 @@ struct kpc_program {
 /* A program of b's code and names (ownership taken; b's are NULL after); its object key
  * is key until the caller sets another. */
 kpc_status kpc_program_new(const kpc_key *key, kpc_build *b, kpc_program **out);
-/* A program of the CODE record rec read from a tier: its payload moves into the program
- * (rec->payload NULL after, whatever the outcome). */
+/* A program of the CODE record rec read from a tier: its allocation (rec->block) moves
+ * into the program, code and names read where they lie (rec->block and rec->payload
+ * NULL after, whatever the outcome). */
 struct kpc_record;
 kpc_status kpc_program_from_record(const kpc_key *key, struct kpc_record *rec, kpc_program **out);
 /* The map takes a reference of its own (kpc_map_publish, before the entry is seen

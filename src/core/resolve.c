@@ -513,7 +513,7 @@ static kpc_status obtain(kpc_context *ctx, const kpc_normalized_request *req, bo
 {
     kpc_seen_manifest sm = {0};
     kpc_status s = obtain_seen(ctx, req, skip_disk, nowait, held, &sm, out, log, from_disk, busy);
-    if (sm.m.bytes) /* looked, and no build followed */
+    if (sm.m.block) /* looked, and no build followed */
         kpc_seen_manifest_free(&sm);
     return s;
 }

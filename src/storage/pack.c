@@ -413,7 +413,8 @@ void kpc_pack_discard(kpc_pack_writer *w)
 
 kpc_status kpc_pack_add(kpc_pack_writer *w, const void *record, size_t size)
 {
-    /* parse a copy: the check moves the payload, and the caller's bytes go in as they are */
+    /* parse a copy: the check may move the payload (to align it), and the caller's bytes go in
+     * as they are */
     void *copy = malloc(size ? size : 1);
     if (copy == NULL)
         return KPC_E_NOMEM;

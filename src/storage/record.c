@@ -152,8 +152,8 @@ kpc_status kpc_record_encode(const kpc_record *r, const void *first, const void 
     return KPC_OK;
 }
 
-const char *kpc_record_take_if_good(void *buf, size_t size, const kpc_key *key, const char *target,
-                                    uint32_t kind, kpc_record *out)
+const char *kpc_record_take_at(void *block, void *buf, size_t size, const kpc_key *key, const char *target,
+                               uint32_t kind, kpc_record *out)
 {
     const char *why = kpc_record_decode_header(buf, size, out);
     if (why == NULL && key && memcmp(out->key.bytes, key->bytes, 16) != 0)
@@ -165,29 +165,33 @@ const char *kpc_record_take_if_good(void *buf, size_t size, const kpc_key *key, 
     uint64_t payload = out->code_size + out->names_size + out->request_size;
     if (why == NULL && size != KPC_RECORD_HEADER + payload)
         why = size < KPC_RECORD_HEADER + payload ? "truncated" : "trailing bytes";
-    if (why == NULL &&
-        XXH3_64bits((uint8_t *)buf + KPC_RECORD_HEADER, size - KPC_RECORD_HEADER) !=
-            payload_sum_of(buf))
+    uint8_t *at = (uint8_t *)buf + KPC_RECORD_HEADER;
+    if (why == NULL && XXH3_64bits(at, payload) != payload_sum_of(buf))
         why = "payload checksum mismatch";
-    if (why == NULL && kind == KPC_RECORD_CODE &&
-        !kpc_names_valid((uint8_t *)buf + KPC_RECORD_HEADER + out->code_size, out->names_size))
+    if (why == NULL && kind == KPC_RECORD_CODE && !kpc_names_valid(at + out->code_size, out->names_size))
         why = "bad lowered-name table";
     if (why == NULL && kind == KPC_RECORD_CODE && out->code_size == 0)
         why = "empty code object";
-    out->payload = NULL;
+    out->payload = out->block = NULL;
     out->request = NULL;
     if (why != NULL)
         return why;
-    memmove(buf, (uint8_t *)buf + KPC_RECORD_HEADER, size - KPC_RECORD_HEADER);
-    out->payload = buf;
-    out->request = out->request_size ? (uint8_t *)buf + out->code_size + out->names_size : NULL;
+    /* the header, decoded, has room for the payload to reach malloc's alignment */
+    size_t skew = (uintptr_t)at % KPC_RECORD_ALIGN;
+    if (skew) {
+        memmove(at - skew, at, payload);
+        at -= skew;
+    }
+    out->block = block;
+    out->payload = at;
+    out->request = out->request_size ? at + out->code_size + out->names_size : NULL;
     return NULL;
 }
 
 const char *kpc_record_take(void *buf, size_t size, const kpc_key *key, const char *target,
                             uint32_t kind, kpc_record *out)
 {
-    const char *why = kpc_record_take_if_good(buf, size, key, target, kind, out);
+    const char *why = kpc_record_take_at(buf, buf, size, key, target, kind, out);
     if (why != NULL)
         free(buf);
     return why;
@@ -200,7 +204,7 @@ bool kpc_record_serves(const kpc_record *r, const uint8_t want[32])
 
 void kpc_record_free(kpc_record *r)
 {
-    free(r->payload);
-    r->payload = NULL;
+    free(r->block);
+    r->block = r->payload = NULL;
     r->request = NULL;
 }

@@ -21,6 +21,9 @@
                               * record whose flags they would not know to heed */
 #define KPC_RECORD_HEADER 256u        /* bytes of header before the payload */
 #define KPC_RECORD_MAX (1ull << 30)   /* the largest code, names or log part accepted */
+/* A taken record's payload lies at this alignment (malloc's), so a code object handed
+ * out by address is aligned as a copy of it would be, wherever it lay in what was read. */
+#define KPC_RECORD_ALIGN _Alignof(max_align_t)
 /* MANIFEST (core/manifest.h): under a request key, the entry lists of the files its
  * compiles read, each leading to the key of a CODE or LOG record */
 enum kpc_record_kind { KPC_RECORD_CODE = 1, KPC_RECORD_LOG = 2, KPC_RECORD_MANIFEST = 3 };
@@ -43,8 +46,11 @@ typedef struct kpc_record {
     bool has_digest;
     uint8_t request_digest[32];
     uint8_t compiler_id[16];
-    void *payload; /* malloc'd: code, names, then the request section (CODE), the log text (LOG),
-                    * the manifest (MANIFEST) */
+    /* code, names, then the request section (CODE), the log text (LOG), the manifest
+     * (MANIFEST): inside block, the allocation the record was read in (taken where it
+     * lies, not moved: kpc_record_take), aligned as malloc aligns (KPC_RECORD_ALIGN) */
+    void *payload;
+    void *block; /* owned (kpc_record_free); NULL when payload is the caller's */
     uint64_t code_size;
     uint64_t names_size;
     /* The request section (storage/request_codec.h: what `kpc replay` rebuilds from), the
@@ -68,16 +74,17 @@ kpc_status kpc_record_encode(const kpc_record *r, const void *first, const void 
 /* Decode and check a header alone (avail bytes at h); NULL when good, else why not. */
 const char *kpc_record_decode_header(const uint8_t *h, size_t avail, kpc_record *r);
 /* Check a whole record (header + payload, size bytes at buf, malloc'd) against what
- * the reader asked for (key and target may be NULL: not compared) and take it: NULL and
- * *out with out->payload = buf (payload moved to its head) when good; else buf is freed
- * and the reason returned. */
+ * the reader asked for (key and target may be NULL: not compared) and take it where it
+ * lies: NULL and *out, out->block = buf and out->payload inside it, when good; else buf
+ * is freed and the reason returned. */
 const char *kpc_record_take(void *buf, size_t size, const kpc_key *key, const char *target,
                             uint32_t kind, kpc_record *out);
-/* The same checks, for a record at the head of an allocation that holds more after it:
- * taken as kpc_record_take takes it when good (out->payload is buf), and left as it was,
- * still the caller's, when not. */
-const char *kpc_record_take_if_good(void *buf, size_t size, const kpc_key *key, const char *target,
-                                    uint32_t kind, kpc_record *out);
+/* The same checks, for a record at buf that lies inside the allocation block (which may
+ * hold more before and after it): taken as kpc_record_take takes it when good
+ * (out->block = block), and left as it was, still the caller's, when not. The payload
+ * moves only to reach KPC_RECORD_ALIGN, by less than that, into its own header's room. */
+const char *kpc_record_take_at(void *block, void *buf, size_t size, const kpc_key *key, const char *target,
+                               uint32_t kind, kpc_record *out);
 
 /* Whether r may answer the request whose digest (kpc_request_digest) is want: the one
  * comparison every hit from outside the process passes, whatever tier it came from. A

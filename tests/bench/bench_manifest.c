@@ -162,15 +162,14 @@ static int step_helper(kpc_context *ctx, const kpc_source *src, const char *whic
     t[3] = bn_now_ns();
     /* the object as a match of the manifest's one entry takes it (core/manifest.c,
      * kpc_manifest_lookup; core/manifest_seen.c): the record the manifest's record
-     * carries traded places with the manifest's bytes, which stay behind it as the
-     * program's files, and checked at the head (the entry holds its object key) */
+     * carries, checked where it was read (the entry holds its object key), the
+     * manifest's bytes before it as the program's files */
     ok = ok && mf.names_size > 0;
     if (ok) {
-        kpc__rotate(mf.payload, mf.code_size, mf.names_size);
-        ok = kpc_record_take_if_good(mf.payload, mf.names_size, &e->object, ctx->target, KPC_RECORD_CODE,
-                                     &object) == NULL;
+        ok = kpc_record_take_at(mf.block, (uint8_t *)mf.payload + mf.code_size, mf.names_size, &e->object,
+                                ctx->target, KPC_RECORD_CODE, &object) == NULL;
         if (ok)
-            mf.payload = NULL; /* the object's now, the manifest's bytes with it */
+            mf.block = mf.payload = NULL; /* the object's now, the manifest's bytes with it */
     }
     t[4] = bn_now_ns();
     if (!ok)

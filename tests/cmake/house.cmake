@@ -28,6 +28,7 @@ if(NOT KPC_PLATFORM STREQUAL "nvidia")
 endif()
 # The one byte codec every format is read and written through (base/bytes.c).
 kpc_check_test(test_bytes LABELS "house" TIMEOUT 60)
+kpc_check_test(test_record LABELS "house" TIMEOUT 60)
 # libxxhash as kpc calls it (base/hash.c): the library's values, and the vector state
 # cleared after each dispatched hash
 kpc_check_test(test_hash LABELS "house" TIMEOUT 60)

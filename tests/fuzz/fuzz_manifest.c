@@ -93,12 +93,12 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
     memcpy(bytes, data, size);
     kpc_manifest m;
     if (kpc_manifest_decode(bytes, size, &m) != KPC_OK) {
-        if (m.count != 0 || m.bytes != NULL)
+        if (m.count != 0 || m.block != NULL)
             abort();
         free(bytes);
         return 0;
     }
-    m.bytes = bytes;
+    m.block = bytes;
     for (size_t i = 0; i < m.count; i++)
         check_list(&m.entries[i].deps);
     void *again;
