@@ -192,6 +192,8 @@ void *ts_get_code(kpc_context *ctx, const kpc_source *src, size_t *size)
     kpc_status s = kpc_program_get(ctx, src, &p);
     ck_assert_msg(s == KPC_OK, "kpc_program_get: %s: %s", kpc_status_str(s), kpc_last_log());
     const void *code = kpc_program_code(p, size);
+    /* wherever it came from (a build, a record, the record a manifest's carries) */
+    ck_assert_msg((uintptr_t)code % _Alignof(max_align_t) == 0, "the code object at %p: not aligned", code);
     void *copy = malloc(*size);
     memcpy(copy, code, *size);
     kpc_program_release(p);

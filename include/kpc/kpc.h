@@ -294,7 +294,8 @@ KPC_API void kpc_program_release(kpc_program *prog);
 /**
  * The code object bytes (AMDGPU ELF, cubin or PTX; LLVM bitcode for -fgpu-rdc where
  * hipRTC gives it, ROCm 5.3 and later, which only a compile-only context hands out);
- * valid while a reference is held.
+ * valid while a reference is held, aligned as malloc aligns (an ELF image's headers may
+ * be read in place).
  * @param size receives the size; may be NULL. Returns NULL for NULL prog.
  */
 KPC_API const void *kpc_program_code(const kpc_program *prog, size_t *size);
