@@ -107,25 +107,19 @@ typedef struct outcome {
     kpc_claim_outcome done;   /* READY (a CODE record) or FAILED (a LOG record) */
 } outcome;
 
-/* The manifest mf under key, in every writable tier, with o's record as its second part
- * (core/manifest_seen.h) when it is small enough: the hit through the manifest then
- * reads one record. A reader that predates that part reads the first alone. The copy
- * leaves out the request section: a hit never reads it (it is kept, for `kpc replay`,
- * in the outcome's own record), and it would be a second copy of the source in every
- * new process's read. */
+/* The manifest mf under key, in every writable tier, with o's record whole as its second
+ * part (core/manifest_seen.h) when it is small enough: the hit through the manifest then
+ * reads one record. A reader that predates that part reads the first alone. */
 static kpc_status write_manifest(kpc_context *ctx, const kpc_key *key, const kpc_source *src,
                                  const kpc_manifest_bytes *mf, const outcome *o)
 {
     kpc_record head;
     fill_record(&head, ctx, key, src, KPC_RECORD_MANIFEST);
     head.code_size = mf->size;
-    kpc_record copy = *o->rec;
-    copy.request = NULL;
-    copy.request_size = 0;
     void *carried = NULL;
     size_t size = 0;
-    if (copy.code_size + copy.names_size <= KPC_MANIFEST_CARRY_MAX &&
-        kpc_record_encode(&copy, o->first, o->second, &carried, &size) == KPC_OK)
+    if (o->rec->code_size + o->rec->names_size + o->rec->request_size <= KPC_MANIFEST_CARRY_MAX &&
+        kpc_record_encode(o->rec, o->first, o->second, &carried, &size) == KPC_OK)
         head.names_size = size;
     kpc_status s = kpc_tier_write(&ctx->cache->tiers, NULL, &head, mf->buf, carried);
     free(carried);
