@@ -57,6 +57,13 @@ void bn_say(const char *fmt, ...)
     va_end(ap);
 }
 
+/* The directories bn_tmpdir made and bn_cleanup has not removed yet, and the process
+ * that made them: a bench that dies removes them (and their host index) as a finished
+ * one does, and a child that dies (a fork, with the parent's list) leaves them be. */
+enum { MADE_MAX = 8 };
+static char *made[MADE_MAX];
+static pid_t made_by;
+
 void bn_die(const char *fmt, ...)
 {
     va_list ap;
@@ -65,6 +72,9 @@ void bn_die(const char *fmt, ...)
     vfprintf(stderr, fmt, ap);
     fputc('\n', stderr);
     va_end(ap);
+    for (int i = 0; i < MADE_MAX && getpid() == made_by; i++)
+        if (made[i])
+            bn_cleanup(made[i]);
     exit(1);
 }
 
@@ -134,11 +144,20 @@ char *bn_tmpdir(void)
     if (out == NULL)
         bn_die("out of memory");
     sprintf(out, "%s/cache", tmpl);
+    made_by = getpid();
+    for (int i = 0; i < MADE_MAX; i++)
+        if (made[i] == NULL) {
+            made[i] = out;
+            break;
+        }
     return out;
 }
 
 void bn_cleanup(char *dir)
 {
+    for (int i = 0; i < MADE_MAX; i++)
+        if (made[i] == dir)
+            made[i] = NULL;
     char root[4096];
     if (realpath(dir, root))
         kpc_index_unlink(root);
