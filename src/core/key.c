@@ -134,7 +134,6 @@ static void put_digest(serializer *z, uint8_t tag, const void *data, size_t len)
 }
 
 /* ---- the fast path: a buffer sized up front, no checks per field ------------------ */
-
 static uint8_t *w_put(uint8_t *p, uint8_t tag, const void *data, size_t len)
 {
     p = w_head(p, tag, len);

@@ -48,7 +48,7 @@ typedef struct kpc_record {
     uint8_t compiler_id[16];
     /* code, names, then the request section (CODE), the log text (LOG), the manifest
      * (MANIFEST): inside block, the allocation the record was read in (taken where it
-     * lies, not moved: kpc_record_take), aligned as malloc aligns (KPC_RECORD_ALIGN) */
+     * lies, moved only to reach KPC_RECORD_ALIGN: kpc_record_take_at) */
     void *payload;
     void *block; /* owned (kpc_record_free); NULL when payload is the caller's */
     uint64_t code_size;
