@@ -170,6 +170,35 @@ START_TEST(symlinked_header)
 }
 END_TEST
 
+/* A header in a directory whose name outgrows dir_of's stack buffer (650 bytes: a deep
+ * build tree) is checked as one in a short one: matched, then caught when edited. */
+START_TEST(header_in_a_deep_directory)
+{
+    char deep[4200], shallow[4200], deep_h[4300];
+    int n = snprintf(deep, sizeof deep, "%s", dir);
+    for (int i = 0; n < 650; i++) {
+        n += snprintf(deep + n, sizeof deep - (size_t)n, "/a-directory-name-of-forty-characters-%02d", i);
+        ck_assert_int_eq(mkdir(deep, 0700), 0);
+    }
+    snprintf(deep_h, sizeof deep_h, "%s/d.h", deep);
+    ts_write_file(deep_h, "#define D 1\n", strlen("#define D 1\n"));
+    put("s.h", "#define S 1\n", shallow, sizeof shallow);
+    const char *paths[] = {deep_h, shallow};
+    kpc_deps *d = NULL;
+    ck_assert_int_eq(kpc_manifest_deps_record(paths, 2, NULL, 0, NULL, later(), &d), KPC_OK);
+    ck_assert_uint_eq(d->count, 2);
+    ck_assert_path_is(file_at(d, 0), deep_h);
+    ck_assert(kpc_manifest_deps_match(d));
+    ts_write_file(deep_h, "#define D 2\n", strlen("#define D 2\n"));
+    ck_assert(!kpc_manifest_deps_match(d));
+    ts_write_file(deep_h, "#define D 1\n", strlen("#define D 1\n"));
+    ck_assert(kpc_manifest_deps_match(d));
+    ck_assert_int_eq(unlink(deep_h), 0);
+    ck_assert(!kpc_manifest_deps_match(d));
+    kpc_manifest_deps_free(d);
+}
+END_TEST
+
 /* ---- manifests ---------------------------------------------------------------------- */
 /* Two headers, a.h ("one") and b.h ("two"), each the one file of a list (da, db), and
  * the object keys those lists give a request key. */
@@ -490,6 +519,7 @@ static Suite *suite(void)
     tcase_add_test(tc, record_and_match);
     tcase_add_test(tc, record_refuses_recent);
     tcase_add_test(tc, symlinked_header);
+    tcase_add_test(tc, header_in_a_deep_directory);
     tcase_add_test(tc, encode_decode);
     tcase_add_test(tc, lookup_hands_back_the_tail);
     tcase_add_test(tc, entries_replace_and_cap);

@@ -17,8 +17,6 @@
 #define _GNU_SOURCE
 #include "platform/options.h"
 
-#include <pthread.h>
-#include <stdatomic.h>
 #include <string.h>
 #include <strings.h>
 
@@ -113,13 +111,8 @@ static const row nvrtc_rows[] = {
 static const kpc_option_table hiprtc = {"hiprtc", false, hiprtc_rows};
 static const kpc_option_table nvrtc = {"nvrtc", true, nvrtc_rows};
 
-static void names_ready(void);
-
 const kpc_option_table *kpc_options_for(const char *platform)
 {
-    /* the rows' index is made by whoever takes a table (a context, when it is made), not
-     * by the first request that has an option */
-    names_ready();
     /* the platform's name, its compiler's ("NVRTC", "hipRTC") or a drop-in's ("kpc-nvrtc") */
     if (strcasecmp(platform, "nvidia") == 0 || strcasestr(platform, "nvrtc") != NULL)
         return &nvrtc;
@@ -183,32 +176,31 @@ static bool names_path(enum kpc_option_class c)
 
 /* The second bytes that begin a row naming a path or the target, in either table: an
  * option with any other (-D..., -O3, -std=...) is none of those, and the request, which
- * asks on every hit, is answered without walking a row. Filled once from the rows. */
-static bool names_path_or_target_at[256];
-static atomic_bool names_filled;
-static pthread_once_t names_once = PTHREAD_ONCE_INIT;
+ * asks on every hit, is answered without walking a row. Written out rather than filled
+ * from the rows at run time: a filled table is a write to a page a new process may not
+ * have touched, on the first request with an option. kpc_option_names_match_rows (a
+ * test's) holds it to the rows. */
+static const bool names_path_or_target_at[256] = {
+    ['-'] = true, ['I'] = true, ['a'] = true, ['c'] = true, ['i'] = true, ['m'] = true, ['n'] = true,
+};
 
-static void fill_names(void)
+bool kpc_option_may_name_path_or_target(const char *opt)
 {
+    return opt != NULL && opt[0] == '-' && names_path_or_target_at[(unsigned char)opt[1]];
+}
+
+#ifdef KPC_TEST_HOOKS
+bool kpc_option_names_match_rows(void)
+{
+    bool named[256] = {false};
     const row *const tables[] = {hiprtc_rows, nvrtc_rows};
     for (size_t t = 0; t < sizeof tables / sizeof tables[0]; t++)
         for (const row *r = tables[t]; r->spelling; r++)
             if (names_path(r->cls) || r->cls == KPC_OPTION_TARGET)
-                names_path_or_target_at[(unsigned char)r->spelling[1]] = true;
-    atomic_store_explicit(&names_filled, true, memory_order_release);
+                named[(unsigned char)r->spelling[1]] = true;
+    return memcmp(named, names_path_or_target_at, sizeof named) == 0;
 }
-
-static void names_ready(void)
-{
-    if (!atomic_load_explicit(&names_filled, memory_order_acquire))
-        pthread_once(&names_once, fill_names);
-}
-
-bool kpc_option_may_name_path_or_target(const char *opt)
-{
-    names_ready();
-    return opt != NULL && opt[0] == '-' && names_path_or_target_at[(unsigned char)opt[1]];
-}
+#endif
 
 static void classify(const kpc_option_table *t, bool paths_only, const char *const *opts, size_t n,
                      size_t i, kpc_option *out)

@@ -61,6 +61,10 @@ void kpc_option_classify_path(const kpc_option_table *t, const char *const *opts
  * second byte begins no such row): a few instructions, asked first of every option of
  * every request; true says only that the rows must be asked. */
 bool kpc_option_may_name_path_or_target(const char *opt);
+#ifdef KPC_TEST_HOOKS
+/* Whether the table behind kpc_option_may_name_path_or_target is the one the rows make. */
+bool kpc_option_names_match_rows(void);
+#endif
 /* True if opt names the target under any compiler kpc knows: a request may not. */
 bool kpc_option_sets_target(const char *opt);
 
