@@ -366,9 +366,8 @@ START_TEST(working_directory_counts_where_a_relative_path_is_read)
 }
 END_TEST
 
-/* The working directory enters a key as its whole path's XXH3-128: one short, read
- * into kpc_request_cwd's stack buffer, one of 650 bytes (a deep build tree), which
- * outgrows it and is read again into the heap. */
+/* The working directory enters a key as its whole path's XXH3-128: one short, one of
+ * 650 bytes (a deep build tree). */
 START_TEST(working_directory_digest_is_of_its_whole_path)
 {
     char back[4200], *root = ts_tmpdir(), path[4200];

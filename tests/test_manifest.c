@@ -170,8 +170,8 @@ START_TEST(symlinked_header)
 }
 END_TEST
 
-/* A header in a directory whose name outgrows dir_of's stack buffer (650 bytes: a deep
- * build tree) is checked as one in a short one: matched, then caught when edited. */
+/* A header in a directory of 650 bytes (a deep build tree) is checked as one in a short
+ * one: matched, caught when edited, matched again, caught when gone. */
 START_TEST(header_in_a_deep_directory)
 {
     char deep[4200], shallow[4200], deep_h[4300];

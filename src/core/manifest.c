@@ -306,25 +306,15 @@ static int dir_of(dir_cache *c, const kpc_manifest_file *f)
         errno = c->err[i];
         return c->fd[i];
     }
-    /* a usual directory's name on the stack, a longer one (the codec bounds it below
-     * PATH_MAX) on the heap: a PATH_MAX array is written 4 KB below the frame, in a
-     * stack page a new process may not have touched yet (kpc_request_cwd) */
-    char small[256], *dir = f->dir_len < sizeof small ? small : malloc(f->dir_len + 1u);
-    int fd = -1;
-    if (dir) {
-        memcpy(dir, f->path, f->dir_len);
-        dir[f->dir_len] = '\0';
-        fd = kpc__open(f->dir_len ? dir : "/", O_PATH | O_DIRECTORY | O_CLOEXEC, 0);
-    } else
-        errno = ENOMEM;
-    int err = fd < 0 ? errno : 0;
-    if (dir != small)
-        free(dir);
+    char dir[PATH_MAX]; /* the codec bounds a path below PATH_MAX */
+    memcpy(dir, f->path, f->dir_len);
+    dir[f->dir_len] = '\0';
     unsigned slot = c->next++ % DIR_SLOTS;
     if (c->path[slot] && c->fd[slot] >= 0)
         close(c->fd[slot]);
+    int fd = kpc__open(f->dir_len ? dir : "/", O_PATH | O_DIRECTORY | O_CLOEXEC, 0);
     c->fd[slot] = fd;
-    c->err[slot] = err;
+    c->err[slot] = fd < 0 ? errno : 0;
     c->path[slot] = f->path;
     c->len[slot] = f->dir_len;
     c->last = slot;

@@ -32,7 +32,6 @@
 #include "base/log.h"
 #include "platform/options.h"
 
-#include <errno.h>
 #include <limits.h>
 #include <stdlib.h>
 #include <string.h>
@@ -74,20 +73,11 @@ static kpc_status check_pointers(const kpc_source *src)
 void kpc_request_cwd(uint8_t cwd[16])
 {
     /* all zeros when it cannot be read: such a request's relative files are never
-     * recorded, so its outcome is not cached (core/manifest.h). A usual path's room on
-     * the stack, PATH_MAX from the heap only for a longer one: getcwd writes from the
-     * buffer's start, which for a PATH_MAX array lies 4 KB below the frame, in a stack
-     * page a new process may not have touched yet (a page fault) */
-    char small[256];
+     * recorded, so its outcome is not cached (core/manifest.h) */
+    char buf[PATH_MAX];
     memset(cwd, 0, 16);
-    if (getcwd(small, sizeof small)) {
-        XXH128_canonicalFromHash((XXH128_canonical_t *)cwd, XXH3_128bits(small, strlen(small)));
-        return;
-    }
-    char *buf = errno == ERANGE ? getcwd(NULL, 0) : NULL;
-    if (buf)
+    if (getcwd(buf, sizeof buf))
         XXH128_canonicalFromHash((XXH128_canonical_t *)cwd, XXH3_128bits(buf, strlen(buf)));
-    free(buf);
 }
 
 /* Whether the source or an in-memory header has the word "include" at all: a request
