@@ -127,6 +127,13 @@ START_TEST(null_and_empty_arguments)
     const char *null_expr[] = {NULL};
     counted.name_expressions = null_expr, counted.num_name_expressions = 1;
     ck_assert_int_eq(kpc_program_get(ctx, &counted, &p), KPC_E_INVALID);
+    const char *empty_expr[] = {"kpc_test_k2", ""};
+    counted.name_expressions = empty_expr, counted.num_name_expressions = 2;
+    ck_assert_int_eq(kpc_program_get(ctx, &counted, &p), KPC_E_INVALID);
+    counted = good;
+    const char *null_opt[] = {"-O2", NULL};
+    counted.options = null_opt, counted.num_options = 2;
+    ck_assert_int_eq(kpc_program_get(ctx, &counted, &p), KPC_E_INVALID);
     counted = good;
     const char *hn[] = {"a.h"}, *hs[] = {NULL};
     counted.header_names = hn, counted.header_sources = hs, counted.num_headers = 1;
