@@ -48,7 +48,8 @@ static kpc_status check_pointers(const kpc_source *src)
         return KPC_E_INVALID;
     }
     /* a request of a source alone (most of them) has nothing more to check: one test
-     * instead of three counts' and three loops' took 8 ns off a 4 KB hit of 134 here */
+     * instead of three counts' and four loops' (the empty name expressions' was a loop of
+     * its own) took a 4 KB hit from 134 to 122 ns here */
     if ((src->num_options | src->num_headers | src->num_name_expressions) == 0)
         return KPC_OK;
     if ((src->num_options && src->options == NULL) ||
