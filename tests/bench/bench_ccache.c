@@ -34,7 +34,7 @@
 #include <unistd.h>
 
 static int K = 4, runs = 5, depth = 100;
-static char work[4096], ccache_env[4200], kpc_dir[4200], kpc_tool[4096];
+static char work[4096], ccache_env[4200], tmpdir_env[4300], kpc_dir[4200], kpc_tool[4096];
 
 static void src_path(int i, char *out, size_t cap)
 {
@@ -47,7 +47,9 @@ static double hipcc(int i, bool cached)
     src_path(i, src, sizeof src);
     snprintf(out, sizeof out, "%s.%s.co", src, cached ? "ccache" : "hipcc");
     char *argv[] = {"ccache", "hipcc", "--genco", "--offload-arch=gfx90a", "-c", src, "-o", out, NULL};
-    char *env[] = {ccache_env, NULL};
+    /* hipcc (ROCm 5.2) leaves two empty directories named after the source in $TMPDIR
+     * on every call: they go into the work directory, removed with it */
+    char *env[] = {ccache_env, tmpdir_env, NULL};
     int status;
     double s = bn_run(cached ? argv : argv + 1, env, false, &status);
     if (status != 0)
@@ -171,6 +173,11 @@ int main(int argc, char **argv)
     *strrchr(work, '/') = '\0';
     snprintf(kpc_dir, sizeof kpc_dir, "%s", cache);
     snprintf(ccache_env, sizeof ccache_env, "CCACHE_DIR=%s/ccache", work);
+    char tmp[4200];
+    snprintf(tmp, sizeof tmp, "%s/tmp", work);
+    if (mkdir(tmp, 0700) != 0)
+        bn_die("mkdir %s: %s", tmp, strerror(errno));
+    snprintf(tmpdir_env, sizeof tmpdir_env, "TMPDIR=%s", tmp);
     for (int i = 0; i < K; i++) {
         char *s = bn_slow_source(2000 + i, depth), path[4200];
         src_path(i, path, sizeof path);
