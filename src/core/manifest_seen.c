@@ -11,9 +11,11 @@
  * checksum); one that is not the matching entry's, or fails a check, leaves the hit to
  * read the outcome's own record, which every writable tier keeps as before. A reader
  * that predates the second part reads the manifest from the first and never sees it.
- * Neither part is copied nor moved: the carried record is taken where it was read, and
- * the manifest's part, kept with the program as its files, stays before it in the one
- * allocation the program frees (manifest.h, storage/record.h).
+ * The carried record is taken where it was read. Under a manifest of one entry (the
+ * usual one) neither part is copied nor moved: the manifest's part, kept with the
+ * program as its files, stays before the record in the one allocation the program frees.
+ * Under several, the entry's files are copied out and the record moves to the head of
+ * that allocation, which shrinks to it (manifest.h, storage/record.h).
  */
 #include "core/manifest_seen.h"
 #include "core/cache.h"
