@@ -186,6 +186,22 @@ kpc_source ts_src(const char *code, const char *name)
     return s;
 }
 
+void ts_request_variants(kpc_source v[TS_REQUEST_VARIANTS])
+{
+    static const char *o1[] = {"-O3", "-DA=1"}, *o2[] = {"-DA=1", "-O3"}, *hn[] = {"a.h"}, *hs[] = {"x"},
+                      *hs2[] = {"y"}, *e1[] = {"f<int>"}, *e2[] = {"f<float>"};
+    for (int i = 0; i < TS_REQUEST_VARIANTS; i++)
+        v[i] = ts_src("code", "n.hip");
+    v[1].code = "codf";
+    v[2].name = "m.hip";
+    v[3].options = o1, v[3].num_options = 2;
+    v[4].options = o2, v[4].num_options = 2;
+    v[5].header_names = hn, v[5].header_sources = hs, v[5].num_headers = 1;
+    v[6].header_names = hn, v[6].header_sources = hs2, v[6].num_headers = 1;
+    v[7].name_expressions = e1, v[7].num_name_expressions = 1;
+    v[8].name_expressions = e2, v[8].num_name_expressions = 1;
+}
+
 void *ts_get_code(kpc_context *ctx, const kpc_source *src, size_t *size)
 {
     kpc_program *p = NULL;

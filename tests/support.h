@@ -54,6 +54,11 @@ const char *ts_kernel_source(int i);
 char *ts_slow_source(int kernels);
 const char *ts_bad_source(void);
 kpc_source ts_src(const char *code, const char *name);
+/* TS_REQUEST_VARIANTS requests into v: the first ts_src("code", "n.hip"), each other
+ * different from it in one input (the source, the name, two options in one order and
+ * the other, a header's text, a name expression): no two may share a key. */
+#define TS_REQUEST_VARIANTS 9
+void ts_request_variants(kpc_source v[TS_REQUEST_VARIANTS]);
 
 /* Get a program, assert KPC_OK, and return a malloc'd copy of its code. */
 void *ts_get_code(kpc_context *ctx, const kpc_source *src, size_t *size);

@@ -187,20 +187,10 @@ END_TEST
 START_TEST(key_covers_every_input)
 {
     uint8_t id[16] = {1}, id2[16] = {2};
-    const char *o1[] = {"-O3", "-DA=1"}, *o2[] = {"-DA=1", "-O3"}, *hn[] = {"a.h"}, *hs[] = {"x"},
-               *hs2[] = {"y"}, *e1[] = {"f<int>"}, *e2[] = {"f<float>"};
-    kpc_source base = ts_src("code", "n.hip");
-    kpc_source v[12];
-    for (int i = 0; i < 12; i++)
-        v[i] = base;
-    v[1].code = "codf";
-    v[2].name = "m.hip";
-    v[3].options = o1, v[3].num_options = 2;
-    v[4].options = o2, v[4].num_options = 2;
-    v[5].header_names = hn, v[5].header_sources = hs, v[5].num_headers = 1;
-    v[6].header_names = hn, v[6].header_sources = hs2, v[6].num_headers = 1;
-    v[7].name_expressions = e1, v[7].num_name_expressions = 1;
-    v[8].name_expressions = e2, v[8].num_name_expressions = 1;
+    kpc_source v[TS_REQUEST_VARIANTS + 2];
+    ts_request_variants(v);
+    kpc_source base = v[0];
+    v[9] = v[10] = base;
     v[9].code = "codex", v[9].code_len = 4; /* only the first 4 bytes count */
     v[10].name = NULL;
     kpc_key k[16];

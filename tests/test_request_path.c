@@ -115,7 +115,6 @@ static const place *place_of(const place *p, size_t n, uintptr_t addr)
  * (the map's lookup, the build); a hit enters them once, and any request every other
  * file of src/core once. */
 static const char *const two_steps[] = {
-    "core/key.c",            /* the map's key before the lookup; the request key after it missed */
     "core/map.c",            /* the entry claimed; after the build, the outcome published to it */
     "core/program.c",        /* the program made (a build, a record); the map's reference at publish */
     "core/manifest_seen.c",  /* the manifest looked up before the build; its entry recorded after */

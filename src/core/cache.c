@@ -14,13 +14,11 @@
 #include <string.h>
 #include <unistd.h>
 
-/* Bumped in every child fork() makes (pthread_atfork), so that a request can tell a fork
- * child using its parent's cache with one load instead of a getpid() system call. */
-static atomic_uint fork_gen;
+atomic_uint kpc__fork_gen;
 
 static void count_fork(void)
 {
-    atomic_fetch_add_explicit(&fork_gen, 1, memory_order_relaxed);
+    atomic_fetch_add_explicit(&kpc__fork_gen, 1, memory_order_relaxed);
 }
 
 static void watch_forks(void)
@@ -28,10 +26,8 @@ static void watch_forks(void)
     pthread_atfork(NULL, NULL, count_fork);
 }
 
-kpc_status kpc_cache_check_process(const kpc_cache *cache, const char *fn)
+kpc_status kpc_cache_refuse_fork_child(const kpc_cache *cache, const char *fn)
 {
-    if (atomic_load_explicit(&fork_gen, memory_order_relaxed) == cache->fork_gen)
-        return KPC_OK;
     KPC_LOG(KPC_LOG_ERROR, "%s: this cache was opened by process %d; process %d is a fork child "
             "and must open its own (kpc.h: Caveats)", fn, (int)cache->pid, (int)getpid());
     return KPC_E_INVALID;
@@ -52,7 +48,7 @@ kpc_status kpc_cache_open(const kpc_config *cfg, kpc_cache **out)
     static pthread_once_t once = PTHREAD_ONCE_INIT;
     pthread_once(&once, watch_forks);
     c->pid = getpid();
-    c->fork_gen = atomic_load(&fork_gen);
+    c->fork_gen = atomic_load(&kpc__fork_gen);
     kpc_status s = kpc_config_resolve(cfg, &c->settings);
     if (s != KPC_OK) {
         free(c);
@@ -102,7 +98,7 @@ void kpc_cache_close(kpc_cache *cache)
         KPC_LOG(KPC_LOG_WARN, "kpc_cache_close: %d context(s) still open", live);
     /* the copies still queued first: each holds a host slot, published once on disk (a
      * fork child has no such thread, and its parent's copies are not its own) */
-    if (atomic_load_explicit(&fork_gen, memory_order_relaxed) == cache->fork_gen)
+    if (atomic_load_explicit(&kpc__fork_gen, memory_order_relaxed) == cache->fork_gen)
         kpc_backfill_stop(&cache->fill);
     kpc_index_close(cache->index);
     kpc_tier_close_all(&cache->tiers); /* the disk tier closes the store */

@@ -41,8 +41,21 @@ struct kpc_cache {
     kpc_hit_counter mem_hits[KPC_HIT_SLOTS];
 };
 
+/* The process's fork generation: bumped in every child fork() makes (pthread_atfork), so
+ * that a request can tell a fork child using its parent's cache with one load instead of
+ * a getpid() system call. */
+extern atomic_uint kpc__fork_gen;
+/* KPC_E_INVALID, logged (naming fn): cache was opened by the parent of this process. */
+kpc_status kpc_cache_refuse_fork_child(const kpc_cache *cache, const char *fn);
+
 /* KPC_OK in the process that opened cache; KPC_E_INVALID (logged, naming fn) in a fork
- * child using its parent's cache, which would claim index slots as its parent. */
-kpc_status kpc_cache_check_process(const kpc_cache *cache, const char *fn);
+ * child using its parent's cache, which would claim index slots as its parent. Inline:
+ * every request asks, hits included, and the answer is one load and a compare. */
+static inline kpc_status kpc_cache_check_process(const kpc_cache *cache, const char *fn)
+{
+    if (atomic_load_explicit(&kpc__fork_gen, memory_order_relaxed) == cache->fork_gen)
+        return KPC_OK;
+    return kpc_cache_refuse_fork_child(cache, fn);
+}
 
 #endif /* KPC_CORE_CACHE_H */

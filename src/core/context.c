@@ -80,7 +80,7 @@ static kpc_status context_new(kpc_cache *cache, const char *target, int device, 
     if (s == KPC_OK) {
         kpc_key_identity(pf, ctx->compiler_id, ctx->key_id);
         kpc_key_prefix_init(&ctx->key_prefix, ctx->key_id, pf->name, ctx->target);
-        kpc_key_map_secret_init(&ctx->map_secret);
+        kpc_map_key_secret_init(&ctx->map_secret);
     }
     if (s != KPC_OK) {
         free(ctx);

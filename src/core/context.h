@@ -6,6 +6,7 @@
 
 #include "core/key.h"
 #include "core/map.h"
+#include "core/map_key.h"
 
 struct kpc_context {
     kpc_cache *cache;
@@ -15,7 +16,7 @@ struct kpc_context {
     int device; /* -1: compile-only */
     kpc_map *map;
     kpc_key_prefix key_prefix; /* of key_id, the platform's name and target */
-    kpc_map_secret map_secret; /* the map's keys are hashed with it (core/key.h) */
+    kpc_map_secret map_secret; /* the map's keys are hashed with it (core/map_key.h) */
 };
 
 #endif /* KPC_CORE_CONTEXT_H */

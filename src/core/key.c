@@ -5,8 +5,9 @@
  * expressions in order). Each field is preceded by a tag and its length, so no two
  * different requests serialize alike ("ab"+"c" is not "a"+"bc").
  *
- * The key is computed on every kpc_program_get, hits included, so its cost is most of
- * a hit's. The large fields (the source and each header's text) enter the serialization
+ * The key is computed by every request the in-memory map does not answer (a hit there
+ * computes the map's key instead, core/map_key.h), so by every new process's first
+ * request of a warm cache too. The large fields (the source and each header's text) enter the serialization
  * as their length and their own XXH3-128 digest, hashed in one shot where they lie; the
  * small fields are gathered in a stack buffer and hashed in one shot too. Feeding the
  * same bytes to a streaming XXH3 state instead costs ~120 ns more per request and ~7%
@@ -27,20 +28,15 @@
  * The files a compile reads are not in the key: a manifest under the key lists them
  * (core/manifest.h).
  */
-#define _GNU_SOURCE /* clock_gettime, getpid under -std=c11 */
 #include "core/key.h"
 #include "core/request.h" /* kpc_request_needs_cwd, kpc_request_cwd: the key of a request not read by it */
 
 #include "base/bytes.h"
 #include "base/hash.h"
-#include "base/log.h"
 
-#include <errno.h>
+#include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/random.h>
-#include <time.h>
-#include <unistd.h>
 
 /* -2: large fields by digest (-1 held them whole); -3: the hidden options out of the
  * compiler identity into a key identity of their own (kpc_key_identity); -4: files read
@@ -51,41 +47,24 @@
 #define KEY_BUF 1024 /* the small fields of a request that is hashed in one shot */
 #define KEY_OPTS 32  /* options whose lengths the fast path remembers */
 
-/* One XXH3-128: libxxhash's own secret for the key every process shares, the
- * context's random one for its map's key (NULL: the former). */
-static XXH128_hash_t hash128(const void *data, size_t len, const kpc_map_secret *secret)
+/* A hash's 16 bytes as the key holds them: canonical (big-endian), as every process and
+ * every file name spells them. */
+static void hash_bytes(uint8_t out[16], XXH128_hash_t h)
 {
-    return secret ? XXH3_128bits_withSecret(data, len, secret->bytes, sizeof secret->bytes)
-                  : XXH3_128bits(data, len);
-}
-
-/* A hash's 16 bytes as the key holds them: canonical (big-endian) for the request key,
- * which every process and every file name spells alike; as they lie for a map's key,
- * which never leaves its process (the byte swaps were a third of what the map key's
- * serialization cost a 4 KB hit over its two hashes). */
-static void hash_bytes(uint8_t out[16], XXH128_hash_t h, const kpc_map_secret *secret)
-{
-    if (secret)
-        memcpy(out, &h, 16);
-    else
-        XXH128_canonicalFromHash((XXH128_canonical_t *)out, h);
+    XXH128_canonicalFromHash((XXH128_canonical_t *)out, h);
 }
 
 typedef struct serializer {
     uint8_t buf[KEY_BUF];
     size_t n;
     bool streaming; /* buf overflowed: everything goes to st */
-    const kpc_map_secret *secret;
     XXH3_state_t st;
 } serializer;
 
 static void emit(serializer *z, const void *data, size_t len)
 {
     if (!z->streaming && z->n + len > sizeof z->buf) {
-        if (z->secret)
-            XXH3_128bits_reset_withSecret(&z->st, z->secret->bytes, sizeof z->secret->bytes);
-        else
-            XXH3_128bits_reset(&z->st);
+        XXH3_128bits_reset(&z->st);
         XXH3_128bits_update(&z->st, z->buf, z->n);
         z->streaming = true;
     }
@@ -128,7 +107,7 @@ static void put_str(serializer *z, uint8_t tag, const char *s)
 static void put_digest(serializer *z, uint8_t tag, const void *data, size_t len)
 {
     uint8_t c[16];
-    hash_bytes(c, hash128(data, len, z->secret), z->secret);
+    hash_bytes(c, XXH3_128bits(data, len));
     head(z, tag, len);
     emit(z, c, sizeof c);
 }
@@ -146,11 +125,10 @@ static uint8_t *w_str(uint8_t *p, uint8_t tag, const char *s)
     return w_put(p, tag, s ? s : "", s ? strlen(s) : 0);
 }
 
-static uint8_t *w_digest(uint8_t *p, uint8_t tag, const void *data, size_t len,
-                         const kpc_map_secret *secret)
+static uint8_t *w_digest(uint8_t *p, uint8_t tag, const void *data, size_t len)
 {
     p = w_head(p, tag, len);
-    hash_bytes(p, hash128(data, len, secret), secret);
+    hash_bytes(p, XXH3_128bits(data, len));
     return p + 16;
 }
 
@@ -177,19 +155,15 @@ void kpc_key_prefix_init(kpc_key_prefix *pre, const uint8_t compiler_id[16], con
 
 /* The whole serialization through the serializer, which streams when it overflows. */
 static void compute_slow(const uint8_t compiler_id[16], const char *platform, const char *target,
-                         const kpc_source *src, const uint8_t *cwd, const kpc_map_secret *secret,
-                         kpc_key *out)
+                         const kpc_source *src, const uint8_t *cwd, kpc_key *out)
 {
     serializer z;
     z.n = 0;
     z.streaming = false;
-    z.secret = secret;
-    if (secret == NULL) { /* a map's key (secret) leaves out its context's prefix (key.h) */
-        put_str(&z, 'F', KEY_FORMAT);
-        put_str(&z, 'P', platform);
-        put(&z, 'C', compiler_id, 16);
-        put_str(&z, 'T', target);
-    }
+    put_str(&z, 'F', KEY_FORMAT);
+    put_str(&z, 'P', platform);
+    put(&z, 'C', compiler_id, 16);
+    put_str(&z, 'T', target);
     head(&z, 'o', src->num_options); /* a count: the head alone */
     for (size_t i = 0; i < src->num_options; i++)
         put_str(&z, 'O', src->options[i]);
@@ -205,18 +179,16 @@ static void compute_slow(const uint8_t compiler_id[16], const char *platform, co
         put_str(&z, 'E', src->name_expressions[i]);
     if (cwd)
         put(&z, 'W', cwd, 16);
-    XXH128_hash_t h = z.streaming ? XXH3_128bits_digest(&z.st) : hash128(z.buf, z.n, secret);
-    hash_bytes(out->bytes, h, secret);
+    hash_bytes(out->bytes, z.streaming ? XXH3_128bits_digest(&z.st) : XXH3_128bits(z.buf, z.n));
 }
 
-static void compute_read(const kpc_key_prefix *pre, const kpc_source *src, const uint8_t *cwd,
-                         const kpc_map_secret *secret, kpc_key *out)
+static void compute_read(const kpc_key_prefix *pre, const kpc_source *src, const uint8_t *cwd, kpc_key *out)
 {
     /* the size of what follows the prefix; a request that would not fit takes the
      * serializer (one strlen more per small field than the fast path: only there) */
-    size_t prefix = secret ? 0 : pre->len; /* a map's key: as in compute_slow */
+    size_t prefix = pre->len;
     if (prefix > KEY_BUF) {
-        compute_slow(pre->compiler_id, pre->platform, pre->target, src, cwd, secret, out);
+        compute_slow(pre->compiler_id, pre->platform, pre->target, src, cwd, out);
         return;
     }
     bool with_cwd = cwd != NULL;
@@ -236,30 +208,28 @@ static void compute_read(const kpc_key_prefix *pre, const kpc_source *src, const
     for (size_t i = 0; i < src->num_name_expressions && need <= KEY_BUF; i++)
         need += 9 + strlen(src->name_expressions[i]);
     if (need > KEY_BUF) {
-        compute_slow(pre->compiler_id, pre->platform, pre->target, src, cwd, secret, out);
+        compute_slow(pre->compiler_id, pre->platform, pre->target, src, cwd, out);
         return;
     }
     uint8_t buf[KEY_BUF], *p = buf;
-    if (prefix) { /* a map's key has none: no call of memcpy for nothing on every hit */
-        memcpy(p, pre->bytes, prefix);
-        p += prefix;
-    }
+    memcpy(p, pre->bytes, prefix);
+    p += prefix;
     p = w_head(p, 'o', src->num_options); /* a count: the head alone */
     for (size_t i = 0; i < src->num_options; i++)
         p = i < KEY_OPTS ? w_put(p, 'O', src->options[i], olen[i]) : w_str(p, 'O', src->options[i]);
     p = w_put(p, 'N', src->name ? src->name : "", name_len);
-    p = w_digest(p, 'S', src->code, src->code_len ? src->code_len : strlen(src->code), secret);
+    p = w_digest(p, 'S', src->code, src->code_len ? src->code_len : strlen(src->code));
     p = w_head(p, 'h', src->num_headers);
     for (size_t i = 0; i < src->num_headers; i++) {
         p = w_str(p, 'H', src->header_names[i]);
-        p = w_digest(p, 'B', src->header_sources[i], strlen(src->header_sources[i]), secret);
+        p = w_digest(p, 'B', src->header_sources[i], strlen(src->header_sources[i]));
     }
     p = w_head(p, 'e', src->num_name_expressions);
     for (size_t i = 0; i < src->num_name_expressions; i++)
         p = w_str(p, 'E', src->name_expressions[i]);
     if (with_cwd)
         p = w_put(p, 'W', cwd, 16);
-    hash_bytes(out->bytes, hash128(buf, (size_t)(p - buf), secret), secret);
+    hash_bytes(out->bytes, XXH3_128bits(buf, (size_t)(p - buf)));
 }
 
 #ifdef KPC_TEST_HOOKS
@@ -278,39 +248,11 @@ void kpc_key_test_override(const kpc_key *key)
  * that counts (cwd) */
 void kpc_key_compute_read(const kpc_key_prefix *pre, const kpc_source *src, const uint8_t *cwd, kpc_key *out)
 {
-    compute_read(pre, src, cwd, NULL, out);
+    compute_read(pre, src, cwd, out);
 #ifdef KPC_TEST_HOOKS
     if (test_key_set)
         *out = test_key;
 #endif
-}
-
-void kpc_key_compute_map(const kpc_key_prefix *pre, const kpc_map_secret *secret, const kpc_source *src,
-                         const uint8_t *cwd, kpc_key *out)
-{
-    compute_read(pre, src, cwd, secret, out);
-}
-
-void kpc_key_map_secret_init(kpc_map_secret *secret)
-{
-    /* getrandom(2) blocks only before the kernel's pool is first seeded (early boot);
-     * where it fails (no such call: a kernel older than 3.17), the secret is made of
-     * what an input cannot choose either: this process's start time, pid and addresses */
-    if (getrandom(secret->bytes, sizeof secret->bytes, 0) == (ssize_t)sizeof secret->bytes)
-        return;
-    struct {
-        struct timespec now;
-        pid_t pid;
-        const void *stack, *heap;
-    } seed;
-    memset(&seed, 0, sizeof seed);
-    clock_gettime(CLOCK_MONOTONIC, &seed.now);
-    seed.pid = getpid();
-    seed.stack = &seed;
-    seed.heap = secret;
-    XXH3_generateSecret(secret->bytes, sizeof secret->bytes, &seed, sizeof seed);
-    KPC_LOG(KPC_LOG_DEBUG, "getrandom: %s: the in-memory map's secret is made from the time, "
-            "the pid and addresses", strerror(errno));
 }
 
 kpc_status kpc_key_compute_prefixed(const kpc_key_prefix *pre, const kpc_source *src, kpc_key *out)

@@ -25,24 +25,9 @@ void kpc_key_prefix_init(kpc_key_prefix *pre, const uint8_t compiler_id[16], con
                          const char *target);
 /* The key of a request already read (core/request.h): cwd, the XXH3-128 of the working
  * directory (kpc_request_cwd) where the request depends on it, else NULL. Hashes the source
- * once; the request path's only key computation. */
+ * once; a request computes it once the in-memory map has missed (the map's own key:
+ * core/map_key.h). */
 void kpc_key_compute_read(const kpc_key_prefix *pre, const kpc_source *src, const uint8_t *cwd, kpc_key *out);
-/*
- * The in-memory map's key: the same serialization less the prefix (a map is its
- * context's: every key in it would share those bytes), every hash of it (the source's,
- * each header's, the whole) XXH3-128 with a secret of the context's own instead of
- * libxxhash's published one. The request key is made to be equal in every process, so
- * anyone may compute it and search for two inputs that share it; a record from another
- * process is checked against its request for that reason (core/hit.h). An in-memory hit
- * is not checked: its key is one no input can be chosen to share, because no one outside
- * the process knows the secret it is hashed with.
- */
-typedef struct kpc_map_secret {
-    uint8_t bytes[192]; /* libxxhash's default secret's size */
-} kpc_map_secret;
-void kpc_key_map_secret_init(kpc_map_secret *secret);
-void kpc_key_compute_map(const kpc_key_prefix *pre, const kpc_map_secret *secret, const kpc_source *src,
-                         const uint8_t *cwd, kpc_key *out);
 /* The key of a source not read as a request (tools, tests): the same bytes, the
  * working directory decided by kpc_request_needs_cwd. */
 kpc_status kpc_key_compute_prefixed(const kpc_key_prefix *pre, const kpc_source *src, kpc_key *out);

@@ -24,6 +24,7 @@
 #include "core/key.h"
 #include "core/manifest.h"
 #include "core/map.h"
+#include "core/map_key.h"
 #include "core/program.h"
 #include "core/request.h"
 #include "core/resolve.h"
@@ -182,8 +183,7 @@ static inline kpc_status read_request(const kpc_context *ctx, const kpc_source *
     req->cwd_pending = !relative && source_dir_searched(src, ctx->key_prefix.source_dir_searched, no_source_dir);
     if (req->needs_cwd)
         kpc_request_cwd(req->cwd);
-    kpc_key_compute_map(&ctx->key_prefix, &ctx->map_secret, src, req->needs_cwd ? req->cwd : NULL,
-                        &req->map_key);
+    kpc_map_key_compute(&ctx->map_secret, src, req->needs_cwd ? req->cwd : NULL, &req->map_key);
     return KPC_OK;
 }
 
