@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # bench.sh - kpc's benchmarks, end to end, in one run.
 #
-# Installs what they need (scripts/setup.sh for the build, plus hipcc and ccache), builds a Release
+# Installs what they need (scripts/setup.sh for the build, plus hipcc, ccache and
+# redis-server where their benches run), builds a Release
 # tree in build-bench/, runs every program of tests/bench/ and prints one table: figure,
 # value, the reference it is held against, the reference's value, the ratio, the goal
 # and whether it was met. It writes the rows as JSON to tests/bench/results/bench.json and puts
@@ -201,7 +202,11 @@ fi
 # ---- set-up: build dependencies, ccache, the Release tree -----------------------------
 # hipcc and ccache are for the ccache comparison only: the main set-up does not install them
 # (gnuplot-nox for --plot: the figures drawn from the runs this one records)
-if want ccache; then scripts/setup.sh --also hipcc ccache gnuplot-nox; else scripts/setup.sh --also gnuplot-nox; fi
+# redis-server for the cluster tier's benches (each starts its own servers)
+also=(gnuplot-nox)
+if want ccache; then also+=(hipcc ccache); fi
+if want cluster || want scale; then also+=(redis-server); fi
+scripts/setup.sh --also "${also[@]}"
 build=${KPC_BENCH_BUILD_DIR:-build-bench}
 cmake -S . -B "$build" -DCMAKE_BUILD_TYPE=Release -DKPC_BUILD_TESTS=OFF -DKPC_BUILD_BENCH=ON -DKPC_BUILD_MAN=OFF \
   ${KPC_CMAKE_ARGS:-} >/dev/null
