@@ -128,7 +128,7 @@ END_TEST
 START_TEST(a_long_request_is_streamed_to_a_key_of_its_own)
 {
     enum { N = 200 };
-    static char text[N][32];
+    static char text[N][48];
     const char *opts[N];
     for (int i = 0; i < N; i++) {
         snprintf(text[i], sizeof text[i], "-DSETTING_NUMBER_%d=%d", i, i * 3);
