@@ -17,7 +17,7 @@
  */
 typedef struct kpc_normalized_request {
     const kpc_source *src; /* the caller's (not copied): valid for the call */
-    kpc_key map_key;       /* the context's map's (core/key.h: hashed with its secret) */
+    kpc_key map_key;       /* the context's map's (core/map_key.h: hashed with its secret) */
     kpc_key key;           /* the request key: the index's, every tier's, and the identity
                               of its manifest (the manifest lies under it); computed once
                               the map has missed (kpc_request_acquire), as a hit needs none */
