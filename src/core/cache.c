@@ -98,7 +98,7 @@ void kpc_cache_close(kpc_cache *cache)
         KPC_LOG(KPC_LOG_WARN, "kpc_cache_close: %d context(s) still open", live);
     /* the copies still queued first: each holds a host slot, published once on disk (a
      * fork child has no such thread, and its parent's copies are not its own) */
-    if (atomic_load_explicit(&kpc__fork_gen, memory_order_relaxed) == cache->fork_gen)
+    if (kpc_cache_opened_here(cache))
         kpc_backfill_stop(&cache->fill);
     kpc_index_close(cache->index);
     kpc_tier_close_all(&cache->tiers); /* the disk tier closes the store */

@@ -48,14 +48,18 @@ extern atomic_uint kpc__fork_gen;
 /* KPC_E_INVALID, logged (naming fn): cache was opened by the parent of this process. */
 kpc_status kpc_cache_refuse_fork_child(const kpc_cache *cache, const char *fn);
 
-/* KPC_OK in the process that opened cache; KPC_E_INVALID (logged, naming fn) in a fork
- * child using its parent's cache, which would claim index slots as its parent. Inline:
+/* Whether this process opened cache, not a fork child of the one that did. Inline:
  * every request asks, hits included, and the answer is one load and a compare. */
+static inline bool kpc_cache_opened_here(const kpc_cache *cache)
+{
+    return atomic_load_explicit(&kpc__fork_gen, memory_order_relaxed) == cache->fork_gen;
+}
+
+/* KPC_OK in the process that opened cache; KPC_E_INVALID (logged, naming fn) in a fork
+ * child using its parent's cache, which would claim index slots as its parent. */
 static inline kpc_status kpc_cache_check_process(const kpc_cache *cache, const char *fn)
 {
-    if (atomic_load_explicit(&kpc__fork_gen, memory_order_relaxed) == cache->fork_gen)
-        return KPC_OK;
-    return kpc_cache_refuse_fork_child(cache, fn);
+    return kpc_cache_opened_here(cache) ? KPC_OK : kpc_cache_refuse_fork_child(cache, fn);
 }
 
 #endif /* KPC_CORE_CACHE_H */
