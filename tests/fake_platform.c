@@ -87,6 +87,7 @@ static kpc_status fake_compile(const char *target, const kpc_source *src, kpc_bu
 }
 
 bool ts_fake_has_device;
+unsigned ts_fake_refuse_loads;
 
 static kpc_status fake_device_target(int device, char *out, size_t cap)
 {
@@ -99,6 +100,10 @@ static kpc_status fake_device_target(int device, char *out, size_t cap)
 static kpc_status fake_module_load(int device, const void *code, size_t size, void **module)
 {
     (void)device, (void)code, (void)size;
+    if (ts_fake_refuse_loads) { /* what a runtime answers an object it cannot load */
+        ts_fake_refuse_loads--;
+        return KPC_E_CORRUPT;
+    }
     atomic_fetch_add(fake_count + 1, 1);
     *module = (void *)fake_count;
     return KPC_OK;
@@ -133,6 +138,7 @@ void ts_fake_install(void)
     atomic_store(fake_count + 1, 0);
     atomic_store(fake_count + 2, 0);
     ts_fake_has_device = false;
+    ts_fake_refuse_loads = 0;
     kpc_platform_set(&fake_platform);
 }
 

@@ -75,6 +75,9 @@ unsigned ts_fake_compiles(void);
 /* The fake platform's device 0 (of target ts_target()), off unless set after
  * ts_fake_install(); the modules it loaded, and unloaded (each once a program is freed). */
 extern bool ts_fake_has_device;
+/* The next this many loads are refused as a runtime refuses a damaged or foreign object
+ * (KPC_E_CORRUPT), and not counted among the loads. */
+extern unsigned ts_fake_refuse_loads;
 unsigned ts_fake_loads(void);
 unsigned ts_fake_unloads(void);
 

@@ -7,9 +7,11 @@
  * A file of src/core is entered when one of its functions is called from another file.
  * A hit (in memory, with or without files to check) enters each file once; a miss (a
  * build, a hit from the disk in a new process, a hit through a manifest, a build behind
- * one) enters each once too, but for the files of two_steps below, which it may enter
- * once on each side of the map's lookup or of the build. The fake platform's
- * "// dep=PATH" line makes a compile that read a header. The path of each is printed.
+ * one) enters each once too, but for the files of two_steps below, the levels it
+ * publishes to, which it may enter once before the levels under them answer (a record
+ * read, or a build) and once after. A hit whose program went stale enters what a miss
+ * does and stale_steps more. The fake platform's "// dep=PATH" line makes a compile
+ * that read a header. The path of each is printed.
  */
 #define _GNU_SOURCE
 #include "support.h"
@@ -111,29 +113,49 @@ static const place *place_of(const place *p, size_t n, uintptr_t addr)
     return hit;
 }
 
-/* The files a miss may enter twice: once on each side of a step that lies between
- * (the map's lookup, the build); a hit enters them once, and any request every other
- * file of src/core once. */
+/* The three kinds of path: a hit; a miss; and a hit whose program went stale (a file it
+ * read changed), which then misses. */
+enum path_kind { PATH_HIT, PATH_MISS, PATH_STALE };
+
+/* The files a miss may enter twice: the levels it publishes to, each once before the
+ * levels under it answer (the map's entry claimed, the manifest looked up) and once
+ * after (the outcome published, a build's files recorded); a hit enters them once, and
+ * any request every other file of src/core once. */
 static const char *const two_steps[] = {
     "core/map.c",            /* the entry claimed; after the build, the outcome published to it */
-    "core/program.c",        /* the program made (a build, a record); the map's reference at publish */
     "core/manifest_seen.c",  /* the manifest looked up before the build; its entry recorded after */
     "core/manifest.c",       /* the same two, a call each: lookup; the build's files and entry */
     "core/manifest_codec.c", /* decoded for the lookup; encoded with the build's entry */
 };
 
+/* What a stale hit enters before it misses, over a miss: the program's files checked
+ * and, once found changed, the program let go of. Not one request's path read once:
+ * it is held here so that it grows no further. */
+static const struct {
+    const char *file;
+    unsigned more;
+} stale_steps[] = {
+    {"core/map.c", 2},      /* the entry forgotten; claimed again (kpc_map_forget, kpc_map_acquire) */
+    {"core/program.c", 3},  /* the hit's reference taken, released; the map's dropped */
+    {"core/manifest.c", 2}, /* the files checked; the stale program's list freed */
+};
+
 /* How often a request may enter file: a hit has one step per file. */
-static unsigned allowed(const char *file, bool hit)
+static unsigned allowed(const char *file, enum path_kind kind)
 {
-    for (size_t i = 0; !hit && i < sizeof two_steps / sizeof two_steps[0]; i++)
+    unsigned n = 1;
+    for (size_t i = 0; kind != PATH_HIT && i < sizeof two_steps / sizeof two_steps[0]; i++)
         if (strcmp(file, two_steps[i]) == 0)
-            return 2;
-    return 1;
+            n = 2;
+    for (size_t i = 0; kind == PATH_STALE && i < sizeof stale_steps / sizeof stale_steps[0]; i++)
+        if (strcmp(file, stale_steps[i].file) == 0)
+            n += stale_steps[i].more;
+    return n;
 }
 
 /* The files of src/core the traced calls entered, in order, into path (one per line,
  * with the function entered); into over, each file entered more often than allowed. */
-static void entered_files(bool hit, char *path, size_t cap, char *over, size_t over_cap)
+static void entered_files(enum path_kind kind, char *path, size_t cap, char *over, size_t over_cap)
 {
     ck_assert(!lost_calls);
     Dl_info info;
@@ -174,7 +196,7 @@ static void entered_files(bool hit, char *path, size_t cap, char *over, size_t o
         snprintf(path + used, cap - used, "%s%s (%s)", used ? "\n  -> " : "", to + strlen("core/"), callee->fn);
     }
     for (unsigned k = 0; k < num_seen; k++)
-        if (count[k] > allowed(seen[k], hit)) {
+        if (count[k] > allowed(seen[k], kind)) {
             size_t used = strlen(over);
             snprintf(over + used, over_cap - used, "%s%s %u times", used ? ", " : "", seen[k], count[k]);
         }
@@ -184,7 +206,7 @@ static void entered_files(bool hit, char *path, size_t cap, char *over, size_t o
 /* kpc_program_get of src on ctx, traced: a hit (no program made) or a miss; the path is
  * printed, and a file entered more often than allowed() counted in `twice`. Returns the
  * number of compiles it made. */
-static unsigned traced_get(const char *what, bool hit, kpc_context *ctx, const kpc_source *src)
+static unsigned traced_get(const char *what, enum path_kind kind, kpc_context *ctx, const kpc_source *src)
 {
     unsigned before = ts_fake_compiles();
     kpc_program *prog;
@@ -196,7 +218,7 @@ static unsigned traced_get(const char *what, bool hit, kpc_context *ctx, const k
     ck_assert_int_eq(s, KPC_OK);
     kpc_program_release(prog);
     char path[8192], over[512];
-    entered_files(hit, path, sizeof path, over, sizeof over);
+    entered_files(kind, path, sizeof path, over, sizeof over);
     printf("%s:\n  %s\n", what, path);
     if (over[0]) { /* the others still run: each path is printed */
         printf("%s: entered too often: %s\n", what, over);
@@ -225,7 +247,7 @@ static void teardown(void)
 /* One get of a traced path: what it is, whether it is a hit, the compiles it makes. */
 typedef struct traced_step {
     const char *what;
-    bool hit;
+    enum path_kind kind;
     unsigned compiles;
 } traced_step;
 
@@ -236,7 +258,7 @@ static void trace_in_new_cache(const kpc_source *src, const traced_step *steps, 
     kpc_cache *c = ts_open(dir, 0, 0);
     kpc_context *ctx = ts_context(c);
     for (size_t i = 0; i < n; i++)
-        ck_assert_uint_eq(traced_get(steps[i].what, steps[i].hit, ctx, src), steps[i].compiles);
+        ck_assert_uint_eq(traced_get(steps[i].what, steps[i].kind, ctx, src), steps[i].compiles);
     kpc_context_destroy(ctx);
     kpc_cache_close(c);
 }
@@ -246,31 +268,44 @@ static void trace_in_new_cache(const kpc_source *src, const traced_step *steps, 
 START_TEST(plain_request_path)
 {
     kpc_source src = ts_src("kernel plain\n", "plain.hip");
-    trace_in_new_cache(&src, (traced_step[]){{"miss, built", false, 1}, {"hit in memory", true, 0}}, 2);
-    trace_in_new_cache(&src, (traced_step[]){{"hit from disk", false, 0}}, 1);
+    trace_in_new_cache(&src, (traced_step[]){{"miss, built", PATH_MISS, 1}, {"hit in memory", PATH_HIT, 0}}, 2);
+    trace_in_new_cache(&src, (traced_step[]){{"hit from disk", PATH_MISS, 0}}, 1);
     ck_assert_msg(twice == 0, "%u of the paths above entered a file of src/core too often", twice);
 }
 END_TEST
+
+enum { PATH_CAP = 4300, CODE_CAP = 4400 };
+
+/* A request of kernel `name` whose compile reads the header made under dir (its path in
+ * header), found through -I (opt, the one option in opts); older than the race window
+ * (core/manifest.h) when this returns, so its outcome is stored. */
+static kpc_source header_request(const char *name, char header[PATH_CAP], char opt[PATH_CAP], char code[CODE_CAP],
+                                 const char *opts[1])
+{
+    ts_include_dir(dir, header, opt, PATH_CAP);
+    opts[0] = opt;
+    snprintf(code, CODE_CAP, "kernel %s\n// dep=%s\n", name, header);
+    kpc_source src = ts_src(code, "m.hip");
+    src.options = opts;
+    src.num_options = 1;
+    usleep(1100 * 1000);
+    return src;
+}
 
 /* A request with -I whose compile read a header: the build that writes the manifest,
  * the hit in memory (the header's stat), the hit through the manifest in a new cache,
  * and, after the header changed, the build behind the manifest that records into it. */
 START_TEST(request_behind_a_manifest_path)
 {
-    char header[4300], opt[4300], code[4400];
-    ts_include_dir(dir, header, opt, sizeof header);
-    const char *opts[] = {opt};
-    snprintf(code, sizeof code, "kernel behind\n// dep=%s\n", header);
-    kpc_source src = ts_src(code, "m.hip");
-    src.options = opts;
-    src.num_options = 1;
-    usleep(1100 * 1000); /* older than the race window (core/manifest.h): stored */
-    trace_in_new_cache(&src, (traced_step[]){{"miss with -I, built", false, 1}, {"hit with -I in memory", true, 0}},
-                       2);
-    trace_in_new_cache(&src, (traced_step[]){{"hit through the manifest", false, 0}}, 1);
+    char header[PATH_CAP], opt[PATH_CAP], code[CODE_CAP];
+    const char *opts[1];
+    kpc_source src = header_request("behind", header, opt, code, opts);
+    trace_in_new_cache(&src, (traced_step[]){{"miss with -I, built", PATH_MISS, 1},
+                                             {"hit with -I in memory", PATH_HIT, 0}}, 2);
+    trace_in_new_cache(&src, (traced_step[]){{"hit through the manifest", PATH_MISS, 0}}, 1);
     ts_write_file(header, "#define H 22\n", 13);
     usleep(1100 * 1000);
-    trace_in_new_cache(&src, (traced_step[]){{"miss behind the manifest, built", false, 1}}, 1);
+    trace_in_new_cache(&src, (traced_step[]){{"miss behind the manifest, built", PATH_MISS, 1}}, 1);
     ck_assert_msg(twice == 0, "%u of the paths above entered a file of src/core too often", twice);
 }
 END_TEST
@@ -289,15 +324,37 @@ START_TEST(relative_request_path)
     usleep(1100 * 1000); /* older than the race window (core/manifest.h): stored */
     ck_assert_ptr_nonnull(getcwd(here, sizeof here));
     ck_assert_int_eq(chdir(dir), 0);
-    trace_in_new_cache(&src, (traced_step[]){{"miss with -I./inc, built", false, 1},
-                                             {"hit with -I./inc in memory", true, 0}}, 2);
+    trace_in_new_cache(&src, (traced_step[]){{"miss with -I./inc, built", PATH_MISS, 1},
+                                             {"hit with -I./inc in memory", PATH_HIT, 0}}, 2);
     ck_assert_int_eq(chdir(here), 0);
+    ck_assert_msg(twice == 0, "%u of the paths above entered a file of src/core too often", twice);
+}
+END_TEST
+
+/* A hit in memory whose file changed since it was built: the stale program let go of,
+ * the map asked again, the build behind the manifest recording into it, the outcome
+ * published; then a hit of the new program. */
+START_TEST(changed_file_path)
+{
+    char header[PATH_CAP], opt[PATH_CAP], code[CODE_CAP];
+    const char *opts[1];
+    kpc_source src = header_request("changed", header, opt, code, opts);
+    kpc_cache *c = ts_open(dir, 0, 0);
+    kpc_context *ctx = ts_context(c);
+    ck_assert_uint_eq(traced_get("miss with -I, built", PATH_MISS, ctx, &src), 1);
+    ts_write_file(header, "#define H 23\n", 13);
+    usleep(1100 * 1000);
+    ck_assert_uint_eq(traced_get("the hit's file changed, built again", PATH_STALE, ctx, &src), 1);
+    ck_assert_uint_eq(traced_get("hit after the change, in memory", PATH_HIT, ctx, &src), 0);
+    kpc_context_destroy(ctx);
+    kpc_cache_close(c);
     ck_assert_msg(twice == 0, "%u of the paths above entered a file of src/core too often", twice);
 }
 END_TEST
 
 int main(void)
 {
-    const TTest *tests[] = {plain_request_path, request_behind_a_manifest_path, relative_request_path, NULL};
+    const TTest *tests[] = {plain_request_path, request_behind_a_manifest_path, relative_request_path, changed_file_path,
+                            NULL};
     return ts_main_case("core", "request_path", 60, setup, teardown, tests);
 }

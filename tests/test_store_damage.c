@@ -359,10 +359,78 @@ START_TEST(bitcode_record_is_never_loaded)
 }
 END_TEST
 
+/* ---- an object the device refuses ------------------------------------------------------ */
+/* A cached object the runtime refuses to load (a stale object that passed every check of
+ * the tiers) is removed and built again, once. A fresh object refused fails the call
+ * with KPC_E_HIP and keeps nothing in the map. The refused programs are let go of, which
+ * only LeakSanitizer sees (KPC_LEAK_CHECK=1, on a kernel where its tracer runs): neither
+ * was loaded, so the fake device counts no unload for them. */
+START_TEST(refused_object_is_built_again)
+{
+    ts_fake_install();
+    ts_fake_has_device = true;
+    kpc_source src = ts_src("extern \"C\" __global__ void k(int *x) { x[0] = 3; }", "refused.hip");
+    kpc_cache *c = ts_open(dir, KPC_NO_SHM, 0);
+    kpc_context *ctx;
+    ck_assert_int_eq(kpc_context_create(c, 0, &ctx), KPC_OK);
+    kpc_program *p = NULL;
+    ck_assert_int_eq(kpc_program_get(ctx, &src, &p), KPC_OK);
+    size_t size;
+    unsigned char first[4096];
+    const void *code = kpc_program_code(p, &size);
+    ck_assert_uint_le(size, sizeof first);
+    memcpy(first, code, size);
+    kpc_program_release(p);
+    kpc_context_destroy(ctx);
+    kpc_cache_close(c);
+    ck_assert_uint_eq(ts_fake_compiles(), 1);
+    ck_assert_uint_eq(ts_fake_loads(), 1);
+    ck_assert_uint_eq(ts_fake_unloads(), 1);
+
+    /* a new process's view: the object on disk is refused once, removed, built again */
+    c = ts_open(dir, KPC_NO_SHM, 0);
+    ck_assert_int_eq(kpc_context_create(c, 0, &ctx), KPC_OK);
+    ts_fake_refuse_loads = 1;
+    ts_log_begin(KPC_LOG_WARN);
+    ck_assert_int_eq(kpc_program_get(ctx, &src, &p), KPC_OK);
+    char *log = ts_log_end();
+    ck_assert_msg(strstr(log, "refused cached object") && strstr(log, "removed it, building it again"),
+                  "log: %s", log);
+    free(log);
+    ck_assert_uint_eq(ts_fake_compiles(), 2);
+    ck_assert_uint_eq(ts_fake_loads(), 2);
+    code = kpc_program_code(p, &size);
+    ck_assert_mem_eq(code, first, size);
+    kpc_program_release(p);
+    /* the rebuilt object is the one on disk now: a compile-only context reads it back */
+    kpc_context *plain = ts_context(c);
+    ck_assert_int_eq(kpc_program_get(plain, &src, &p), KPC_OK);
+    ck_assert_uint_eq(ts_fake_compiles(), 2);
+    kpc_program_release(p);
+    kpc_context_destroy(plain);
+
+    /* a fresh object refused: the call fails, nothing is kept, the next call loads it */
+    kpc_source other = ts_src("extern \"C\" __global__ void k(int *x) { x[0] = 4; }", "fresh.hip");
+    ts_fake_refuse_loads = 1;
+    p = (kpc_program *)1;
+    ck_assert_int_eq(kpc_program_get(ctx, &other, &p), KPC_E_HIP);
+    ck_assert_ptr_null(p);
+    ck_assert_uint_eq(ts_fake_compiles(), 3);
+    ck_assert_int_eq(kpc_program_get(ctx, &other, &p), KPC_OK);
+    ck_assert_uint_eq(ts_fake_compiles(), 3); /* its record was stored before the load */
+    ck_assert_uint_eq(ts_fake_loads(), 3);
+    kpc_program_release(p);
+    kpc_context_destroy(ctx);
+    kpc_cache_close(c);
+    ck_assert_uint_eq(ts_fake_unloads(), 3);
+    ts_fake_remove();
+}
+END_TEST
+
 int main(void)
 {
     const TTest *tests[] = {truncated_at_every_length_real_object,
                             truncated_at_every_length_whole_path, every_damage_kind_is_rebuilt,
-                            bitcode_record_is_never_loaded, NULL};
+                            bitcode_record_is_never_loaded, refused_object_is_built_again, NULL};
     return ts_main_case("store", "damage", 240, setup, teardown, tests);
 }

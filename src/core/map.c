@@ -352,8 +352,6 @@ void kpc_map_publish(kpc_map *m, kpc_map_entry *e, kpc_status st, kpc_program *p
     uint64_t epoch = atomic_fetch_add(&m->epoch, 1) + 1;
     size_t ready = 0;
     retired r = {0};
-    if (st == KPC_OK)
-        kpc_program_map_take(prog); /* before any reader can see it READY */
     pthread_mutex_lock(&m->lock);
     if (st == KPC_OK) {
         e->prog = prog;

@@ -20,9 +20,10 @@ bool kpc_map_hit(kpc_map *m, const kpc_key *key, kpc_program **prog);
  * waited-for build ended in. */
 kpc_status kpc_map_acquire(kpc_map *m, const kpc_key *key, kpc_program **prog,
                            kpc_map_entry **entry, bool *waited);
-/* Publish the builder's outcome; prog on KPC_OK, of which the map takes a reference of
- * its own (the caller keeps its). A transient program (kpc_program.transient: its
- * outcome stored nowhere) goes to the waiters but is not kept: the next request misses. */
+/* Publish the builder's outcome; prog on KPC_OK, whose map reference (every program is
+ * made holding one, core/program.h) the map takes over; the caller keeps its own. A
+ * transient program (kpc_program.transient: its outcome stored nowhere) goes to the
+ * waiters but is not kept: the next request misses. */
 void kpc_map_publish(kpc_map *m, kpc_map_entry *entry, kpc_status st, kpc_program *prog,
                      const char *log);
 size_t kpc_map_count(kpc_map *m);

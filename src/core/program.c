@@ -13,6 +13,10 @@
  * its thread's slot; a release takes 1 from the releasing thread's slot (which may go
  * below 0: only the sum means anything), retain and the misses use refs. The map's own
  * reference is a large bias in refs, so refs cannot reach 0 while the slots are in use.
+ * Every program is made for a map (a miss publishes what it resolved), so it is born
+ * holding the map's reference beside its maker's: the publication hands the map what it
+ * already holds and calls nothing here, and a maker that publishes nothing (the program
+ * refused after it was made) lets go of both (kpc_program_discard).
  * When the map lets go (eviction, a changed file, the context destroyed; after a grace
  * period, so that no hit can still be adding to a slot, or making them), it folds: every
  * slot is swapped for POISONED and the sum, less the bias, goes into refs; if that makes
@@ -37,12 +41,16 @@
 #include <stdlib.h>
 #include <string.h>
 
+#define MAP_BIAS ((int64_t)1 << 40)          /* the map's reference, while the slots count */
+#define POISONED (INT64_MIN / 2)              /* a slot folded into refs */
+#define IS_POISONED(v) ((v) < INT64_MIN / 4)
+
 static kpc_program *program_alloc(const kpc_key *key)
 {
     kpc_program *p = calloc(1, sizeof *p);
     if (p == NULL)
         return NULL;
-    atomic_init(&p->refs, 1);
+    atomic_init(&p->refs, MAP_BIAS + 1); /* the map's and the maker's */
     p->key = *key;
     p->object = *key;
     p->device = -1;
@@ -83,10 +91,6 @@ kpc_status kpc_program_new(const kpc_key *key, kpc_build *b, kpc_program **out)
     return KPC_OK;
 }
 
-#define MAP_BIAS ((int64_t)1 << 40)          /* the map's reference, while the slots count */
-#define POISONED (INT64_MIN / 2)              /* a slot folded into refs */
-#define IS_POISONED(v) ((v) < INT64_MIN / 4)
-
 kpc_status kpc_program_retain(kpc_program *prog)
 {
     if (prog == NULL)
@@ -103,9 +107,10 @@ static void drop_shared(kpc_program *prog, int64_t n)
         program_free(prog);
 }
 
-void kpc_program_map_take(kpc_program *prog)
+void kpc_program_discard(kpc_program *prog)
 {
-    atomic_fetch_add_explicit(&prog->refs, MAP_BIAS, memory_order_relaxed);
+    if (prog)
+        drop_shared(prog, MAP_BIAS + 1);
 }
 
 /* The program's slots, made by the first hit that finds none: a program got once per

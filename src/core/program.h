@@ -61,16 +61,18 @@ struct kpc_program {
     size_t num_kernels, cap_kernels;
 };
 /* A program of b's code and names (ownership taken; b's are NULL after); its object key
- * is key until the caller sets another. */
+ * is key until the caller sets another. Like every program made, it holds the map's
+ * reference beside the caller's until kpc_map_publish hands the first to the map (or
+ * kpc_program_discard drops both); a hit counts in its thread's slot from then on. */
 kpc_status kpc_program_new(const kpc_key *key, kpc_build *b, kpc_program **out);
 /* A program of the CODE record rec read from a tier: its allocation (rec->block) moves
  * into the program, code and names read where they lie (rec->block and rec->payload
  * NULL after, whatever the outcome). */
 struct kpc_record;
 kpc_status kpc_program_from_record(const kpc_key *key, struct kpc_record *rec, kpc_program **out);
-/* The map takes a reference of its own (kpc_map_publish, before the entry is seen
- * READY); from then on a hit counts in the thread's slot, the first one making them. */
-void kpc_program_map_take(kpc_program *prog);
+/* A program made and never published to a map (its maker refused it): the map's
+ * reference it was born with and the maker's let go, and the program freed. */
+void kpc_program_discard(kpc_program *prog);
 /* A hit's reference, taken inside the map's read section: no shared line written. */
 void kpc_program_hit(kpc_program *prog);
 /* The map lets go of prog; only once no read section can still hand it out (after

@@ -533,7 +533,7 @@ static kpc_status resolve(kpc_context *ctx, const kpc_normalized_request *req, u
         KPC_LOG(KPC_LOG_ERROR, "%s gives LLVM bitcode for %s (relocatable device code), which no "
                 "device loads: use a compile-only context", src->name ? src->name : "(unnamed)",
                 ctx->target);
-        kpc_program_release(p);
+        kpc_program_discard(p); /* made, never published */
         *out = NULL;
         return KPC_E_INVALID;
     }
@@ -549,7 +549,7 @@ static kpc_status resolve(kpc_context *ctx, const kpc_normalized_request *req, u
                        kpc_tier_remove_same(tiers, &p->object, ctx->target, p->code, p->code_size) != KPC_E_NOT_FOUND;
         KPC_LOG(KPC_LOG_WARN, "the runtime refused cached object %s for %s: %s", hex, ctx->target,
                 removed ? "removed it, building it again" : "it was replaced already, taking the new one");
-        kpc_program_release(p);
+        kpc_program_discard(p); /* made, never published */
         *out = NULL;
         if (removed && ctx->cache->index)
             kpc_index_forget(ctx->cache->index, key);
@@ -562,7 +562,7 @@ static kpc_status resolve(kpc_context *ctx, const kpc_normalized_request *req, u
     if (s != KPC_OK) {
         if (s == KPC_E_CORRUPT)
             s = KPC_E_HIP; /* a fresh object refused: nothing stale to blame */
-        kpc_program_release(p);
+        kpc_program_discard(p); /* made, never published */
         *out = NULL;
         return s;
     }
