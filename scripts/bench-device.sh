@@ -49,31 +49,7 @@ want() { [ -z "$only" ] || [[ ",$only," == *",$1,"* ]]; }
 # ---- build dependencies from .carry/debs, each only where the machine lacks it --------
 . scripts/device-deps.sh
 deps=/tmp/kpc-deps
-unpack() { # dir package...
-  local dir=$deps/$1 p f; shift
-  mkdir -p "$dir"
-  echo "bench-device: unpacking $* from .carry/debs into $dir"
-  for p; do
-    for f in .carry/debs/"${p}"_*.deb; do
-      [ -f "$f" ] && dpkg -x "$f" "$dir"
-    done
-  done
-  # the packages name /usr: point their pkg-config files and linker scripts here
-  find "$dir" \( -name '*.pc' -o -name '*.so' -type f \) -exec grep -Il '/usr' {} + 2>/dev/null |
-    xargs -r sed -i "s|=/usr|=$dir/usr|g; s|(/usr/|($dir/usr/|g"
-  kpc_deps_use "$dir"
-}
-if ! command -v pkg-config >/dev/null; then
-  unpack pkgconf pkgconf-bin libpkgconf3 pkgconf
-fi
-pkg-config --exists libbsd || unpack bsd libbsd-dev libbsd0 libmd-dev libmd0
-pkg-config --exists libxxhash || unpack xxhash libxxhash-dev libxxhash0
-pkg-config --exists libcjson || unpack cjson libcjson-dev libcjson1
-pkg-config --exists libzstd || unpack zstd libzstd-dev libzstd1
-# every run, whatever --only says: a build tree configured with the tier needs them
-pkg-config --exists hiredis || unpack hiredis libhiredis-dev libhiredis0.14
-pkg-config --exists libsodium || unpack sodium libsodium-dev libsodium23
-command -v redis-server >/dev/null || unpack redis redis-server redis-tools libjemalloc2 liblzf1
+kpc_deps_unpack_missing .carry/debs
 
 platform=amd
 cmake_extra=()
@@ -82,7 +58,7 @@ if [ -f src/platform/nvidia.c ] && [ -f /usr/local/cuda/include/nvrtc.h ]; then
 else
   # the AMD platform needs HIP's and comgr's headers to build, none of its libraries
   if [ ! -f /opt/rocm/include/hip/hiprtc.h ] && [ ! -f /usr/include/hip/hiprtc.h ]; then
-    unpack hip libamdhip64-dev libamd-comgr-dev libhsa-runtime-dev
+    kpc_deps_unpack hip libamdhip64-dev libamd-comgr-dev libhsa-runtime-dev
     cmake_extra+=(-DHIP_INCLUDE_DIR="$deps/hip/usr/include" -DCOMGR_INCLUDE_DIR="$deps/hip/usr/include")
   fi
 fi

@@ -1,13 +1,25 @@
-# device-deps.sh - sourced, not run: points the compiler, the linker, pkg-config and the
-# loader at build dependencies unpacked (dpkg -x) under /tmp/kpc-deps/<name>/, as
-# scripts/bench-device.sh unpacks them on the device machine from .carry/debs.
+# device-deps.sh - sourced, not run: the build dependencies a machine without network
+# lacks (the lent device machine), taken from Debian .deb files carried beside the tree
+# (.carry/debs, fetched here with `apt-get download`: docs/gpu-run.md lists them),
+# unpacked with dpkg -x under /tmp/kpc-deps/<name>/ (never over /), and the compiler, the
+# linker, pkg-config and the loader pointed at them. bench-device.sh, gpu-run.sh and
+# gpu-dropin.sh take their dependencies here.
+#   kpc_deps_unpack_missing [DEBS]  each module the machine lacks, from DEBS (default
+#                             .carry/debs); KPC_DEPS_FORCE=1 takes every one from the
+#                             .debs (to try the unpacking on a machine that has them all)
+#   kpc_deps_unpack NAME PKG...  those packages into /tmp/kpc-deps/NAME, and used
 #   kpc_deps_use DIR          one unpacked tree
 #   kpc_deps_use_unpacked     every one the usual build needs that is there (after
 #                             bench-device.sh: a device A/B script's builds reuse them)
 
 kpc_deps_use() {
   local dir=$1
-  export PKG_CONFIG_PATH=$dir/usr/lib/x86_64-linux-gnu/pkgconfig${PKG_CONFIG_PATH:+:$PKG_CONFIG_PATH}
+  # PKG_CONFIG_LIBDIR, not PKG_CONFIG_PATH: the install test sets PKG_CONFIG_PATH to the
+  # installed kpc.pc alone, and kpc.pc's requirements must still be found
+  local sys
+  sys=$(pkg-config --variable pc_path pkg-config 2>/dev/null) ||
+    sys=/usr/local/lib/x86_64-linux-gnu/pkgconfig:/usr/local/lib/pkgconfig:/usr/local/share/pkgconfig:/usr/lib/x86_64-linux-gnu/pkgconfig:/usr/lib/pkgconfig:/usr/share/pkgconfig
+  export PKG_CONFIG_LIBDIR=$dir/usr/lib/x86_64-linux-gnu/pkgconfig:$dir/usr/share/pkgconfig:${PKG_CONFIG_LIBDIR:-$sys}
   export LD_LIBRARY_PATH=$dir/usr/lib/x86_64-linux-gnu${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}
   # the compiler's and the linker's too: Debian 12's hiredis.pc names /usr/lib (not the
   # multiarch directory) and its include directory one level down from what kpc includes
@@ -16,9 +28,49 @@ kpc_deps_use() {
   export PATH=$dir/usr/bin:$PATH
 }
 
+kpc_deps_unpack() {
+  local dir=/tmp/kpc-deps/$1 p f; shift
+  mkdir -p "$dir"
+  echo "device-deps: unpacking $* from ${KPC_DEPS_DEBS:-.carry/debs} into $dir"
+  for p; do
+    f=$(ls "${KPC_DEPS_DEBS:-.carry/debs}/${p}"_*.deb 2>/dev/null | head -1)
+    if [ -z "$f" ]; then echo "device-deps: no $p in ${KPC_DEPS_DEBS:-.carry/debs}"; return 1; fi
+    dpkg -x "$f" "$dir" || return 1
+  done
+  # the packages name /usr: point their pkg-config files and linker scripts here
+  find "$dir" \( -name '*.pc' -o -name '*.so' -type f \) -exec grep -Il '/usr' {} + 2>/dev/null |
+    xargs -r sed -i "s|=/usr|=$dir/usr|g; s|(/usr/|($dir/usr/|g"
+  kpc_deps_use "$dir"
+}
+
+# Whether pkg-config module $1 is there to build with (not when KPC_DEPS_FORCE=1).
+kpc_deps_have() { [ "${KPC_DEPS_FORCE:-0}" != 1 ] && pkg-config --exists "$1"; }
+
+kpc_deps_unpack_missing() {
+  export KPC_DEPS_DEBS=${1:-${KPC_DEPS_DEBS:-.carry/debs}}
+  if [ "${KPC_DEPS_FORCE:-0}" = 1 ] || ! command -v pkg-config >/dev/null; then
+    kpc_deps_unpack pkgconf pkgconf-bin libpkgconf3 pkgconf || return 1
+  fi
+  kpc_deps_have libbsd || kpc_deps_unpack bsd libbsd-dev libbsd0 libmd-dev libmd0 || return 1
+  kpc_deps_have libxxhash || kpc_deps_unpack xxhash libxxhash-dev libxxhash0 || return 1
+  kpc_deps_have libcjson || kpc_deps_unpack cjson libcjson-dev libcjson1 || return 1
+  kpc_deps_have libzstd || kpc_deps_unpack zstd libzstd-dev libzstd1 || return 1
+  kpc_deps_have check || kpc_deps_unpack check check libsubunit0 libsubunit-dev || return 1
+  # the cluster tier: a build configured with it needs them whatever runs after
+  kpc_deps_have hiredis || kpc_deps_unpack hiredis libhiredis-dev libhiredis0.14 || return 1
+  kpc_deps_have libsodium || kpc_deps_unpack sodium libsodium-dev libsodium23 || return 1
+  if [ "${KPC_DEPS_FORCE:-0}" = 1 ] || ! command -v redis-server >/dev/null; then
+    kpc_deps_unpack redis redis-server redis-tools libjemalloc2 liblzf1 || return 1
+  fi
+  local m
+  for m in libbsd libxxhash libcjson libzstd check hiredis libsodium; do
+    echo "device-deps: $m $(pkg-config --modversion "$m" 2>&1)"
+  done
+}
+
 kpc_deps_use_unpacked() {
   local m
-  for m in pkgconf bsd xxhash cjson zstd hiredis sodium; do
+  for m in pkgconf bsd xxhash cjson zstd check hiredis sodium redis; do
     [ -d "/tmp/kpc-deps/$m" ] && kpc_deps_use "/tmp/kpc-deps/$m"
   done
   return 0

@@ -8,7 +8,7 @@
 #      kernel cache off (USE_PYTORCH_KERNEL_CACHE=0): without kpc, then twice through the
 #      shim, each of three ways to put it in front of PyTorch's NVRTC (below); results
 #      compared bit for bit, the second run's kernels from kpc (KPC_DROPIN_STATS, kpc stats).
-# docs/gpu-run.md records a run. Dependencies as gpu-run.sh takes them (gpu-deps.sh).
+# docs/gpu-run.md records a run. Dependencies as gpu-run.sh takes them (device-deps.sh).
 # usage: scripts/gpu-dropin.sh [LOG_DIR]   Exits non-zero if a step failed.
 set -uo pipefail
 cd "$(dirname "$0")/.."
@@ -17,8 +17,7 @@ mkdir -p "$out"
 exec > >(tee "$out/gpu-dropin.log") 2>&1
 jobs=$(nproc)
 build=${KPC_GPU_BUILD_DIR:-build-gpu-dropin}
-debs=${KPC_GPU_DEBS:-.carry/gpu-debs}
-deps=/tmp/kpc-deps
+debs=${KPC_GPU_DEBS:-.carry/debs}
 cuda=${CUDA_HOME:-/usr/local/cuda}
 py=${KPC_TORCH_PYTHON:-/opt/torch/.venv/bin/python}
 tmp=$(mktemp -d)
@@ -39,7 +38,8 @@ ls "$cuda"/lib64/libnvrtc.so.* 2>/dev/null | head -2
 "$py" -c 'import torch; print("torch", torch.__version__, "cuda", torch.version.cuda)' 2>&1 | tail -1
 
 step "build dependencies"
-. scripts/gpu-deps.sh
+. scripts/device-deps.sh
+check "build dependencies" kpc_deps_unpack_missing "$debs"
 
 step "build the drop-ins ($build, KPC_PLATFORM=nvidia)"
 check configure cmake -S . -B "$build" -DKPC_PLATFORM=nvidia -DCMAKE_BUILD_TYPE=RelWithDebInfo -DKPC_BUILD_MAN=OFF \

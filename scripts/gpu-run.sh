@@ -5,9 +5,9 @@
 # bulwark, the figures), then the kpc tool on the GPU. docs/gpu-run.md records a run.
 #
 # The lent GPU machine has no network: where a build dependency is missing there, it is
-# taken from Debian .deb files carried beside the tree (.carry/gpu-debs, fetched here with
-# `apt-get download`, see docs/gpu-run.md) and unpacked with dpkg -x into a private prefix;
-# nothing is installed into the system.
+# taken from Debian .deb files carried beside the tree (.carry/debs, fetched here with
+# `apt-get download`, see docs/gpu-run.md) and unpacked with dpkg -x into a private prefix
+# (scripts/device-deps.sh); nothing is installed into the system.
 #
 # usage: scripts/gpu-run.sh [LOG_DIR]   (default: $OUT, else /tmp/kpc-gpu-run)
 # Exits non-zero if any step failed; every step runs regardless, so one log tells all.
@@ -18,8 +18,7 @@ mkdir -p "$out"
 exec > >(tee "$out/gpu-run.log") 2>&1
 jobs=$(nproc)
 build=${KPC_GPU_BUILD_DIR:-build-gpu}
-debs=${KPC_GPU_DEBS:-.carry/gpu-debs}
-deps=/tmp/kpc-deps
+debs=${KPC_GPU_DEBS:-.carry/debs}
 failed=()
 step() { echo; echo "== $*"; }
 check() { # name command...: run it, remember a failure
@@ -40,8 +39,9 @@ ls /usr/local/cuda/lib64/libnvrtc.so.* 2>/dev/null | head -2
 cc --version | head -1
 cmake --version | head -1
 
-step "build dependencies (a module the system lacks comes from $debs)"
-. "$(dirname "$0")/gpu-deps.sh"
+step "build dependencies (a module the system lacks comes from $debs: scripts/device-deps.sh)"
+. scripts/device-deps.sh
+check "build dependencies" kpc_deps_unpack_missing "$debs"
 
 step "configure and build $build (KPC_PLATFORM=nvidia; warnings counted, not fatal: another compiler)"
 check configure cmake -S . -B "$build" -DKPC_PLATFORM=nvidia -DCMAKE_BUILD_TYPE=RelWithDebInfo -DKPC_BUILD_MAN=OFF \

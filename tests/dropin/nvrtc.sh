@@ -43,7 +43,10 @@ same_logs() { # same, and the logs too (NVRTC's hold no temporary paths, unlike 
     cmp "$f" "$tmp/$2/$(basename "$f")" || fail "$1 and $2: $(basename "$f") differs"
   done
 }
-L=$fake_home/lib64
+# the caller's library path, kept after every path set below: where kpc's own libraries
+# were unpacked on a machine without them installed (scripts/device-deps.sh)
+K=${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}
+L=$fake_home/lib64$K
 
 echo "== 1. LD_PRELOAD, cold then warm"
 newcache preload
@@ -76,7 +79,7 @@ run d1 good env LD_LIBRARY_PATH="$shim:$L" KPC_REAL_NVRTC="$fake" ${san_only:+LD
 same_logs real d1
 expect d1 builds 3; expect_compiles d1 4
 # found by absolute path under $CUDA_HOME: dlopen by soname would answer with the shim
-run d2 good env LD_LIBRARY_PATH="$shim" CUDA_HOME="$fake_home" ${san_only:+LD_PRELOAD=$san_only} "$app_dl" dlopen
+run d2 good env LD_LIBRARY_PATH="$shim$K" CUDA_HOME="$fake_home" ${san_only:+LD_PRELOAD=$san_only} "$app_dl" dlopen
 same_logs real d2
 expect d2 builds 0; expect d2 disk_hits 3; expect_compiles d2 1
 
@@ -150,7 +153,7 @@ expect_compiles x1 3
 echo "== 8. the real NVRTC, where CUDA is installed: the shim, cold and warm"
 real_nvrtc=$(ls /usr/local/cuda/lib64/libnvrtc.so.13 /usr/local/cuda/lib/libnvrtc.so.13 2>/dev/null | head -1 || true)
 if [ -n "$real_nvrtc" ]; then
-  R=$(dirname "$real_nvrtc")
+  R=$(dirname "$real_nvrtc")$K
   newcache real
   run nv good env LD_LIBRARY_PATH="$R" "$app_dl" dlopen
   grep -q "0 lowered scale<float> 0 _Z5scaleIfEvPT_S0_i" "$tmp/nv/report" || fail "real NVRTC: $(cat "$tmp/nv/report")"
@@ -165,7 +168,7 @@ if [ -n "$real_nvrtc" ]; then
   # with NULL program names: the shim directory is not reached (the soname is taken),
   # the shim preloaded is
   newcache torchlike
-  run tl0 good env LD_LIBRARY_PATH="$shim" NVRTC_APP_PRELOAD="$real_nvrtc" KPC_REAL_NVRTC="$real_nvrtc" \
+  run tl0 good env LD_LIBRARY_PATH="$shim$K" NVRTC_APP_PRELOAD="$real_nvrtc" KPC_REAL_NVRTC="$real_nvrtc" \
     ${san_only:+LD_PRELOAD=$san_only} "$app_dl" dlopen
   same_logs nv tl0
   [ ! -s "$tmp/tl0.stats" ] || expect tl0 kpc 0
