@@ -6,12 +6,14 @@
 #   docs/plots/storm.svg    the cold storm's wall against processes, beside its bound
 #                           (compiles + the builders' compiler start-ups), no-shm and
 #                           KPC_DISABLE: bench.json (2 cores, hipRTC) and
-#                           bench-device.json (16 cores, NVRTC)
+#                           bench-device-storm-2026-11-23.json (16 cores, NVRTC: the last
+#                           device run of the storm; bench-device.json holds the latest
+#                           device run, which may be of other benchmarks only)
 #   docs/plots/levels.svg   a hit's time by level, log scale: the in-memory map, the host
 #                           index + disk in a new process, the shared tier, the Redis of the
 #                           cluster tier, beside the compile it saves:
-#                           bench-device-latency-2026-11-26.json and bench-device.json
-#                           (16 cores), bench-xproc-shared-2026-11-28.json and bench.json
+#                           bench-device-latency-2026-11-26.json and
+#                           bench-device-storm-2026-11-23.json (16 cores), bench-xproc-shared-2026-11-28.json and bench.json
 #                           (2 cores)
 #   docs/plots/threads.svg  T threads against one: the per-hit time on one program and
 #                           the hits per second: bench-device-latency-2026-11-26.json
@@ -66,7 +68,7 @@ set linetype 4 lc rgb "#d62728" lw 2 pt 9 ps 0.8'
 time_tics='set ytics ("1 ns" 1e-9, "10 ns" 1e-8, "100 ns" 1e-7, "1 µs" 1e-6, "10 µs" 1e-5, "100 µs" 1e-4, "1 ms" 1e-3, "10 ms" 1e-2, "100 ms" 0.1, "1 s" 1, "10 s" 10, "100 s" 100)'
 
 # ---- the cold storm ------------------------------------------------------------------
-local_json=$results/bench.json device_json=$results/bench-device.json
+local_json=$results/bench.json device_json=$results/bench-device-storm-2026-11-23.json
 # storm_rows FILE INFIX P...: per P, kpc's wall, the bound, no-shm's, KPC_DISABLE's
 storm_rows() {
   local f=$1 infix=$2 p k; shift 2
@@ -92,7 +94,7 @@ set logscale xy; set xlabel "processes P"; set ylabel "wall"
 set xtics (2, 8, 16, 32, 64, 128)
 set ytics ("0.1 s" 0.1, "0.2 s" 0.2, "0.5 s" 0.5, "1 s" 1, "2 s" 2, "5 s" 5, "10 s" 10, "20 s" 20, "50 s" 50, "100 s" 100)
 $(storm_panel "2 cores, hipRTC 5.2 (bench.json)" "[0.3:200]" "$tmp/storm-local")
-$(storm_panel "16 cores, NVRTC 13 (bench-device.json)" "[0.15:40]" "$tmp/storm-device")
+$(storm_panel "16 cores, NVRTC 13 (device-2026-11-23)" "[0.15:40]" "$tmp/storm-device")
 unset multiplot
 EOF
 
@@ -115,7 +117,7 @@ set title "A hit, level by level, against the compile it saves (log scale)"
 set style data histograms; set style histogram clustered gap 1; set style fill solid 0.85 noborder
 set logscale y; set yrange [1e-8:3]; $time_tics
 set ylabel "time"; set key top left; set bmargin 4
-plot "$tmp/levels" u 2:xtic(1) lc rgb "#1f77b4" t "16 cores, NVRTC (device-latency-2026-11-26; compile: bench-device)", \
+plot "$tmp/levels" u 2:xtic(1) lc rgb "#1f77b4" t "16 cores, NVRTC (device-latency-2026-11-26; compile: device-2026-11-23)", \
      "" u 3 lc rgb "#ff7f0e" t "2 cores, hipRTC (xproc-shared-2026-11-28; map: bench.json)"
 EOF
 
