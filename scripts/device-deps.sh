@@ -29,12 +29,12 @@ kpc_deps_use() {
 }
 
 kpc_deps_unpack() {
-  local dir=/tmp/kpc-deps/$1 p f; shift
+  local dir=/tmp/kpc-deps/$1 debs=${KPC_DEPS_DEBS:-.carry/debs} p f; shift
   mkdir -p "$dir"
-  echo "device-deps: unpacking $* from ${KPC_DEPS_DEBS:-.carry/debs} into $dir"
+  echo "device-deps: unpacking $* from $debs into $dir"
   for p; do
-    f=$(ls "${KPC_DEPS_DEBS:-.carry/debs}/${p}"_*.deb 2>/dev/null | head -1)
-    if [ -z "$f" ]; then echo "device-deps: no $p in ${KPC_DEPS_DEBS:-.carry/debs}"; return 1; fi
+    f=$(ls "$debs/${p}"_*.deb 2>/dev/null | head -1)
+    if [ -z "$f" ]; then echo "device-deps: no $p in $debs"; return 1; fi
     dpkg -x "$f" "$dir" || return 1
   done
   # the packages name /usr: point their pkg-config files and linker scripts here
@@ -43,14 +43,14 @@ kpc_deps_unpack() {
   kpc_deps_use "$dir"
 }
 
-# Whether pkg-config module $1 is there to build with (not when KPC_DEPS_FORCE=1).
+# Whether pkg-config module $1 is there to build with, and command $1 there to run (not
+# when KPC_DEPS_FORCE=1).
 kpc_deps_have() { [ "${KPC_DEPS_FORCE:-0}" != 1 ] && pkg-config --exists "$1"; }
+kpc_deps_have_command() { [ "${KPC_DEPS_FORCE:-0}" != 1 ] && command -v "$1" >/dev/null; }
 
 kpc_deps_unpack_missing() {
   export KPC_DEPS_DEBS=${1:-${KPC_DEPS_DEBS:-.carry/debs}}
-  if [ "${KPC_DEPS_FORCE:-0}" = 1 ] || ! command -v pkg-config >/dev/null; then
-    kpc_deps_unpack pkgconf pkgconf-bin libpkgconf3 pkgconf || return 1
-  fi
+  kpc_deps_have_command pkg-config || kpc_deps_unpack pkgconf pkgconf-bin libpkgconf3 pkgconf || return 1
   kpc_deps_have libbsd || kpc_deps_unpack bsd libbsd-dev libbsd0 libmd-dev libmd0 || return 1
   kpc_deps_have libxxhash || kpc_deps_unpack xxhash libxxhash-dev libxxhash0 || return 1
   kpc_deps_have libcjson || kpc_deps_unpack cjson libcjson-dev libcjson1 || return 1
@@ -59,9 +59,8 @@ kpc_deps_unpack_missing() {
   # the cluster tier: a build configured with it needs them whatever runs after
   kpc_deps_have hiredis || kpc_deps_unpack hiredis libhiredis-dev libhiredis0.14 || return 1
   kpc_deps_have libsodium || kpc_deps_unpack sodium libsodium-dev libsodium23 || return 1
-  if [ "${KPC_DEPS_FORCE:-0}" = 1 ] || ! command -v redis-server >/dev/null; then
-    kpc_deps_unpack redis redis-server redis-tools libjemalloc2 liblzf1 || return 1
-  fi
+  kpc_deps_have_command redis-server || kpc_deps_unpack redis redis-server redis-tools libjemalloc2 liblzf1 ||
+    return 1
   local m
   for m in libbsd libxxhash libcjson libzstd check hiredis libsodium; do
     echo "device-deps: $m $(pkg-config --modversion "$m" 2>&1)"
@@ -69,9 +68,9 @@ kpc_deps_unpack_missing() {
 }
 
 kpc_deps_use_unpacked() {
-  local m
-  for m in pkgconf bsd xxhash cjson zstd check hiredis sodium redis; do
-    [ -d "/tmp/kpc-deps/$m" ] && kpc_deps_use "/tmp/kpc-deps/$m"
+  local dir
+  for dir in /tmp/kpc-deps/*/; do
+    [ -d "$dir" ] && kpc_deps_use "${dir%/}"
   done
   return 0
 }

@@ -7,13 +7,14 @@
  *
  * The key is computed by every request the in-memory map does not answer (a hit there
  * computes the map's key instead, core/map_key.h), so by every new process's first
- * request of a warm cache too. The large fields (the source and each header's text) enter the serialization
- * as their length and their own XXH3-128 digest, hashed in one shot where they lie; the
- * small fields are gathered in a stack buffer and hashed in one shot too. Feeding the
- * same bytes to a streaming XXH3 state instead costs ~120 ns more per request and ~7%
- * more per byte (libxxhash 0.8.1; tests/bench/bench_hit measured 184 ns for a 1 KB
- * source streamed against 67 ns for its one-shot hash). Only a request whose small
- * fields overflow the buffer (hundreds of options) falls back to the streaming state.
+ * request of a warm cache too. The large fields (the source and each header's text)
+ * enter the serialization as their length and their own XXH3-128 digest, hashed in one
+ * shot where they lie; the small fields are gathered in a stack buffer and hashed in one
+ * shot too. Feeding the same bytes to a streaming XXH3 state instead costs ~120 ns more
+ * per request and ~7% more per byte (libxxhash 0.8.1; tests/bench/bench_hit measured
+ * 184 ns for a 1 KB source streamed against 67 ns for its one-shot hash). Only a request
+ * whose small fields overflow the buffer (hundreds of options) falls back to the
+ * streaming state.
  *
  * The fields every request of a context shares (format, platform, compiler identity,
  * target) are serialized once, when the context is made (kpc_key_prefix), and a request

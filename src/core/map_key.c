@@ -111,9 +111,10 @@ static void put_string(layout *l, const char *s)
     put_bytes(l, s, len);
 }
 
-/* The whole layout of src into l; the caller hashes what is left in it. */
-static inline void lay_out(layout *l, const kpc_source *src, const uint8_t *cwd)
+/* The whole layout of src into l, under secret; the caller hashes what is left in it. */
+static inline void lay_out(layout *l, const kpc_map_secret *secret, const kpc_source *src, const uint8_t *cwd)
 {
+    l->secret = secret;
     l->n = 0;
     l->streaming = false;
     size_t code_len = src->code_len ? src->code_len : strlen(src->code);
@@ -147,8 +148,7 @@ static inline void lay_out(layout *l, const kpc_source *src, const uint8_t *cwd)
 void kpc_map_key_compute(const kpc_map_secret *secret, const kpc_source *src, const uint8_t *cwd, kpc_key *out)
 {
     layout l;
-    l.secret = secret;
-    lay_out(&l, src, cwd);
+    lay_out(&l, secret, src, cwd);
     XXH128_hash_t h;
     if (l.streaming) {
         XXH3_128bits_update(&l.st, l.w, l.n * sizeof l.w[0]);
@@ -163,8 +163,7 @@ size_t kpc_map_key_words(const kpc_map_secret *secret, const kpc_source *src, co
                          uint64_t *words, size_t cap)
 {
     layout l;
-    l.secret = secret;
-    lay_out(&l, src, cwd);
+    lay_out(&l, secret, src, cwd);
     if (l.streaming || l.n > cap)
         return 0;
     memcpy(words, l.w, l.n * sizeof l.w[0]);

@@ -20,17 +20,20 @@ test -x "$tmp/prefix/bin/kpc" && test -x "$tmp/prefix/bin/kpc-shm-reset"
 ls "$tmp"/prefix/lib*/libkpc.so.1 "$tmp"/prefix/lib*/libkpc.a "$tmp"/prefix/include/kpc/kpc.h >/dev/null
 export KPC_CACHE_DIR=$tmp/cache
 libdir=$(dirname "$(ls "$tmp"/prefix/lib*/libkpc.so.1)")
+# the consumers' library path: the prefix first, then the caller's (where kpc's own
+# libraries may have been unpacked: scripts/device-deps.sh)
+run_path=$libdir${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}
 
 cmake -S "$src/tests/install" -B "$tmp/cmake-build" -DCMAKE_PREFIX_PATH="$tmp/prefix" >/dev/null
 cmake --build "$tmp/cmake-build" >/dev/null
-LD_LIBRARY_PATH=$libdir${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH} "$tmp/cmake-build/consumer" "$target"
+LD_LIBRARY_PATH=$run_path "$tmp/cmake-build/consumer" "$target"
 
 export PKG_CONFIG_PATH=$libdir/pkgconfig
 # the .pc file finds the prefix relative to itself, whatever the libdir's depth
 test -f "$(pkg-config --variable=includedir kpc)/kpc/kpc.h"
 test -f "$(pkg-config --variable=libdir kpc)/libkpc.so.1"
 cc -Wall -Werror "$src/tests/install/consumer.c" $(pkg-config --cflags --libs kpc) -o "$tmp/consumer-pc"
-LD_LIBRARY_PATH=$libdir${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH} "$tmp/consumer-pc" "$target"
+LD_LIBRARY_PATH=$run_path "$tmp/consumer-pc" "$target"
 # the second consumer found the first one's object on disk: the installed tool sees it
 "$tmp/prefix/bin/kpc" ls --cache-dir "$tmp/cache" | grep -q consumer.hip
 # the drop-ins (src/dropin): installed, found by CMake (kpc::hiprtc / kpc::nvrtc) and by
@@ -43,7 +46,7 @@ for d in $dropins; do
   cmake -S "$src/tests/install/dropin" -B "$tmp/dropin-$d" -DCMAKE_PREFIX_PATH="$tmp/prefix" -DDROPIN=$d >/dev/null
   cmake --build "$tmp/dropin-$d" >/dev/null
   readelf -d "$tmp/dropin-$d/dropin_consumer" | grep -q "libkpc-$d.so.1"
-  LD_LIBRARY_PATH=$libdir${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH} "$tmp/dropin-$d/dropin_consumer"
+  LD_LIBRARY_PATH=$run_path "$tmp/dropin-$d/dropin_consumer"
 done
 
 # the man pages, installed where man looks under a prefix
