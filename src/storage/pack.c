@@ -206,7 +206,7 @@ kpc_status kpc_pack_open(const char *path, kpc_pack **out)
     }
     struct stat sb;
     uint8_t h[PACK_HEADER];
-    pack_header ph;
+    pack_header ph = {0}; /* set by header_decode before any use; -Os's flow analysis cannot tell */
     kpc_status s = KPC_OK;
     ssize_t got;
     if (kpc__fstat(p->fd, &sb) != 0) {
