@@ -34,6 +34,16 @@ START_TEST(root_owns_the_paths)
     ck_assert_int_eq(kpc_root_record_path(r, &k, "gfx90a", "co", path, sizeof path, d, sizeof d), 0);
     snprintf(want, sizeof want, "%s/v1/gfx90a/ab/abababababababababababababababab.co", real);
     ck_assert_str_eq(path, want);
+    snprintf(want, sizeof want, "%s/v1/gfx90a/ab", real);
+    ck_assert_str_eq(d, want);
+    /* the path with its NUL fits exactly, or it is refused: never cut short */
+    size_t fit = strlen(path) + 1;
+    memset(path, 'x', sizeof path);
+    ck_assert_int_eq(kpc_root_record_path(r, &k, "gfx90a", "co", path, fit, d, strlen(want) + 1), 0);
+    ck_assert_uint_eq(strlen(path) + 1, fit);
+    ck_assert_int_eq(kpc_root_record_path(r, &k, "gfx90a", "co", path, fit - 1, NULL, 0), -1);
+    ck_assert_int_eq(kpc_root_record_path(r, &k, "gfx90a", "co", path, fit, d, strlen(want)), -1);
+    ck_assert_int_eq(kpc_root_record_path(r, &k, "gfx90a", "co", path, sizeof path, NULL, 0), 0);
     /* relative to the held v1/ directory */
     ck_assert_str_eq(kpc_root_rel(r, path), "gfx90a/ab/abababababababababababababababab.co");
     ck_assert_int_eq(kpc_root_record_path(r, &k, "../x", "co", path, sizeof path, NULL, 0), -1);

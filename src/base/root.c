@@ -1,6 +1,7 @@
 /*
- * root.c - the cache directory: opened once, held open, and the only place that knows
- * how paths inside it are spelled (layout: base/root.h).
+ * root.c - the cache directory: opened once, held open, and with root_writer.c (the
+ * staging files' names) the only place that knows how paths inside it are spelled
+ * (layout: base/root.h).
  *
  * Invariant: a kpc_root names a directory that this user owns and no one else may write
  * (nor any directory above it, but sticky ones), and never changes after open. The trust
@@ -14,8 +15,8 @@
  */
 #define _GNU_SOURCE
 #include "base/root.h"
+#include "base/root_private.h"
 #include "base/fault.h"
-#include "base/hash.h"
 #include "base/log.h"
 #include "base/settings.h"
 
@@ -30,28 +31,7 @@
 #include <string.h>
 #include <sys/file.h>
 #include <sys/stat.h>
-#include <sys/utsname.h>
 #include <unistd.h>
-
-struct kpc_root {
-    char path[PATH_MAX]; /* realpath of the cache dir */
-    char v1[PATH_MAX + 8]; /* path/v1 */
-    char tmp[PATH_MAX + 16]; /* path/v1/tmp */
-    size_t v1_len;
-    int fd, v1_fd, tmp_fd; /* held open for the life of the root */
-    /* KPC_TRUST_GROUP: its members may write the tree too (docs/trust.md) */
-    bool has_group;
-    gid_t group;
-    uid_t uid; /* geteuid() at open: the user the tree is checked for */
-    atomic_bool refusal_said; /* an entry of the tree refused: said once at error level */
-    atomic_uint tmp_seq;   /* staging names unique within the process */
-    /* this process in staging names: its domain, pid and start time, so that a sweep can
-     * tell a dead writer's file (base/root.h); recomputed in a fork child (which may be
-     * in a new pid namespace) */
-    _Atomic int tmp_pid;
-    _Atomic uint64_t tmp_start, tmp_domain;
-    int tree_errno; /* why v1/ or v1/tmp could not be made at open; 0: both there */
-};
 
 /* The directories above real (a realpath): each owned by us or root, and writable by no
  * one else unless sticky. Else another user could rename the object away and put a
@@ -402,120 +382,44 @@ bool kpc_root_target_ok(const char *target)
     return target[0] != '\0' && target[0] != '.' && strchr(target, '/') == NULL && strcmp(target, "tmp") != 0;
 }
 
+/* s's n bytes at p, then the byte after; where the next piece goes */
+static char *put(char *p, const char *s, size_t n, char after)
+{
+    memcpy(p, s, n);
+    p[n] = after;
+    return p + n + 1;
+}
+
 int kpc_root_record_path(const kpc_root *r, const kpc_key *key, const char *target, const char *ext,
                          char *out, size_t cap, char *dir, size_t dir_cap)
 {
     if (!kpc_root_target_ok(target))
         return -1;
+    /* v1/<target>/<2 hex>/<32 hex>.<ext>, laid down piece by piece: snprintf's format
+     * machinery was a third of the instructions of a new process's disk hit */
     char hex[KPC_KEY_HEX];
     kpc__hex(key->bytes, sizeof key->bytes, hex);
-    if (dir)
-        snprintf(dir, dir_cap, "%s/%s/%.2s", r->v1, target, hex);
-    int n = snprintf(out, cap, "%s/%s/%.2s/%s.%s", r->v1, target, hex, hex, ext);
-    return n > 0 && (size_t)n < cap ? 0 : -1;
+    size_t t = strlen(target), e = strlen(ext);
+    size_t fan = r->v1_len + 1 + t + 1 + 2;              /* v1/<target>/<2 hex> */
+    size_t need = fan + 1 + (KPC_KEY_HEX - 1) + 1 + e + 1; /* /<32 hex>.<ext> and a NUL */
+    if (need > cap || (dir && fan >= dir_cap))
+        return -1;
+    char *p = put(out, r->v1, r->v1_len, '/');
+    p = put(p, target, t, '/');
+    p = put(p, hex, 2, '/');
+    if (dir) {
+        memcpy(dir, out, fan);
+        dir[fan] = '\0';
+    }
+    p = put(p, hex, KPC_KEY_HEX - 1, '.');
+    memcpy(p, ext, e + 1);
+    return 0;
 }
 
 int kpc_root_target_dir(const kpc_root *r, const char *target, char *out, size_t cap)
 {
     int n = snprintf(out, cap, "%s/%s", r->v1, target);
     return n > 0 && (size_t)n < cap ? 0 : -1;
-}
-
-/* This process's pid namespace (the device and inode of /proc/self/ns/pid), hashed: 0
- * where it cannot be known. */
-static uint64_t pid_namespace(void)
-{
-    uint64_t ns[2] = {0, 0};
-    struct stat st;
-    if (stat("/proc/self/ns/pid", &st) == 0) { /* bare: not kpc's file */
-        ns[0] = (uint64_t)st.st_dev;
-        ns[1] = (uint64_t)st.st_ino;
-    }
-    return ns[1] ? XXH3_64bits(ns, sizeof ns) : 0;
-}
-
-/* Where this process's pids mean something: XXH3-64 of the kernel's boot id (the node,
- * this boot; its host name where there is no boot id) and of its pid namespace. Nodes
- * that share a cache directory, and containers of one node that do not share their pids,
- * have different domains. */
-static uint64_t writer_domain(void)
-{
-    char node[128];
-    size_t n = kpc__boot_id(node, sizeof node);
-    struct utsname u;
-    if (n == 0 && uname(&u) == 0) {
-        strlcpy(node, u.nodename, sizeof node);
-        n = strlen(node);
-    }
-    return XXH3_64bits_withSeed(node, n, pid_namespace());
-}
-
-/* This process's domain and start time, computed once per process. */
-static void this_writer(kpc_root *r, int *pid, uint64_t *start, uint64_t *domain)
-{
-    *pid = (int)getpid();
-    *start = atomic_load(&r->tmp_start);
-    *domain = atomic_load(&r->tmp_domain);
-    if (atomic_load(&r->tmp_pid) != *pid || *start == 0) {
-        *start = kpc__proc_start_time(*pid);
-        *domain = writer_domain();
-        atomic_store(&r->tmp_start, *start);
-        atomic_store(&r->tmp_domain, *domain);
-        atomic_store(&r->tmp_pid, *pid);
-    }
-}
-
-int kpc_root_tmp_path(kpc_root *r, const kpc_key *key, char *out, size_t cap)
-{
-    char hex[KPC_KEY_HEX];
-    kpc__hex(key->bytes, sizeof key->bytes, hex);
-    int pid;
-    uint64_t start, domain;
-    this_writer(r, &pid, &start, &domain);
-    int n = snprintf(out, cap, "%s/%s.%016llx.%d.%llu.%u.tmp", r->tmp, hex, (unsigned long long)domain, pid,
-                     (unsigned long long)start, atomic_fetch_add(&r->tmp_seq, 1));
-    return n > 0 && (size_t)n < cap ? 0 : -1;
-}
-
-static bool all_hex(const char *s, int n)
-{
-    for (int i = 0; i < n; i++)
-        if (kpc__hex_digit(s[i]) < 0)
-            return false;
-    return true;
-}
-
-enum kpc_tmp_writer kpc_root_tmp_writer(kpc_root *r, const char *name, int *pid, uint64_t *start)
-{
-    /* <32 hex>.<16 hex>.<pid>.<start>.<seq>.tmp, every part whole */
-    size_t len = strlen(name);
-    if (len < 50 || name[32] != '.' || name[49] != '.' || strcmp(name + len - 4, ".tmp") != 0 ||
-        !all_hex(name, 32) || !all_hex(name + 33, 16))
-        return KPC_TMP_UNKNOWN;
-    const char *p = name + 50;
-    char *end;
-    unsigned long long v[3];
-    for (int i = 0; i < 3; i++) {
-        if (*p < '0' || *p > '9')
-            return KPC_TMP_UNKNOWN;
-        errno = 0;
-        v[i] = strtoull(p, &end, 10);
-        if (errno != 0 || *end != '.')
-            return KPC_TMP_UNKNOWN;
-        p = end + 1;
-    }
-    if (p != name + len - 3 || v[0] == 0 || v[0] > INT_MAX)
-        return KPC_TMP_UNKNOWN;
-    int me;
-    uint64_t my_start, domain;
-    this_writer(r, &me, &my_start, &domain);
-    char mine[17];
-    snprintf(mine, sizeof mine, "%016llx", (unsigned long long)domain);
-    if (memcmp(name + 33, mine, 16) != 0)
-        return KPC_TMP_FOREIGN;
-    *pid = (int)v[0];
-    *start = v[1];
-    return KPC_TMP_OURS;
 }
 
 int kpc_root_lock(const kpc_root *r, const char *name, bool nowait, const char **call, char *path,
@@ -580,13 +484,4 @@ int kpc_root_rename_memo(const kpc_root *r, const char *from, const char *to)
 int kpc_root_unlink_memo(const kpc_root *r, const char *name)
 {
     return r->v1_fd < 0 ? -1 : kpc__unlinkat(r->v1_fd, name, 0);
-}
-
-void kpc_root_segment_name(const char *root_path, char *out, size_t cap)
-{
-    /* the pid namespace too: the index judges its builders and attached processes by pid,
-     * and a pid of another namespace names another process or none here, so processes
-     * that share /dev/shm but not their pids (containers of one pod) keep an index each */
-    snprintf(out, cap, "/kpc-%u-%016llx", (unsigned)geteuid(),
-             (unsigned long long)XXH3_64bits_withSeed(root_path, strlen(root_path), pid_namespace()));
 }

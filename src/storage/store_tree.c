@@ -100,6 +100,16 @@ void kpc_store_record_at_done(kpc_record_at *a)
         close(a->fd);
 }
 
+/* dst (cap bytes) as src's first n bytes, cut to fit: a copy without snprintf's format
+ * machinery, which a new process's disk hit would otherwise run three times here */
+static void copy_prefix(char *dst, size_t cap, const char *src, size_t n)
+{
+    if (n >= cap)
+        n = cap - 1;
+    memcpy(dst, src, n);
+    dst[n] = '\0';
+}
+
 /* Where the record of a path the root built (v1/<target>/<2 hex>/<name>) is reached
  * from, never through a symbolic link, each directory made first where create and
  * checked: v1/<target> opened (kpc_root_open_tree_dir) once and held, and its <2 hex>
@@ -124,13 +134,13 @@ int kpc_store_record_at(kpc_store *st, const char *path, bool create, kpc_record
         return -1;
     }
     char dir[4400], target[256], fan_name[3] = {fan[1], fan[2], '\0'};
-    snprintf(target, sizeof target, "%.*s", (int)(fan - r), r);
+    copy_prefix(target, sizeof target, r, (size_t)(fan - r));
     for (int fresh = 0; fresh <= 1; fresh++) {
-        snprintf(dir, sizeof dir, "%.*s", (int)(fan - path), path);
+        copy_prefix(dir, sizeof dir, path, (size_t)(fan - path));
         out->fd = target_dir(st, v1, target, dir, create, fresh, &out->owned);
         if (out->fd < 0)
             return -1;
-        snprintf(dir, sizeof dir, "%.*s", (int)(file - path), path);
+        copy_prefix(dir, sizeof dir, path, (size_t)(file - path));
         if (kpc_root_check_tree_dir(st->root, out->fd, fan_name, create, dir) == 0) {
             out->name = fan + 1;
             return 0;
