@@ -20,7 +20,6 @@
 #include "base/log.h"
 #include "base/settings.h"
 
-#include <bsd/string.h>
 #include <errno.h>
 #include <fcntl.h>
 #include <grp.h>
