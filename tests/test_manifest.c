@@ -74,6 +74,30 @@ static kpc_deps *record1(const char *path)
     return d;
 }
 
+/* Entry (object, outcome, d's files) put first in m, borrowing d's bytes: m owns nothing
+ * of it, as a manifest a look leaves for the record step owns nothing but its block. */
+static void borrow_entry(kpc_manifest *m, const kpc_key *object, uint32_t outcome, const kpc_deps *d)
+{
+    ck_assert_uint_lt(m->count, KPC_MANIFEST_MAX_ENTRIES);
+    memmove(&m->entries[1], &m->entries[0], m->count * sizeof m->entries[0]);
+    m->entries[0] = (kpc_manifest_entry){*object, outcome, {.count = d->count, .size = d->size, .files = d->files}};
+    m->count++;
+}
+
+/* A build of the file at path recorded into *m, and *m the manifest that wrote, as the
+ * next request's look reads it: *object, the key its outcome went under. */
+static void record_into(kpc_manifest *m, const kpc_key *req, const char *path, uint32_t outcome, kpc_key *object)
+{
+    const char *paths[] = {path};
+    kpc_manifest_build b = {paths, 1, NULL, 0, NULL, later()};
+    kpc_deps *deps;
+    void *buf;
+    size_t size;
+    ck_assert_int_eq(kpc_manifest_record_build(m, req, &b, outcome, &deps, object, &buf, &size), KPC_OK);
+    kpc_manifest_deps_free(deps);
+    ck_assert_int_eq(kpc_manifest_lookup(buf, buf, size, 0, m, NULL), KPC_OK);
+}
+
 START_TEST(record_and_match)
 {
     char a[4200], b[4200];
@@ -250,8 +274,8 @@ START_TEST(encode_decode)
     ck_assert_mem_eq(same.bytes, req.bytes, 16);
 
     kpc_manifest m = {0};
-    ck_assert_int_eq(kpc_manifest_add(&m, &oa, KPC_MANIFEST_CODE, da), KPC_OK);
-    ck_assert_int_eq(kpc_manifest_add(&m, &ob, KPC_MANIFEST_LOG, db), KPC_OK);
+    borrow_entry(&m, &oa, KPC_MANIFEST_CODE, da);
+    borrow_entry(&m, &ob, KPC_MANIFEST_LOG, db);
     void *buf;
     size_t size;
     ck_assert_int_eq(kpc_manifest_encode(&m, &buf, &size), KPC_OK);
@@ -293,7 +317,7 @@ START_TEST(encode_decode)
 
     /* a manifest of one entry hands its own bytes over whole: nothing copied */
     kpc_manifest one = {0};
-    ck_assert_int_eq(kpc_manifest_add(&one, &oa, KPC_MANIFEST_CODE, da), KPC_OK);
+    borrow_entry(&one, &oa, KPC_MANIFEST_CODE, da);
     void *obuf;
     size_t osize;
     ck_assert_int_eq(kpc_manifest_encode(&one, &obuf, &osize), KPC_OK);
@@ -339,8 +363,8 @@ START_TEST(lookup_hands_back_the_tail)
     for (int entries = 0; entries <= 2; entries++) { /* 0: one entry, its file gone */
         kpc_manifest m = {0};
         if (entries == 2)
-            ck_assert_int_eq(kpc_manifest_add(&m, &t.ob, KPC_MANIFEST_CODE, t.db), KPC_OK);
-        ck_assert_int_eq(kpc_manifest_add(&m, &t.oa, KPC_MANIFEST_CODE, t.da), KPC_OK);
+            borrow_entry(&m, &t.ob, KPC_MANIFEST_CODE, t.db);
+        borrow_entry(&m, &t.oa, KPC_MANIFEST_CODE, t.da);
         void *buf;
         size_t size;
         ck_assert_int_eq(kpc_manifest_encode(&m, &buf, &size), KPC_OK);
@@ -399,30 +423,34 @@ END_TEST
 
 START_TEST(entries_replace_and_cap)
 {
-    char a[4200];
-    put("a.h", "x\n", a, sizeof a);
-    kpc_deps *d = record1(a);
+    /* builds of one request key recorded one after another, each into the manifest the
+     * last one wrote, as the requests behind a manifest do */
+    enum { N = KPC_MANIFEST_MAX_ENTRIES + 3 };
+    static char path[N][4200];
+    kpc_key req = {{5}}, object[N], again;
     kpc_manifest m = {0};
-    kpc_key k[KPC_MANIFEST_MAX_ENTRIES + 3];
-    for (size_t i = 0; i < KPC_MANIFEST_MAX_ENTRIES + 3; i++) {
-        memset(&k[i], 0, sizeof k[i]);
-        k[i].bytes[0] = (uint8_t)(i + 1);
-        ck_assert_int_eq(kpc_manifest_add(&m, &k[i], KPC_MANIFEST_CODE, d), KPC_OK);
+    for (size_t i = 0; i < N; i++) {
+        char name[16], text[16];
+        snprintf(name, sizeof name, "h%zu.h", i);
+        snprintf(text, sizeof text, "%zu\n", i);
+        put(name, text, path[i], sizeof path[i]);
+        record_into(&m, &req, path[i], KPC_MANIFEST_CODE, &object[i]);
     }
     ck_assert_uint_eq(m.count, KPC_MANIFEST_MAX_ENTRIES);
-    ck_assert_uint_eq(m.entries[0].object.bytes[0], KPC_MANIFEST_MAX_ENTRIES + 3);
-    ck_assert_uint_eq(m.entries[KPC_MANIFEST_MAX_ENTRIES - 1].object.bytes[0], 4); /* 1..3 dropped */
-    /* adding an object already listed moves it first, no duplicate */
-    ck_assert_int_eq(kpc_manifest_add(&m, &k[5], KPC_MANIFEST_LOG, d), KPC_OK);
+    ck_assert_mem_eq(m.entries[0].object.bytes, object[N - 1].bytes, 16);
+    ck_assert_mem_eq(m.entries[KPC_MANIFEST_MAX_ENTRIES - 1].object.bytes, object[3].bytes, 16); /* 0..2 dropped */
+    /* a build of files already listed moves its entry first, no duplicate */
+    record_into(&m, &req, path[5], KPC_MANIFEST_LOG, &again);
+    ck_assert_mem_eq(again.bytes, object[5].bytes, 16);
     ck_assert_uint_eq(m.count, KPC_MANIFEST_MAX_ENTRIES);
-    ck_assert_uint_eq(m.entries[0].object.bytes[0], 6);
+    ck_assert_mem_eq(m.entries[0].object.bytes, object[5].bytes, 16);
     ck_assert_uint_eq(m.entries[0].outcome, KPC_MANIFEST_LOG);
+    ck_assert_mem_eq(m.entries[1].object.bytes, object[N - 1].bytes, 16);
     size_t seen = 0;
     for (size_t i = 0; i < m.count; i++)
-        seen += m.entries[i].object.bytes[0] == 6;
+        seen += memcmp(m.entries[i].object.bytes, object[5].bytes, 16) == 0;
     ck_assert_uint_eq(seen, 1);
     kpc_manifest_free(&m);
-    kpc_manifest_deps_free(d);
 }
 END_TEST
 
@@ -442,7 +470,7 @@ START_TEST(record_build_puts_the_build_first)
     for (size_t i = 0; i < KPC_MANIFEST_MAX_ENTRIES; i++) {
         memset(&k[i], 0, sizeof k[i]);
         k[i].bytes[0] = (uint8_t)(i + 1);
-        ck_assert_int_eq(kpc_manifest_add(&m, &k[i], KPC_MANIFEST_CODE, da), KPC_OK);
+        borrow_entry(&m, &k[i], KPC_MANIFEST_CODE, da);
     }
     const char *paths[] = {b};
     kpc_manifest_build build = {paths, 1, NULL, 0, NULL, later()};
@@ -472,8 +500,7 @@ START_TEST(record_build_puts_the_build_first)
     kpc_manifest_free(&back);
 
     /* the same build again, into that manifest: its entry replaced, not doubled */
-    ck_assert_int_eq(kpc_manifest_decode(buf, size, &m), KPC_OK);
-    m.block = buf; /* the manifest owns them now */
+    ck_assert_int_eq(kpc_manifest_lookup(buf, buf, size, 0, &m, NULL), KPC_OK); /* m owns buf now */
     kpc_deps *again;
     kpc_key object2;
     void *buf2;
@@ -494,7 +521,7 @@ START_TEST(record_build_puts_the_build_first)
 
     /* a file that cannot be vouched for: nothing to write, the manifest freed all the same */
     kpc_manifest one = {0};
-    ck_assert_int_eq(kpc_manifest_add(&one, &k[0], KPC_MANIFEST_CODE, da), KPC_OK);
+    borrow_entry(&one, &k[0], KPC_MANIFEST_CODE, da);
     char missing[4300];
     snprintf(missing, sizeof missing, "%s/gone.h", dir);
     const char *gone[] = {missing};

@@ -5,13 +5,13 @@
  * with the function and its call site, and addr2line names the source file of each.
  *
  * A file of src/core is entered when one of its functions is called from another file.
- * A hit (in memory, with or without files to check) enters each file once; a miss (a
- * build, a hit from the disk in a new process, a hit through a manifest, a build behind
- * one) enters each once too, but for the files of two_steps below, the levels it
- * publishes to, which it may enter once before the levels under them answer (a record
- * read, or a build) and once after. A hit whose program went stale enters what a miss
- * does and stale_steps more. The fake platform's "// dep=PATH" line makes a compile
- * that read a header. The path of each is printed.
+ * A hit (in memory, with or without files to check) and a miss (a build, a hit from the
+ * disk in a new process, a hit through a manifest, a build behind one) enter each file
+ * once: the map resolves a miss and publishes it in the one call (core/map.h,
+ * kpc_map_get), and a manifest is looked at (core/manifest.c, core/manifest_decode.c)
+ * and recorded into (core/manifest_record.c) by files of their own. A hit whose program
+ * went stale enters what a miss does and stale_steps more. The fake platform's
+ * "// dep=PATH" line makes a compile that read a header. The path of each is printed.
  */
 #define _GNU_SOURCE
 #include "support.h"
@@ -117,17 +117,6 @@ static const place *place_of(const place *p, size_t n, uintptr_t addr)
  * read changed), which then misses. */
 enum path_kind { PATH_HIT, PATH_MISS, PATH_STALE };
 
-/* The files a miss may enter twice: the levels it publishes to, each once before the
- * levels under it answer (the map's entry claimed, the manifest looked up) and once
- * after (the outcome published, a build's files recorded); a hit enters them once, and
- * any request every other file of src/core once. */
-static const char *const two_steps[] = {
-    "core/map.c",            /* the entry claimed; after the build, the outcome published to it */
-    "core/manifest_seen.c",  /* the manifest looked up before the build; its entry recorded after */
-    "core/manifest.c",       /* the same two, a call each: lookup; the build's files and entry */
-    "core/manifest_codec.c", /* decoded for the lookup; encoded with the build's entry */
-};
-
 /* What a stale hit enters before it misses, over a miss: the program's files checked
  * and, once found changed, the program let go of. Not one request's path read once:
  * it is held here so that it grows no further. */
@@ -135,18 +124,14 @@ static const struct {
     const char *file;
     unsigned more;
 } stale_steps[] = {
-    {"core/map.c", 2},      /* the entry forgotten; claimed again (kpc_map_forget, kpc_map_acquire) */
-    {"core/program.c", 3},  /* the hit's reference taken, released; the map's dropped */
+    {"core/program.c", 3},  /* the hit's reference taken; the map's dropped, the hit's released */
     {"core/manifest.c", 2}, /* the files checked; the stale program's list freed */
 };
 
-/* How often a request may enter file: a hit has one step per file. */
+/* How often a request may enter file: once, and a stale hit stale_steps more. */
 static unsigned allowed(const char *file, enum path_kind kind)
 {
     unsigned n = 1;
-    for (size_t i = 0; kind != PATH_HIT && i < sizeof two_steps / sizeof two_steps[0]; i++)
-        if (strcmp(file, two_steps[i]) == 0)
-            n = 2;
     for (size_t i = 0; kind == PATH_STALE && i < sizeof stale_steps / sizeof stale_steps[0]; i++)
         if (strcmp(file, stale_steps[i].file) == 0)
             n += stale_steps[i].more;

@@ -1,13 +1,16 @@
 /*
- * util.c - small system helpers: clocks, process identity, whole-file reads and
- * writes, mkdir -p, hex. Base: it includes nothing of ours but base/.
+ * util.c - small system helpers: clocks, process identity, a file's identity and
+ * digest, the working directory's digest, whole-file reads and writes, mkdir -p, hex. Base: it includes nothing of ours
+ * but base/.
  */
 #define _GNU_SOURCE
 #include "base/util.h"
 #include "base/fault.h"
+#include "base/hash.h"
 
 #include <errno.h>
 #include <fcntl.h>
+#include <limits.h>
 #include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -214,6 +217,67 @@ int kpc__mkdir_p(const char *path, mode_t mode)
         return -1;
     }
     return 0;
+}
+
+int64_t kpc__ts_ns(struct timespec t)
+{
+    return (int64_t)t.tv_sec * 1000000000 + (int64_t)t.tv_nsec;
+}
+
+bool kpc__changed_within(const struct stat *st, int64_t window_ns, int64_t now_ns)
+{
+    int64_t m = kpc__ts_ns(st->st_mtim), c = kpc__ts_ns(st->st_ctim), changed = m > c ? m : c;
+    return changed + window_ns > now_ns;
+}
+
+/* Hash the file open on fd to its end, streaming; 0 or -1 with errno. */
+static int hash_fd(int fd, uint8_t digest[16])
+{
+    XXH3_state_t st;
+    XXH3_128bits_reset(&st);
+    char buf[65536];
+    off_t off = 0;
+    for (;;) {
+        ssize_t n = kpc__pread(fd, buf, sizeof buf, off);
+        if (n < 0 && errno == EINTR)
+            continue;
+        if (n < 0)
+            return -1;
+        if (n == 0)
+            break;
+        XXH3_128bits_update(&st, buf, (size_t)n);
+        off += n;
+    }
+    XXH128_canonicalFromHash((XXH128_canonical_t *)digest, XXH3_128bits_digest(&st));
+    return 0;
+}
+
+int kpc__stat_and_hash(int dirfd, const char *name, struct stat *st, uint8_t digest[16])
+{
+    int fd = kpc_open_regular(dirfd, name, O_RDONLY, 0, st);
+    if (fd < 0)
+        return -1;
+    struct stat after;
+    int r = hash_fd(fd, digest);
+    if (r == 0 && kpc__fstat(fd, &after) != 0)
+        r = -1;
+    else if (r == 0 && (after.st_size != st->st_size || kpc__ts_ns(after.st_mtim) != kpc__ts_ns(st->st_mtim) ||
+                        kpc__ts_ns(after.st_ctim) != kpc__ts_ns(st->st_ctim))) {
+        errno = EAGAIN; /* written while hashed */
+        r = -1;
+    }
+    int saved = errno;
+    close(fd);
+    errno = saved;
+    return r;
+}
+
+void kpc__cwd_digest(uint8_t digest[16])
+{
+    char buf[PATH_MAX];
+    memset(digest, 0, 16);
+    if (getcwd(buf, sizeof buf))
+        XXH128_canonicalFromHash((XXH128_canonical_t *)digest, XXH3_128bits(buf, strlen(buf)));
 }
 
 char *kpc__strdup(const char *s)

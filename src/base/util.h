@@ -10,7 +10,9 @@
 #include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
+#include <sys/stat.h>
 #include <sys/types.h>
+#include <time.h>
 
 /* The cache key: XXH3-128 of a request (core/key.c). */
 typedef struct kpc_key {
@@ -48,6 +50,20 @@ int kpc_open_regular(int dirfd, const char *path, int flags, mode_t mode, struct
 int kpc__write_all(int fd, const void *buf, size_t size);
 /* mkdir -p with mode; 0 or -1 with errno. */
 int kpc__mkdir_p(const char *path, mode_t mode);
+/* A file time in ns. */
+int64_t kpc__ts_ns(struct timespec t);
+/* Whether st's content or inode changed (mtime or ctime) less than window_ns before
+ * now_ns (CLOCK_REALTIME). */
+bool kpc__changed_within(const struct stat *st, int64_t window_ns, int64_t now_ns);
+/* Open (without blocking: kpc_open_regular), fstat and hash (XXH3-128, canonical bytes)
+ * the regular file name under dirfd, through the fault seam; *st is the stat of the
+ * bytes hashed (taken again after hashing: a file that changed meanwhile fails, errno
+ * EAGAIN). 0, or -1 with errno (EINVAL: not a regular file). */
+int kpc__stat_and_hash(int dirfd, const char *name, struct stat *st, uint8_t digest[16]);
+/* The XXH3-128 of the working directory's path, as the keys hold it; zeros when it
+ * cannot be read (such a request's relative files are never recorded, so its outcome
+ * is not cached: core/manifest.h). */
+void kpc__cwd_digest(uint8_t digest[16]);
 char *kpc__strdup(const char *s); /* NULL-safe */
 /* n bytes as 2n lowercase hex digits and a NUL. */
 void kpc__hex(const uint8_t *bytes, size_t n, char *out /* 2n+1 */);

@@ -24,13 +24,16 @@
  *
  * The working directory (its path's XXH3-128) enters the key (field 'W') only where the
  * outcome may depend on it: reading the request decides that (core/request.h,
- * kpc_request_needs_cwd) and hands the digest in; the key only writes it. A request
- * that does not depend on it pays no system call.
+ * kpc_request_needs_cwd), but for a relative source name whose directory the compiler
+ * searches, where it depends on the texts' saying "include" at all: a hit does not scan
+ * for it, so the request key, which only a miss computes, decides it here
+ * (kpc_key_compute_request). A request that does not depend on it pays no system call.
  * The files a compile reads are not in the key: a manifest under the key lists them
  * (core/manifest.h).
  */
+#define _GNU_SOURCE /* memmem */
 #include "core/key.h"
-#include "core/request.h" /* kpc_request_needs_cwd, kpc_request_cwd: the key of a request not read by it */
+#include "core/request.h" /* a request read (kpc_key_compute_request); kpc_request_needs_cwd, for one not read */
 
 #include "base/bytes.h"
 #include "base/hash.h"
@@ -256,12 +259,33 @@ void kpc_key_compute_read(const kpc_key_prefix *pre, const kpc_source *src, cons
 #endif
 }
 
+bool kpc_key_texts_include(const kpc_source *src)
+{
+    static const char word[] = "include";
+    size_t len = src->code_len ? src->code_len : strlen(src->code);
+    if (memmem(src->code, len, word, sizeof word - 1) != NULL)
+        return true;
+    for (size_t i = 0; i < src->num_headers; i++)
+        if (strstr(src->header_sources[i], word) != NULL)
+            return true;
+    return false;
+}
+
+void kpc_key_compute_request(const kpc_key_prefix *pre, struct kpc_normalized_request *req)
+{
+    if (req->cwd_pending && kpc_key_texts_include(req->src)) {
+        req->needs_cwd = req->cwd_bound = true;
+        kpc__cwd_digest(req->cwd);
+    }
+    kpc_key_compute_read(pre, req->src, req->needs_cwd ? req->cwd : NULL, &req->key);
+}
+
 kpc_status kpc_key_compute_prefixed(const kpc_key_prefix *pre, const kpc_source *src, kpc_key *out)
 {
     uint8_t cwd[16];
     bool with_cwd = kpc_request_needs_cwd(src, pre->options);
     if (with_cwd)
-        kpc_request_cwd(cwd);
+        kpc__cwd_digest(cwd);
     kpc_key_compute_read(pre, src, with_cwd ? cwd : NULL, out);
     return KPC_OK;
 }

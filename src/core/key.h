@@ -24,10 +24,19 @@ typedef struct kpc_key_prefix {
 void kpc_key_prefix_init(kpc_key_prefix *pre, const uint8_t compiler_id[16], const char *platform,
                          const char *target);
 /* The key of a request already read (core/request.h): cwd, the XXH3-128 of the working
- * directory (kpc_request_cwd) where the request depends on it, else NULL. Hashes the source
+ * directory (kpc__cwd_digest) where the request depends on it, else NULL. Hashes the source
  * once; a request computes it once the in-memory map has missed (the map's own key:
  * core/map_key.h). */
 void kpc_key_compute_read(const kpc_key_prefix *pre, const kpc_source *src, const uint8_t *cwd, kpc_key *out);
+struct kpc_normalized_request;
+/* req->key of a request read whose map missed: first, where the working directory's part
+ * was left pending (req->cwd_pending), the texts are scanned for an include, and one
+ * found sets needs_cwd, cwd_bound and cwd. */
+void kpc_key_compute_request(const kpc_key_prefix *pre, struct kpc_normalized_request *req);
+/* Whether the source or an in-memory header says "include" anywhere (conservative: a
+ * comment counts too): texts that say it nowhere read nothing from the source's
+ * directory. */
+bool kpc_key_texts_include(const kpc_source *src);
 /* The key of a source not read as a request (tools, tests): the same bytes, the
  * working directory decided by kpc_request_needs_cwd. */
 kpc_status kpc_key_compute_prefixed(const kpc_key_prefix *pre, const kpc_source *src, kpc_key *out);

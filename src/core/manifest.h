@@ -53,6 +53,14 @@
 #define KPC_MANIFEST_MAX_ENTRIES 16          /* entry lists per manifest; the oldest goes */
 #define KPC_MANIFEST_MAX_FILES 65536         /* files per entry list */
 #define KPC_MANIFEST_MAX_BYTES (64u << 20)   /* an encoded manifest */
+/* The bytes' constants (docs/file-format.md), read by core/manifest_decode.c and written
+ * by core/manifest_record.c. */
+#define KPC_MANIFEST_MAGIC "KPCMANI1" /* the magic stays; the version after it counts */
+#define KPC_MANIFEST_VERSION 2u
+#define KPC_MANIFEST_FILE_READ 0u
+#define KPC_MANIFEST_FILE_ABSENT 1u
+#define KPC_MANIFEST_PATH_MAX 4095u /* a path's bytes */
+
 /* The outcome of a manifest's newest entry travels in the manifest's record (its second
  * part: core/manifest_seen.h) up to this size of its payload; a larger one is read from
  * its own record, where reading costs its bytes more than the second open does. */
@@ -117,7 +125,7 @@ enum kpc_manifest_outcome { KPC_MANIFEST_CODE = 1, KPC_MANIFEST_LOG = 2 };
 typedef struct kpc_manifest_entry {
     kpc_key object;   /* the key of the outcome's record */
     uint32_t outcome; /* enum kpc_manifest_outcome */
-    kpc_deps deps;    /* its files: in the manifest's bytes, or (added) in deps.block */
+    kpc_deps deps;    /* its files, in the manifest's bytes */
 } kpc_manifest_entry;
 
 typedef struct kpc_manifest {
@@ -142,6 +150,10 @@ kpc_status kpc_manifest_deps_record(const char *const *paths, size_t n, const ch
                                     kpc_deps **out);
 /* True if every file still matches (see the top of this file). NULL or empty: true. */
 bool kpc_manifest_deps_match(const kpc_deps *deps);
+/* Whether what a compile read outside its request is as it was: its files (deps, may
+ * be NULL) and, where cwd is not NULL, the working directory, whose digest it is
+ * (kpc__cwd_digest). The map asks it of a hit (core/map.h, kpc_map_current). */
+bool kpc_manifest_current(const kpc_deps *deps, const uint8_t *cwd);
 /* What a compile read (its platform's report) and when it began. */
 typedef struct kpc_manifest_build {
     const char *const *paths; /* the files read, as the compiler named them */
@@ -160,7 +172,8 @@ void kpc_manifest_deps_free(kpc_deps *deps);
 void kpc_manifest_object_key(const kpc_key *request, const kpc_deps *deps, kpc_key *out);
 
 /* Serialize a manifest (the payload of a KPC_RECORD_MANIFEST record; format in
- * docs/file-format.md; core/manifest_codec.c). *buf is malloc'd. */
+ * docs/file-format.md; core/manifest_record.c), its entries written from their bytes as
+ * they lie. *buf is malloc'd. */
 kpc_status kpc_manifest_encode(const kpc_manifest *m, void **buf, size_t *size);
 /* Parse and check one; its entries point into buf, which must outlive them (or be handed
  * to the manifest: out->block, freed with it). KPC_E_CORRUPT for anything malformed
@@ -169,9 +182,6 @@ kpc_status kpc_manifest_encode(const kpc_manifest *m, void **buf, size_t *size);
  * rewritten by the next build). On failure *out is empty (out->block NULL). */
 kpc_status kpc_manifest_decode(const void *buf, size_t size, kpc_manifest *out);
 void kpc_manifest_free(kpc_manifest *m);
-/* The list of n files (KPC_E_INVALID for a relative path, one longer than a manifest
- * holds, too many files or bytes; KPC_E_NOMEM). */
-kpc_status kpc_manifest_deps_encode(const kpc_manifest_file *files, size_t n, kpc_deps **out);
 /* The first entry (newest first) whose files all match now; NULL if none. */
 const kpc_manifest_entry *kpc_manifest_match(const kpc_manifest *m);
 /* Entry e's files as a list of their own, for a program to keep: the manifest's bytes
@@ -179,7 +189,8 @@ const kpc_manifest_entry *kpc_manifest_match(const kpc_manifest *m);
  * copy of e's. NULL on ENOMEM. */
 kpc_deps *kpc_manifest_take(kpc_manifest *m, const kpc_manifest_entry *e);
 /*
- * The two calls a request makes, one before its build and one after.
+ * The two calls a request makes, one before its build (core/manifest.c) and one after
+ * (core/manifest_record.c).
  * Lookup: the manifest under the request key, size bytes at bytes, followed by tail
  * bytes, inside the allocation block (malloc'd; taken in every case), decoded into *m
  * (statuses as
@@ -187,7 +198,9 @@ kpc_deps *kpc_manifest_take(kpc_manifest *m, const kpc_manifest_entry *e);
  * its object key, outcome and files (taken, kpc_manifest_take; owned by the caller), and
  * *m freed: a request that found its outcome builds nothing (and one whose record is
  * then refused reads the manifest again for its build: a rare path). No entry matched:
- * *m is the manifest as read, for the build to extend, and the tail is not the caller's.
+ * *m is the manifest as read, for the build to extend, and the tail is not the caller's;
+ * its entries own nothing then (where their files lie, which only a check reads, is let
+ * go): all it owns is m->block, their bytes. So with match NULL.
  * A match with a tail (the record a manifest's record carries) gives the allocation
  * back: match->block, the tail's bytes at match->tail in it. Where the list kept the
  * manifest's bytes whole (its only entry), they stay where they were read, before the
@@ -195,10 +208,12 @@ kpc_deps *kpc_manifest_take(kpc_manifest *m, const kpc_manifest_entry *e);
  * (deps->block = match->block), so a new process's hit moves and copies neither.
  * Otherwise the tail is moved to the head of the allocation, which shrinks to it.
  * Record a build: the files b names as they are now (kpc_manifest_deps_record) in *deps
- * (owned), the key its outcome goes under (kpc_manifest_object_key) in *object, and *m
- * with (object, outcome, deps) put first (as kpc_manifest_add does) encoded into *buf
- * (malloc'd); *m is freed in every case. Statuses as kpc_manifest_deps_record (then
- * *object is the request key and nothing is to be written).
+ * (owned), the key its outcome goes under (kpc_manifest_object_key) in *object, and *m,
+ * as a lookup left it (or empty), with (object, outcome, deps) put first encoded into
+ * *buf (malloc'd): an entry with the same object key is replaced, and past
+ * KPC_MANIFEST_MAX_ENTRIES the oldest is dropped. *m is freed in every case. Statuses as
+ * kpc_manifest_deps_record (then *object is the request key and nothing is to be
+ * written).
  */
 typedef struct kpc_manifest_match_out {
     bool found;
@@ -213,15 +228,5 @@ kpc_status kpc_manifest_lookup(void *block, const void *bytes, size_t size, size
                                kpc_manifest_match_out *match);
 kpc_status kpc_manifest_record_build(kpc_manifest *m, const kpc_key *request, const kpc_manifest_build *b,
                                      uint32_t outcome, kpc_deps **deps, kpc_key *object, void **buf, size_t *size);
-/* The codec's half of kpc_manifest_record_build: the list of n files (*deps, set
- * whenever it was made, even when the manifest is not: the caller frees it), and the
- * manifest of (object, outcome, that list) then m's entries (*buf, malloc'd). */
-kpc_status kpc_manifest_encode_new(const kpc_manifest *m, const kpc_key *object, uint32_t outcome,
-                                   const kpc_manifest_file *files, size_t n, kpc_deps **deps, void **buf,
-                                   size_t *size);
-/* Put (object, outcome, a copy of deps) first; an entry with the same object key is
- * replaced, and past KPC_MANIFEST_MAX_ENTRIES the oldest is dropped. */
-kpc_status kpc_manifest_add(kpc_manifest *m, const kpc_key *object, uint32_t outcome,
-                            const kpc_deps *deps);
 
 #endif /* KPC_CORE_MANIFEST_H */

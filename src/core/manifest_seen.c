@@ -1,8 +1,8 @@
 /*
  * manifest_seen.c - the manifest under a request's key as that request sees it
- * (core/manifest_seen.h): read and matched once by each look of core/resolve.c, and
- * recorded into by the request's build from what that look read, not read a second time.
- * Each call enters core/manifest.c once.
+ * (core/manifest_seen.h): read and matched once by each look of core/resolve.c; the
+ * request's build records into what that look read (core/manifest_record.c), not read a
+ * second time. Each look enters core/manifest.c once.
  *
  * A manifest's record carries, as its second part, the whole record of its newest
  * entry's outcome (written by core/resolve.c up to KPC_MANIFEST_CARRY_MAX): a hit on that
@@ -80,6 +80,11 @@ static void look_up_manifest(kpc_context *ctx, const kpc_key *key, kpc_seen_mani
     }
 }
 
+void kpc_seen_manifest_look(kpc_context *ctx, const kpc_key *key, kpc_seen_manifest *sm)
+{
+    look_up_manifest(ctx, key, sm, NULL, NULL);
+}
+
 /* The carried outcome, refused: the list takes the allocation its bytes lie in, or it
  * goes. */
 static void drop_carried(kpc_manifest_match_out *e, void *block)
@@ -119,17 +124,5 @@ kpc_status kpc_seen_manifest_read(kpc_context *ctx, const kpc_key *key, kpc_seen
         kpc_manifest_deps_free(e.deps);
     else
         *deps = e.deps;
-    return s;
-}
-
-kpc_status kpc_seen_manifest_record(kpc_context *ctx, const kpc_key *key, kpc_seen_manifest *sm,
-                                    const kpc_manifest_build *b, uint32_t outcome, kpc_deps **deps,
-                                    kpc_key *object, void **buf, size_t *size)
-{
-    if (!sm->read)
-        look_up_manifest(ctx, key, sm, NULL, NULL);
-    /* nothing held (no manifest, or one unreadable): the new one has this entry alone */
-    kpc_status s = kpc_manifest_record_build(&sm->m, key, b, outcome, deps, object, buf, size);
-    sm->read = false;
     return s;
 }

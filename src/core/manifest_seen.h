@@ -1,7 +1,7 @@
 /*
  * manifest_seen.h - the manifest under a request's key as one request has seen it
  * (core/manifest_seen.c): what core/resolve.c asks of manifests, in two calls, one
- * before the build (read) and one after it (record).
+ * before the build (read) and one after it (record, core/manifest_record.c).
  */
 #ifndef KPC_CORE_MANIFEST_SEEN_H
 #define KPC_CORE_MANIFEST_SEEN_H
@@ -34,7 +34,10 @@ void kpc_seen_manifest_free(kpc_seen_manifest *sm);
  * is gone. */
 kpc_status kpc_seen_manifest_read(kpc_context *ctx, const kpc_key *key, kpc_seen_manifest *sm,
                                   kpc_record *rec, kpc_deps **deps, kpc_tier **from);
-/* A build that read files (b): kpc_manifest_record_build on the manifest under key as
+/* Read the manifest under key into sm, as a look that finds no entry leaves it (what sm
+ * held is freed first): for a build that records into it without having looked. */
+void kpc_seen_manifest_look(kpc_context *ctx, const kpc_key *key, kpc_seen_manifest *sm);
+/* A build that read files (b), recorded (core/manifest_record.c): kpc_manifest_record_build on the manifest under key as
  * sm saw it (read now if this request has not looked since a match: a rare path): *deps,
  * *object, and the new manifest's bytes in *buf (malloc'd), to be written once the
  * outcome's record is. sm holds nothing after. */

@@ -17,6 +17,13 @@
  * a publication, an eviction, a forget) take `lock`, one at a time; a table that fills
  * up is copied into a bigger one and the pointer swapped.
  *
+ * A request asks in one call (kpc_map_get, the getOrBuild of the same cache): a hit,
+ * checked by the caller's current() where its program read outside its request; a wait;
+ * or, on a miss, the caller's resolve() called outside any lock and its outcome
+ * published before the call returns, so a miss does not come back here to publish.
+ * kpc_map_acquire and kpc_map_publish are the two halves, for a caller that resolves in
+ * passes (kpc_program_get_many).
+ *
  * Reclamation: what a writer unlinks (an entry, an old table) is freed only after a
  * grace period (base/grace.c): every reader that was inside its read section when it was
  * unlinked has left. A reader's section covers the probe and the program's reference
@@ -243,8 +250,9 @@ bool kpc_map_hit(kpc_map *m, const kpc_key *key, kpc_program **prog)
     return lookup_ready(m, key, prog);
 }
 
-kpc_status kpc_map_acquire(kpc_map *m, const kpc_key *key, kpc_program **prog, kpc_map_entry **entry,
-                           bool *waited)
+/* The probe and the claim, or the wait; a hit unchecked. */
+static inline kpc_status claim_or_wait(kpc_map *m, const kpc_key *key, kpc_program **prog,
+                                       kpc_map_entry **entry, bool *waited)
 {
     *waited = false;
     if (lookup_ready(m, key, prog))
@@ -389,6 +397,52 @@ void kpc_map_forget(kpc_map *m, const kpc_key *key, const kpc_program *prog)
         unlink_ready(m, e, &r);
     pthread_mutex_unlock(&m->lock);
     retire(&r);
+}
+
+/* kpc_map_acquire, inlined into kpc_map_get as lookup_ready is. */
+static inline kpc_status acquire(kpc_map *m, const kpc_key *key, kpc_map_current current, kpc_program **prog,
+                                 kpc_map_entry **entry, kpc_map_answer *how)
+{
+    bool waited;
+    kpc_status s;
+    for (;;) {
+        s = claim_or_wait(m, key, prog, entry, &waited);
+        /* a program handed over by a build just waited for is fresh; a hit is checked */
+        if (s != KPC_OK || waited)
+            break;
+        const kpc_program *p = *prog;
+        if ((p->deps == NULL && !p->cwd_bound) || current(p->deps, p->cwd_bound ? p->cwd : NULL))
+            break;
+        kpc_map_forget(m, key, p); /* a file changed: the next claim misses */
+        kpc_program_release(*prog);
+        *prog = NULL;
+    }
+    *how = s == KPC_E_NOT_FOUND ? KPC_MAP_MISSED : waited ? KPC_MAP_WAITED : KPC_MAP_HIT;
+    return s;
+}
+
+kpc_status kpc_map_acquire(kpc_map *m, const kpc_key *key, kpc_map_current current, kpc_program **prog,
+                           kpc_map_entry **entry, kpc_map_answer *how)
+{
+    return acquire(m, key, current, prog, entry, how);
+}
+
+kpc_status kpc_map_get(kpc_map *m, const kpc_key *key, kpc_map_current current, kpc_map_resolve resolve,
+                       void *arg, kpc_program **prog, kpc_map_answer *how)
+{
+    kpc_map_entry *e;
+    kpc_status s = acquire(m, key, current, prog, &e, how);
+    if (s != KPC_E_NOT_FOUND)
+        return s;
+    char *log = NULL;
+    s = resolve(arg, prog, &log);
+    if (s != KPC_OK) {
+        *prog = NULL;
+        kpc__last_log_set(log);
+    }
+    kpc_map_publish(m, e, s, *prog, log);
+    free(log);
+    return s;
 }
 
 size_t kpc_map_count(kpc_map *m)

@@ -15,11 +15,37 @@ kpc_status kpc_map_new(size_t max_programs, kpc_map **out);
 void kpc_map_free(kpc_map *m);
 /* A hit: true with *prog (a reference) when key's entry is READY; takes no lock. */
 bool kpc_map_hit(kpc_map *m, const kpc_key *key, kpc_program **prog);
-/* KPC_OK with *prog (a hit, or a wait that ended in success), KPC_E_NOT_FOUND when the
- * caller must build (then it must call kpc_map_publish with *entry), or the failure a
- * waited-for build ended in. */
-kpc_status kpc_map_acquire(kpc_map *m, const kpc_key *key, kpc_program **prog,
-                           kpc_map_entry **entry, bool *waited);
+/* Whether a hit's program still answers as it was built: asked only of a program that
+ * read outside its request, with its files from disk (p->deps, or NULL) and the digest
+ * of the working directory it was built in (p->cwd where p->cwd_bound, else NULL). One
+ * that does not is dropped from the map, and the request misses. */
+struct kpc_deps;
+typedef bool (*kpc_map_current)(const struct kpc_deps *deps, const uint8_t *cwd);
+
+/* How the map answered. */
+typedef enum kpc_map_answer {
+    KPC_MAP_HIT,    /* a READY entry (checked by current) */
+    KPC_MAP_WAITED, /* another thread's build, waited for */
+    KPC_MAP_MISSED, /* no entry: the caller's to resolve (kpc_map_get: resolved, published) */
+} kpc_map_answer;
+
+/* KPC_OK with *prog (a hit checked by current, or a wait that ended in success),
+ * KPC_E_NOT_FOUND when the caller must build (then it must call kpc_map_publish with
+ * *entry), or the failure a waited-for build ended in; *how says which. */
+kpc_status kpc_map_acquire(kpc_map *m, const kpc_key *key, kpc_map_current current, kpc_program **prog,
+                           kpc_map_entry **entry, kpc_map_answer *how);
+
+/* A miss's outcome, resolved outside any lock: KPC_OK with *prog (as every program is
+ * made, holding the map's reference beside its maker's: core/program.h), or the failure
+ * with *log (malloc'd, or NULL). */
+typedef kpc_status (*kpc_map_resolve)(void *arg, kpc_program **prog, char **log);
+
+/* key's program in one call, whatever the map holds (the getOrBuild of SYCL's
+ * KernelProgramCache): kpc_map_acquire's answer, or on a miss resolve(arg)'s outcome,
+ * published as kpc_map_publish does. KPC_OK with *prog (a reference for the caller), or
+ * the failure (its log in kpc_last_log). */
+kpc_status kpc_map_get(kpc_map *m, const kpc_key *key, kpc_map_current current, kpc_map_resolve resolve,
+                       void *arg, kpc_program **prog, kpc_map_answer *how);
 /* Publish the builder's outcome; prog on KPC_OK, whose map reference (every program is
  * made holding one, core/program.h) the map takes over; the caller keeps its own. A
  * transient program (kpc_program.transient: its outcome stored nowhere) goes to the

@@ -1,42 +1,34 @@
 /*
  * request.c - kpc_program_get, top to bottom: the request read once (kpc_request_read:
- * its pointers checked, its options classified in one pass, its map key computed in one;
- * the request key, which only a miss needs, after the map has missed),
- * then the context's map (a hit, or a wait on another thread's build) and, on a miss,
- * core/resolve.c with the read request; the outcome published to the map. No step goes
- * back to the options or to an earlier file: docs/design.md draws the path.
+ * its pointers checked, its options classified in one pass, its map key computed in one),
+ * then the context's map in one call (core/map.h, kpc_map_get): a hit, checked against
+ * the files and the working directory it was built from (core/manifest.h,
+ * kpc_manifest_current); a wait on another thread's build; or a miss, which the map
+ * hands to core/miss.c (the request key, then core/resolve.c) and publishes. No step
+ * goes back to the options or to a file it has left: docs/design.md draws the path.
  *
- * A hit on a program whose compile read files from disk checks them first
- * (core/manifest.h): one changed or gone, the entry is dropped and the request misses.
- * A program with no such file (p->deps NULL) costs one pointer test more than before.
+ * A program with no file from disk and no working directory (p->deps NULL, the usual
+ * one) costs the map two loads more than before checks existed.
  * kpc_program_get_many (core/batch.c) reads its requests the same way and goes through
- * the same two map steps (kpc_request_acquire, kpc_request_publish), so a batch checks
- * what a single request checks and keeps what it keeps.
+ * the same two map steps, taken apart (kpc_request_acquire, kpc_request_publish), so a
+ * batch checks what a single request checks and keeps what it keeps.
  *
  * The options are classified on every request, hits included: the option table's rows
  * are refused on their second byte before any string compare (platform/options.c), so
  * an option that names no path and no target costs a few byte compares, not a strcmp
  * per row of the table.
  */
-#define _GNU_SOURCE
 #include "core/cache.h"
 #include "core/context.h"
-#include "core/key.h"
+#include "core/key.h" /* kpc_key_texts_include */
 #include "core/manifest.h"
 #include "core/map.h"
 #include "core/map_key.h"
-#include "core/program.h"
+#include "core/miss.h"
 #include "core/request.h"
-#include "core/resolve.h"
 #include "base/grace.h"
-#include "base/hash.h"
 #include "base/log.h"
 #include "platform/options.h"
-
-#include <limits.h>
-#include <stdlib.h>
-#include <string.h>
-#include <unistd.h>
 
 /* The checks without which the key cannot even be computed: no string compared, a
  * string's first byte read at most. */
@@ -75,31 +67,6 @@ static kpc_status check_pointers(const kpc_source *src)
             return KPC_E_INVALID;
         }
     return KPC_OK;
-}
-
-void kpc_request_cwd(uint8_t cwd[16])
-{
-    /* all zeros when it cannot be read: such a request's relative files are never
-     * recorded, so its outcome is not cached (core/manifest.h) */
-    char buf[PATH_MAX];
-    memset(cwd, 0, 16);
-    if (getcwd(buf, sizeof buf))
-        XXH128_canonicalFromHash((XXH128_canonical_t *)cwd, XXH3_128bits(buf, strlen(buf)));
-}
-
-/* Whether the source or an in-memory header has the word "include" at all: a request
- * whose texts have none reads nothing from the source's directory (conservative: a
- * comment counts too). */
-static bool mentions_include(const kpc_source *src)
-{
-    static const char word[] = "include";
-    size_t len = src->code_len ? src->code_len : strlen(src->code);
-    if (memmem(src->code, len, word, sizeof word - 1) != NULL)
-        return true;
-    for (size_t i = 0; i < src->num_headers; i++)
-        if (strstr(src->header_sources[i], word) != NULL)
-            return true;
-    return false;
 }
 
 /* The one pass over the options: each classified once against the compiler's path rows,
@@ -151,7 +118,7 @@ static bool source_dir_searched(const kpc_source *src, bool compiler_searches, b
 static bool needs_cwd(const kpc_source *src, const kpc_option_table *t, bool relative, bool no_source_dir)
 {
     return relative ||
-           (source_dir_searched(src, kpc_options_source_dir_searched(t), no_source_dir) && mentions_include(src));
+           (source_dir_searched(src, kpc_options_source_dir_searched(t), no_source_dir) && kpc_key_texts_include(src));
 }
 
 bool kpc_request_needs_cwd(const kpc_source *src, const kpc_option_table *options)
@@ -177,12 +144,13 @@ static inline kpc_status read_request(const kpc_context *ctx, const kpc_source *
     if (s != KPC_OK || (src->num_options && (s = read_options(t, src, req, &relative, &no_source_dir)) != KPC_OK))
         return s;
     req->reads_files = req->search_dirs + req->files_read > 0;
-    /* the texts are scanned for an include only on a miss (kpc_request_acquire): on the
-     * device machine the scan of a 4 KB source cost a hit four times its floor */
+    /* the texts are scanned for an include only on a miss (core/key.h,
+     * kpc_key_compute_request): on the device machine the scan of a 4 KB source cost a
+     * hit four times its floor */
     req->needs_cwd = relative;
     req->cwd_pending = !relative && source_dir_searched(src, ctx->key_prefix.source_dir_searched, no_source_dir);
     if (req->needs_cwd)
-        kpc_request_cwd(req->cwd);
+        kpc__cwd_digest(req->cwd);
     kpc_map_key_compute(&ctx->map_secret, src, req->needs_cwd ? req->cwd : NULL, &req->map_key);
     return KPC_OK;
 }
@@ -192,68 +160,32 @@ kpc_status kpc_request_read(const kpc_context *ctx, const kpc_source *src, kpc_n
     return read_request(ctx, src, req);
 }
 
-/* This thread's counter among the cache's memory-hit counters (see struct kpc_cache). */
-static void count_hit(kpc_cache *cache)
+/* The map's answer counted: a hit in this thread's counter among the cache's
+ * memory-hit counters (see struct kpc_cache), a wait; a miss is counted by core/miss.c. */
+static void count(kpc_cache *cache, kpc_map_answer how, kpc_status s)
 {
-    atomic_fetch_add_explicit(&cache->mem_hits[kpc_thread_slot() % KPC_HIT_SLOTS].n, 1,
-                              memory_order_relaxed);
-}
-
-/* Whether a program of the map may answer in the working directory of now. */
-static bool same_cwd(const kpc_program *p)
-{
-    if (!p->cwd_bound)
-        return true;
-    uint8_t now[16];
-    kpc_request_cwd(now);
-    return memcmp(now, p->cwd, sizeof now) == 0;
-}
-
-/* kpc_request_acquire, inlined into kpc_program_get as read_request is. */
-static inline kpc_status acquire(kpc_context *ctx, kpc_normalized_request *req, kpc_program **out,
-                                 kpc_map_entry **entry)
-{
-    const kpc_key *key = &req->map_key;
-    kpc_cache *cache = ctx->cache;
-    bool waited;
-    kpc_status s;
-    for (;;) {
-        s = kpc_map_acquire(ctx->map, key, out, entry, &waited);
-        /* a program handed over by a build just waited for is fresh; a hit is checked */
-        if (s != KPC_OK || waited ||
-            (((*out)->deps == NULL || kpc_manifest_deps_match((*out)->deps)) && same_cwd(*out)))
-            break;
-        kpc_map_forget(ctx->map, key, *out); /* a file changed: the next acquire misses */
-        kpc_program_release(*out);
-        *out = NULL;
-    }
-    if (s == KPC_E_NOT_FOUND) {
-        atomic_fetch_add_explicit(&cache->mem_misses, 1, memory_order_relaxed);
-        if (req->cwd_pending && mentions_include(req->src)) {
-            req->needs_cwd = req->cwd_bound = true;
-            kpc_request_cwd(req->cwd);
-        }
-        kpc_key_compute_read(&ctx->key_prefix, req->src, req->needs_cwd ? req->cwd : NULL, &req->key);
-    } else if (waited)
+    if (how == KPC_MAP_WAITED)
         atomic_fetch_add_explicit(&cache->waits, 1, memory_order_relaxed);
-    else if (s == KPC_OK)
-        count_hit(cache);
-    return s;
+    else if (how == KPC_MAP_HIT && s == KPC_OK)
+        atomic_fetch_add_explicit(&cache->mem_hits[kpc_thread_slot() % KPC_HIT_SLOTS].n, 1,
+                                  memory_order_relaxed);
 }
 
 kpc_status kpc_request_acquire(kpc_context *ctx, kpc_normalized_request *req, kpc_program **out,
                                kpc_map_entry **entry)
 {
-    return acquire(ctx, req, out, entry);
+    kpc_map_answer how;
+    kpc_status s = kpc_map_acquire(ctx->map, &req->map_key, kpc_manifest_current, out, entry, &how);
+    count(ctx->cache, how, s);
+    if (s == KPC_E_NOT_FOUND)
+        kpc_miss_prepare(ctx, req);
+    return s;
 }
 
 void kpc_request_publish(kpc_context *ctx, const kpc_normalized_request *req, kpc_map_entry *entry,
                          kpc_status s, kpc_program *prog, const char *log)
 {
-    if (s == KPC_OK && req->cwd_bound) {
-        prog->cwd_bound = true;
-        memcpy(prog->cwd, req->cwd, sizeof prog->cwd);
-    }
+    kpc_miss_bind(req, s, prog);
     kpc_map_publish(ctx->map, entry, s, prog, log);
 }
 
@@ -271,18 +203,9 @@ kpc_status kpc_program_get(kpc_context *ctx, const kpc_source *src, kpc_program 
     kpc_normalized_request req;
     if ((s = read_request(ctx, src, &req)) != KPC_OK)
         return s;
-    kpc_map_entry *entry;
-    s = acquire(ctx, &req, out, &entry);
-    if (s != KPC_E_NOT_FOUND)
-        return s;
-    kpc_program *prog = NULL;
-    char *log = NULL;
-    s = kpc_resolve_miss(ctx, &req, &prog, &log);
-    if (s == KPC_OK)
-        *out = prog;
-    else
-        kpc__last_log_set(log);
-    kpc_request_publish(ctx, &req, entry, s, prog, log);
-    free(log);
+    kpc_miss miss = {ctx, &req};
+    kpc_map_answer how;
+    s = kpc_map_get(ctx->map, &req.map_key, kpc_manifest_current, kpc_miss_resolve, &miss, out, &how);
+    count(ctx->cache, how, s);
     return s;
 }

@@ -20,7 +20,7 @@ typedef struct kpc_normalized_request {
     kpc_key map_key;       /* the context's map's (core/map_key.h: hashed with its secret) */
     kpc_key key;           /* the request key: the index's, every tier's, and the identity
                               of its manifest (the manifest lies under it); computed once
-                              the map has missed (kpc_request_acquire), as a hit needs none */
+                              the map has missed (core/miss.h), as a hit needs none */
     bool needs_cwd;        /* both keys hold the working directory (kpc_request_needs_cwd) */
     /* A relative source name whose directory the compiler searches (NVRTC): whether the
      * directory counts depends on the texts' including anything, which a hit does not
@@ -54,16 +54,11 @@ kpc_status kpc_request_read(const kpc_context *ctx, const kpc_source *src, kpc_n
  * applies; this is for a source not read as a request (core/key.c's kpc_key_compute).
  */
 bool kpc_request_needs_cwd(const kpc_source *src, const kpc_option_table *options);
-/* The XXH3-128 of the working directory's path, as the keys hold it (zeros when it
- * cannot be read): the request's reading decides whether it counts, and takes it here
- * (a hit of a relative -I enters no other file for it). */
-void kpc_request_cwd(uint8_t cwd[16]);
-
-/* The context's map for the request, as every request path asks it: a hit on a program
- * whose files from disk changed, or that was built for another working directory, is
- * dropped and misses; counted (hit, wait or miss). KPC_E_NOT_FOUND: the working
- * directory's part decided (cwd_pending) and req->key computed, and *entry held, to be
- * resolved and given to kpc_request_publish. */
+/* The context's map for the request, as kpc_program_get's kpc_map_get asks it, taken
+ * apart for kpc_program_get_many: a hit on a program whose files from disk changed, or
+ * that was built for another working directory, is dropped and misses; counted (hit,
+ * wait or miss). KPC_E_NOT_FOUND: req->key computed (core/miss.h, kpc_miss_prepare) and
+ * *entry held, to be resolved and given to kpc_request_publish. */
 kpc_status kpc_request_acquire(kpc_context *ctx, kpc_normalized_request *req, kpc_program **out,
                                kpc_map_entry **entry);
 /* Publish a resolved miss to the map (which takes its own reference to prog); a

@@ -36,24 +36,22 @@ static void write_seed(void)
     fuzz_write_file(b, "#define B 2\n", 12);
     const char *one[] = {a}, *two[] = {a, b}, *absent[] = {gone};
     uint64_t later = kpc__wall_ns() + 2000000000ull; /* the files are "old" */
-    kpc_deps *d1, *d2;
-    if (kpc_manifest_deps_record(one, 1, absent, 1, NULL, later, &d1) != KPC_OK ||
-        kpc_manifest_deps_record(two, 2, NULL, 0, NULL, later, &d2) != KPC_OK)
-        abort();
+    /* two builds of one request recorded, the second into the manifest the first wrote */
+    kpc_manifest_build b1 = {one, 1, absent, 1, NULL, later}, b2 = {two, 2, NULL, 0, NULL, later};
     kpc_manifest m = {0};
-    kpc_key o1 = {{1}}, o2 = {{2}};
-    void *buf;
-    size_t size;
-    if (kpc_manifest_add(&m, &o1, KPC_MANIFEST_CODE, d1) != KPC_OK ||
-        kpc_manifest_add(&m, &o2, KPC_MANIFEST_LOG, d2) != KPC_OK ||
-        kpc_manifest_encode(&m, &buf, &size) != KPC_OK)
+    kpc_key request = {{1}}, object;
+    kpc_deps *d1, *d2;
+    void *first, *buf;
+    size_t first_size, size;
+    if (kpc_manifest_record_build(&m, &request, &b1, KPC_MANIFEST_CODE, &d1, &object, &first, &first_size) != KPC_OK ||
+        kpc_manifest_lookup(first, first, first_size, 0, &m, NULL) != KPC_OK ||
+        kpc_manifest_record_build(&m, &request, &b2, KPC_MANIFEST_LOG, &d2, &object, &buf, &size) != KPC_OK)
         abort();
     char path[4200];
     snprintf(path, sizeof path, "%s/seed.mf", dir);
     fuzz_write_file(path, buf, size);
     fuzz_copy_seed(path, "manifest");
     free(buf);
-    kpc_manifest_free(&m);
     kpc_manifest_deps_free(d1);
     kpc_manifest_deps_free(d2);
 }
