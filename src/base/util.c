@@ -6,6 +6,7 @@
 #define _GNU_SOURCE
 #include "base/util.h"
 #include "base/fault.h"
+#include "base/file_time.h"
 #include "base/hash.h"
 
 #include <errno.h>
@@ -217,17 +218,6 @@ int kpc__mkdir_p(const char *path, mode_t mode)
         return -1;
     }
     return 0;
-}
-
-int64_t kpc__ts_ns(struct timespec t)
-{
-    return (int64_t)t.tv_sec * 1000000000 + (int64_t)t.tv_nsec;
-}
-
-bool kpc__changed_within(const struct stat *st, int64_t window_ns, int64_t now_ns)
-{
-    int64_t m = kpc__ts_ns(st->st_mtim), c = kpc__ts_ns(st->st_ctim), changed = m > c ? m : c;
-    return changed + window_ns > now_ns;
 }
 
 /* Hash the file open on fd to its end, streaming; 0 or -1 with errno. */

@@ -12,7 +12,6 @@
 #include <stdint.h>
 #include <sys/stat.h>
 #include <sys/types.h>
-#include <time.h>
 
 /* The cache key: XXH3-128 of a request (core/key.c). */
 typedef struct kpc_key {
@@ -50,11 +49,6 @@ int kpc_open_regular(int dirfd, const char *path, int flags, mode_t mode, struct
 int kpc__write_all(int fd, const void *buf, size_t size);
 /* mkdir -p with mode; 0 or -1 with errno. */
 int kpc__mkdir_p(const char *path, mode_t mode);
-/* A file time in ns. */
-int64_t kpc__ts_ns(struct timespec t);
-/* Whether st's content or inode changed (mtime or ctime) less than window_ns before
- * now_ns (CLOCK_REALTIME). */
-bool kpc__changed_within(const struct stat *st, int64_t window_ns, int64_t now_ns);
 /* Open (without blocking: kpc_open_regular), fstat and hash (XXH3-128, canonical bytes)
  * the regular file name under dirfd, through the fault seam; *st is the stat of the
  * bytes hashed (taken again after hashing: a file that changed meanwhile fails, errno

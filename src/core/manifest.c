@@ -19,6 +19,7 @@
 #include "core/manifest.h"
 #include "base/bytes.h"
 #include "base/fault.h"
+#include "base/file_time.h"
 #include "base/log.h"
 
 #include <errno.h>

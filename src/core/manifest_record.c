@@ -20,6 +20,7 @@
 #include "core/manifest_seen.h"
 #include "base/bytes.h"
 #include "base/fault.h"
+#include "base/file_time.h"
 #include "base/hash.h"
 #include "base/log.h"
 
@@ -336,7 +337,7 @@ kpc_status kpc_manifest_record_build(kpc_manifest *m, const kpc_key *request, co
         object_key_end(&st, &obj);
         make_room(m, &obj);
         /* the manifest, then the new list out of its bytes: one pass of the writer */
-        size_t list[2];
+        size_t list[2] = {0, 0};
         s = encode(m, &obj, outcome, files, kept, at, list, buf, size);
         if (s == KPC_OK && (s = list_of((uint8_t *)*buf + list[0], list[1], kept, at, deps)) != KPC_OK) {
             free(*buf);

@@ -250,13 +250,12 @@ bool kpc_map_hit(kpc_map *m, const kpc_key *key, kpc_program **prog)
     return lookup_ready(m, key, prog);
 }
 
-/* The probe and the claim, or the wait; a hit unchecked. */
-static inline kpc_status claim_or_wait(kpc_map *m, const kpc_key *key, kpc_program **prog,
-                                       kpc_map_entry **entry, bool *waited)
+/* After the probe missed, under the lock: the claim, or the wait, or a READY entry
+ * published since the probe (unchecked). */
+static kpc_status claim_or_wait(kpc_map *m, const kpc_key *key, kpc_program **prog, kpc_map_entry **entry,
+                                bool *waited)
 {
     *waited = false;
-    if (lookup_ready(m, key, prog))
-        return KPC_OK;
     retired r = {0};
     pthread_mutex_lock(&m->lock);
     kpc_map_entry *e = find(atomic_load_explicit(&m->table, memory_order_relaxed), key);
@@ -399,26 +398,45 @@ void kpc_map_forget(kpc_map *m, const kpc_key *key, const kpc_program *prog)
     retire(&r);
 }
 
-/* kpc_map_acquire, inlined into kpc_map_get as lookup_ready is. */
-static inline kpc_status acquire(kpc_map *m, const kpc_key *key, kpc_map_current current, kpc_program **prog,
-                                 kpc_map_entry **entry, kpc_map_answer *how)
+/* Whether a hit's program p still answers (kpc_map_current); one that does not is let go
+ * of, its entry forgotten, so that the next claim misses. */
+static bool answers(kpc_map *m, const kpc_key *key, kpc_map_current current, kpc_program *p)
+{
+    if ((p->deps == NULL && !p->cwd_bound) || current(p->deps, p->cwd_bound ? p->cwd : NULL))
+        return true;
+    kpc_map_forget(m, key, p);
+    kpc_program_release(p);
+    return false;
+}
+
+/* acquire's way past a probe that did not answer: the claim, or the wait, until what
+ * it finds answers. */
+static kpc_status claim(kpc_map *m, const kpc_key *key, kpc_map_current current, kpc_program **prog,
+                        kpc_map_entry **entry, kpc_map_answer *how)
 {
     bool waited;
     kpc_status s;
-    for (;;) {
-        s = claim_or_wait(m, key, prog, entry, &waited);
-        /* a program handed over by a build just waited for is fresh; a hit is checked */
-        if (s != KPC_OK || waited)
-            break;
-        const kpc_program *p = *prog;
-        if ((p->deps == NULL && !p->cwd_bound) || current(p->deps, p->cwd_bound ? p->cwd : NULL))
-            break;
-        kpc_map_forget(m, key, p); /* a file changed: the next claim misses */
-        kpc_program_release(*prog);
+    /* a program handed over by a build just waited for is fresh; one found READY is checked */
+    while ((s = claim_or_wait(m, key, prog, entry, &waited)) == KPC_OK && !waited &&
+           !answers(m, key, current, *prog))
         *prog = NULL;
-    }
     *how = s == KPC_E_NOT_FOUND ? KPC_MAP_MISSED : waited ? KPC_MAP_WAITED : KPC_MAP_HIT;
     return s;
+}
+
+/* kpc_map_acquire, inlined into kpc_map_get: a hit is the probe (lookup_ready, inline
+ * too) and the two loads of answers' first test; the rest is a call. */
+static inline kpc_status acquire(kpc_map *m, const kpc_key *key, kpc_map_current current, kpc_program **prog,
+                                 kpc_map_entry **entry, kpc_map_answer *how)
+{
+    if (lookup_ready(m, key, prog)) {
+        if (answers(m, key, current, *prog)) {
+            *how = KPC_MAP_HIT;
+            return KPC_OK;
+        }
+        *prog = NULL;
+    }
+    return claim(m, key, current, prog, entry, how);
 }
 
 kpc_status kpc_map_acquire(kpc_map *m, const kpc_key *key, kpc_map_current current, kpc_program **prog,
