@@ -35,17 +35,21 @@ typedef enum kpc_map_answer {
 kpc_status kpc_map_acquire(kpc_map *m, const kpc_key *key, kpc_map_current current, kpc_program **prog,
                            kpc_map_entry **entry, kpc_map_answer *how);
 
-/* A miss's outcome, resolved outside any lock: KPC_OK with *prog (as every program is
- * made, holding the map's reference beside its maker's: core/program.h), or the failure
- * with *log (malloc'd, or NULL). */
-typedef kpc_status (*kpc_map_resolve)(void *arg, kpc_program **prog, char **log);
+/* What kpc_map_get asks of its caller: current, and resolve, a miss's outcome resolved
+ * outside any lock (with the call's arg): KPC_OK with *prog (as every program is made,
+ * holding the map's reference beside its maker's: core/program.h), or the failure with
+ * *log (malloc'd, or NULL). Constant for a caller: a hit passes its address alone. */
+typedef struct kpc_map_resolver {
+    kpc_map_current current;
+    kpc_status (*resolve)(void *arg, kpc_program **prog, char **log);
+} kpc_map_resolver;
 
 /* key's program in one call, whatever the map holds (the getOrBuild of SYCL's
- * KernelProgramCache): kpc_map_acquire's answer, or on a miss resolve(arg)'s outcome,
- * published as kpc_map_publish does. KPC_OK with *prog (a reference for the caller), or
- * the failure (its log in kpc_last_log). */
-kpc_status kpc_map_get(kpc_map *m, const kpc_key *key, kpc_map_current current, kpc_map_resolve resolve,
-                       void *arg, kpc_program **prog, kpc_map_answer *how);
+ * KernelProgramCache): kpc_map_acquire's answer (with r->current), or on a miss
+ * r->resolve(arg)'s outcome, published as kpc_map_publish does. KPC_OK with *prog (a
+ * reference for the caller), or the failure (its log in kpc_last_log). */
+kpc_status kpc_map_get(kpc_map *m, const kpc_key *key, const kpc_map_resolver *r, void *arg, kpc_program **prog,
+                       kpc_map_answer *how);
 /* Publish the builder's outcome; prog on KPC_OK, whose map reference (every program is
  * made holding one, core/program.h) the map takes over; the caller keeps its own. A
  * transient program (kpc_program.transient: its outcome stored nowhere) goes to the

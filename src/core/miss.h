@@ -17,7 +17,7 @@ void kpc_miss_prepare(kpc_context *ctx, kpc_normalized_request *req);
 /* A program resolved for req told the working directory it was built for, where its
  * request bound it to one (req->cwd_bound; nothing on a failure). */
 void kpc_miss_bind(const kpc_normalized_request *req, kpc_status s, kpc_program *prog);
-/* core/map.h's kpc_map_resolve for a kpc_miss: prepared, resolved (core/resolve.h),
+/* core/map.h's kpc_map_resolver.resolve for a kpc_miss: prepared, resolved (core/resolve.h),
  * bound. */
 kpc_status kpc_miss_resolve(void *miss, kpc_program **prog, char **log);
 #endif /* KPC_CORE_MISS_H */

@@ -189,6 +189,9 @@ void kpc_request_publish(kpc_context *ctx, const kpc_normalized_request *req, kp
     kpc_map_publish(ctx->map, entry, s, prog, log);
 }
 
+/* The map's resolver for kpc_program_get: the hit's check, and the miss (core/miss.c). */
+static const kpc_map_resolver resolver = {kpc_manifest_current, kpc_miss_resolve};
+
 kpc_status kpc_program_get(kpc_context *ctx, const kpc_source *src, kpc_program **out)
 {
     if (out)
@@ -205,7 +208,7 @@ kpc_status kpc_program_get(kpc_context *ctx, const kpc_source *src, kpc_program 
         return s;
     kpc_miss miss = {ctx, &req};
     kpc_map_answer how;
-    s = kpc_map_get(ctx->map, &req.map_key, kpc_manifest_current, kpc_miss_resolve, &miss, out, &how);
+    s = kpc_map_get(ctx->map, &req.map_key, &resolver, &miss, out, &how);
     count(ctx->cache, how, s);
     return s;
 }
