@@ -1,0 +1,12 @@
+#!/usr/bin/env bash
+# ab-final.sh - on the device: the straight path as committed (b-straight) against the
+# tree before it (a-head, eb133ed), alternated: bench_manifest's new-process hits, then
+# bench_hit's in-memory hit and its threads.
+set -uo pipefail
+. scripts/device-deps.sh
+kpc_deps_unpack_missing .carry/debs > /dev/null || exit 1
+kpc_deps_use_unpacked
+kpc_ab_build bench_manifest bench_hit 2>/dev/null || exit 1
+grep -m1 "model name" /proc/cpuinfo; sync; sleep 5
+kpc_ab_alternate 6 manifest '$1 ~ /^manifest_xproc_(0|50_at_floor)$/ {printf "%s %s %s  ", $1, $3, $6}' bench_manifest --runs 21
+kpc_ab_alternate 4 hit '$1 ~ /^hit_(4096_request_floor|threads_scale_(2|8|16))$/ {printf "%s %s %s  ", $1, $3, $6}' bench_hit --rounds 5 --seconds 0.1
