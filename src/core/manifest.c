@@ -9,8 +9,9 @@
  * Invariants: a kpc_deps holds its files as bytes it owns (its own tail, or a manifest's
  * bytes it took) and where each file lies in them (kpc_deps.at, found by the codec when
  * the list was decoded or written), immutable once returned, so a program can carry it
- * and any thread can check it without a lock. Nothing here parses a list's bytes again:
- * a check and the object key read each file's fields where at says they lie.
+ * and any thread can check it without a lock. Nothing parses a list's bytes again: a
+ * check, and the object key of a list (core/manifest_record.c), read each file's fields
+ * where at says they lie.
  * Every file is opened through kpc_open_regular (never blocking on a FIFO) and every
  * system call goes through the fault seam, where a failure is a mismatch: a miss, never
  * a stale hit.
@@ -31,7 +32,6 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
-#define OBJECT_KEY_TAG "kpc-object-1"
 #define DIR_SLOTS 8 /* directories held open during one check */
 
 static int stat_at(int dirfd, const char *name, struct stat *st)
