@@ -1,7 +1,7 @@
 /*
  * util.c - small system helpers: clocks, process identity, a file's identity and
- * digest, the working directory's digest, whole-file reads and writes, mkdir -p, hex. Base: it includes nothing of ours
- * but base/.
+ * digest, the working directory's digest, whole-file reads and writes, mkdir -p, hex.
+ * Base: it includes nothing of ours but base/.
  */
 #define _GNU_SOURCE
 #include "base/util.h"

@@ -266,6 +266,30 @@ kpc_status kpc_manifest_encode(const kpc_manifest *m, void **buf, size_t *size)
     return encode(m, NULL, 0, NULL, 0, NULL, NULL, buf, size);
 }
 
+/* The manifest of (object, outcome, files[0..n)) then m's entries, into *buf (malloc'd;
+ * buf NULL: not kept), and that list as one of its own out of its bytes, into *deps:
+ * every list is written this one way. */
+static kpc_status write_new(const kpc_manifest *m, const kpc_key *object, uint32_t outcome,
+                            const kpc_manifest_file *files, size_t n, kpc_deps **deps, void **buf, size_t *size)
+{
+    kpc_manifest_at *at = malloc((n ? n : 1) * sizeof *at);
+    if (at == NULL)
+        return KPC_E_NOMEM;
+    size_t list[2] = {0, 0}, bytes_size;
+    void *bytes = NULL;
+    kpc_status s = encode(m, object, outcome, files, n, at, list, &bytes, &bytes_size);
+    if (s == KPC_OK)
+        s = list_of((uint8_t *)bytes + list[0], list[1], n, at, deps);
+    if (s != KPC_OK)
+        free(at);
+    if (s == KPC_OK && buf) {
+        *buf = bytes;
+        *size = bytes_size;
+    } else
+        free(bytes);
+    return s;
+}
+
 kpc_status kpc_manifest_deps_record(const char *const *paths, size_t n, const char *const *absent,
                                     size_t n_absent, const char *cwd, uint64_t compile_start_ns,
                                     kpc_deps **out)
@@ -279,22 +303,11 @@ kpc_status kpc_manifest_deps_record(const char *const *paths, size_t n, const ch
     kpc_status s = record_files(&b, &files, &kept);
     if (s != KPC_OK)
         return s;
-    kpc_manifest_at *at = malloc((kept ? kept : 1) * sizeof *at);
-    kpc__writer w;
-    kpc__writer_grow(&w, KPC_MANIFEST_MAX_BYTES);
-    void *bytes = NULL;
-    size_t size = 0;
-    s = at == NULL ? KPC_E_NOMEM : put_list(&w, files, kept, at);
-    if (s == KPC_OK)
-        s = kpc__writer_finish(&w, &bytes, &size);
-    else
-        kpc__writer_discard(&w);
-    if (s == KPC_OK)
-        s = list_of(bytes, size, kept, at, out);
-    if (s != KPC_OK)
-        free(at);
+    /* the list alone: written as a build's is, in a manifest of nothing else not kept */
+    static const kpc_manifest none = {0};
+    static const kpc_key no_object = {{0}};
+    s = write_new(&none, &no_object, KPC_MANIFEST_CODE, files, kept, out, NULL, NULL);
     warn_invalid(s);
-    free(bytes);
     free(files);
     return s;
 }
@@ -325,9 +338,6 @@ kpc_status kpc_manifest_record_build(kpc_manifest *m, const kpc_key *request, co
     kpc_manifest_file *files = NULL;
     size_t kept = 0;
     kpc_status s = b->n == 0 ? KPC_E_INVALID : record_files(b, &files, &kept);
-    kpc_manifest_at *at = s == KPC_OK ? malloc((kept ? kept : 1) * sizeof *at) : NULL;
-    if (s == KPC_OK && at == NULL)
-        s = KPC_E_NOMEM;
     if (s == KPC_OK) {
         kpc_key obj;
         XXH3_state_t st;
@@ -337,18 +347,11 @@ kpc_status kpc_manifest_record_build(kpc_manifest *m, const kpc_key *request, co
         object_key_end(&st, &obj);
         make_room(m, &obj);
         /* the manifest, then the new list out of its bytes: one pass of the writer */
-        size_t list[2] = {0, 0};
-        s = encode(m, &obj, outcome, files, kept, at, list, buf, size);
-        if (s == KPC_OK && (s = list_of((uint8_t *)*buf + list[0], list[1], kept, at, deps)) != KPC_OK) {
-            free(*buf);
-            *buf = NULL;
-        }
+        s = write_new(m, &obj, outcome, files, kept, deps, buf, size);
         warn_invalid(s);
         if (s == KPC_OK)
             *object = obj;
     }
-    if (s != KPC_OK)
-        free(at);
     free(files);
     free(m->block); /* the old entries' bytes, all the manifest owns */
     m->block = NULL;

@@ -37,10 +37,11 @@ kpc_status kpc_seen_manifest_read(kpc_context *ctx, const kpc_key *key, kpc_seen
 /* Read the manifest under key into sm, as a look that finds no entry leaves it (what sm
  * held is freed first): for a build that records into it without having looked. */
 void kpc_seen_manifest_look(kpc_context *ctx, const kpc_key *key, kpc_seen_manifest *sm);
-/* A build that read files (b), recorded (core/manifest_record.c): kpc_manifest_record_build on the manifest under key as
- * sm saw it (read now if this request has not looked since a match: a rare path): *deps,
- * *object, and the new manifest's bytes in *buf (malloc'd), to be written once the
- * outcome's record is. sm holds nothing after. */
+/* A build that read files (b), recorded (core/manifest_record.c):
+ * kpc_manifest_record_build on the manifest under key as sm saw it (read now if this
+ * request has not looked since a match: a rare path): *deps, *object, and the new
+ * manifest's bytes in *buf (malloc'd), to be written once the outcome's record is. sm
+ * holds nothing after. */
 kpc_status kpc_seen_manifest_record(kpc_context *ctx, const kpc_key *key, kpc_seen_manifest *sm,
                                     const kpc_manifest_build *b, uint32_t outcome, kpc_deps **deps,
                                     kpc_key *object, void **buf, size_t *size);
