@@ -26,7 +26,7 @@
  *
  * usage: bench_hit [--fake] [--rounds N] [--seconds S (per thread measurement)]
  *                  [--only BYTES (one source size and no threads: for a profiler)]
- *                  [--breakdown (where a 1 KB hit's time goes, on stderr; no rows)]
+ *                  [--breakdown (the 4 KB rows, then where that hit's time goes, on stderr)]
  */
 #define _GNU_SOURCE
 #include "bench.h"
@@ -315,38 +315,34 @@ static double mean(const double *v, int n)
     return sum / n;
 }
 
-/* ---- --breakdown: where a 1 KB hit's time goes (progress lines only, no rows) ---------- */
-static kpc_context *bd_ctx;
-static pthread_rwlock_t bd_rw = PTHREAD_RWLOCK_INITIALIZER;
+/* ---- --breakdown: where a 4 KB hit's time goes (progress lines only, no rows) ---------- */
+/* The hit's parts beside its floor's: the map key as the hit computes it (the request's
+ * words laid out, then hashed), the source's hash alone, the lookup with the program's
+ * reference taken and given back, one atomic add (what counting a hit costs). */
 static _Atomic uint64_t bd_counter;
 
-static void bd_key(workload *w, pthread_mutex_t *m, uint64_t *acc)
+static void bd_map_key(workload *w, pthread_mutex_t *m, uint64_t *acc)
 {
     (void)m;
     kpc_key k;
-    kpc_key_compute_prefixed(&bd_ctx->key_prefix, &w->src, &k); /* as kpc_program_get does */
+    kpc_map_key_compute(w->secret, &w->src, NULL, &k); /* as kpc_program_get does */
     *acc += k.bytes[0];
 }
 
-static void bd_hash(workload *w, pthread_mutex_t *m, uint64_t *acc)
+static void bd_source_hash(workload *w, pthread_mutex_t *m, uint64_t *acc)
 {
     (void)m;
-    XXH128_hash_t h = XXH3_128bits(w->code, w->len);
+    XXH128_hash_t h = XXH3_128bits_withSecret(w->code, w->len, w->secret->bytes, sizeof w->secret->bytes);
     *acc += h.low64;
 }
 
-static void bd_mutex(workload *w, pthread_mutex_t *m, uint64_t *acc)
+static void bd_lookup(workload *w, pthread_mutex_t *m, uint64_t *acc)
 {
-    (void)w, (void)acc;
-    pthread_mutex_lock(m);
-    pthread_mutex_unlock(m);
-}
-
-static void bd_rwlock(workload *w, pthread_mutex_t *m, uint64_t *acc)
-{
-    (void)w, (void)m, (void)acc;
-    pthread_rwlock_rdlock(&bd_rw);
-    pthread_rwlock_unlock(&bd_rw);
+    (void)m, (void)acc;
+    kpc_program *p;
+    if (!kpc_map_hit(w->ctx->map, &w->key, &p))
+        bn_die("the breakdown's map lookup missed a warm key");
+    kpc_program_release(p);
 }
 
 static void bd_atomic(workload *w, pthread_mutex_t *m, uint64_t *acc)
@@ -355,32 +351,27 @@ static void bd_atomic(workload *w, pthread_mutex_t *m, uint64_t *acc)
     atomic_fetch_add_explicit(&bd_counter, 1, memory_order_relaxed);
 }
 
-static void breakdown(kpc_context *ctx)
+/* w: the warm 4 KB workload with its key and words laid out (main). */
+static void breakdown(workload *w)
 {
-    bd_ctx = ctx;
-    char *code = bn_padded_source(1024, 0);
-    workload w = {.ctx = ctx, .code = code, .len = 1024};
-    w.src = (kpc_source){.code = code, .code_len = 1024, .name = "hit.hip"};
-    bn_get(ctx, &w.src);
     static const struct { const char *what; op_fn op; } parts[] = {
-        {"kpc_program_get + release", kpc_op}, {"floor (XXH3-128 + mutex)", floor_op},
-        {"XXH3-128 of the source", bd_hash}, {"kpc_key_compute", bd_key},
-        {"mutex lock + unlock", bd_mutex}, {"rwlock rdlock + unlock", bd_rwlock},
-        {"one atomic add", bd_atomic}};
+        {"kpc_program_get + release", kpc_op}, {"its floor", request_floor_op},
+        {"kpc_map_key_compute", bd_map_key}, {"XXH3-128 of the source", bd_source_hash},
+        {"map lookup + release", bd_lookup}, {"one atomic add", bd_atomic}};
     for (size_t i = 0; i < sizeof parts / sizeof parts[0]; i++)
-        bn_say("breakdown, 1 KB: %-28s %6.1f ns", parts[i].what, per_op(parts[i].op, &w) * 1e9);
-    free(code);
+        bn_say("breakdown, 4 KB: %-28s %6.1f ns", parts[i].what, per_op(parts[i].op, w) * 1e9);
 }
 
 int main(int argc, char **argv)
 {
     bool fake = false;
     size_t only = 0; /* --only BYTES: one size, no threads (for a profiler) */
+    bool parts = false; /* --breakdown */
     for (int i = 1; i < argc; i++) {
         if (strcmp(argv[i], "--fake") == 0)
             fake = true;
         else if (strcmp(argv[i], "--breakdown") == 0)
-            only = 1; /* no size has 1 byte: only the breakdown runs */
+            only = 4096, parts = true; /* the 4 KB rows, then the breakdown */
         else if (strcmp(argv[i], "--only") == 0 && i + 1 < argc)
             only = (size_t)atol(argv[++i]);
         else if (strcmp(argv[i], "--rounds") == 0 && i + 1 < argc)
@@ -457,8 +448,8 @@ int main(int argc, char **argv)
         bn_row("hit_4096_8_options", "1 in-memory hit, 4 KB source, 8 options", v, "the same without options", r,
                ratio, "(context: the options' bytes are keyed)", -1, with * 1e9, "ns");
     }
-    if (only == 1)
-        breakdown(ctx);
+    if (parts && w4.code != NULL)
+        breakdown(&w4);
     if (only || w4.code == NULL) {
         kpc_context_destroy(ctx);
         kpc_cache_close(cache);
