@@ -22,7 +22,8 @@
 #   scripts/bench.sh --plot             no run: draw docs/plots/*.svg from the recorded runs in
 #                                       tests/bench/results/ (scripts/bench-plot.sh, gnuplot)
 #   scripts/bench.sh --render DIR       no run: render DIR/rows.tsv (with DIR/machine.txt,
-#                                       DIR/command.txt, DIR/section.txt), e.g. what
+#                                       DIR/command.txt, DIR/section.txt, and DIR/date.txt
+#                                       and DIR/commit.txt where present), e.g. what
 #                                       scripts/bench-device.sh left on the 16-core machine
 #
 # What the full run runs (medians over repeated runs, warm-up excluded; see each
@@ -168,11 +169,15 @@ update_docs() { # section file-with-new-section
   fi
 }
 
-render() { # rows machine command section json
-  local rows=$1 machine=$2 cmd=$3 section=$4 json=$5 date commit
+render() { # rows machine command section json [run's folder]
+  local rows=$1 machine=$2 cmd=$3 section=$4 json=$5 from=${6:-} date commit
   date=$(date -u +%Y-%m-%dT%H:%MZ)
   commit=$(git rev-parse --short HEAD 2>/dev/null || echo unknown)
   [ -n "$(git status --porcelain -- src shm include 2>/dev/null)" ] && commit+="+changes"
+  # a run made elsewhere says when it ran, and at which commit where it knew (a copy of
+  # the tree without .git does not: commit.txt is then written beside its rows by hand)
+  [ -n "$from" ] && [ -s "$from/date.txt" ] && date=$(cat "$from/date.txt")
+  [ -n "$from" ] && [ -s "$from/commit.txt" ] && commit=$(cat "$from/commit.txt")
   echo
   echo "kpc benchmarks on $machine"
   echo
@@ -195,7 +200,7 @@ if [ -n "$render" ]; then
   [ -f "$render/rows.tsv" ] || { echo "bench.sh: no $render/rows.tsv" >&2; exit 1; }
   section=$(cat "$render/section.txt" 2>/dev/null || echo device)
   render "$render/rows.tsv" "$(cat "$render/machine.txt")" "$(cat "$render/command.txt")" "$section" \
-    "tests/bench/results/bench-$section.json"
+    "tests/bench/results/bench-$section.json" "$render"
   exit 0
 fi
 
