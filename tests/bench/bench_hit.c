@@ -17,12 +17,15 @@
  * Threads: thread i is pinned to the i-th CPU of an order that takes one hardware thread
  * of each physical core before any core's second (so T <= cores never shares a core),
  * and each run starts with a warm-up. The per-hit time at T threads is held against one
- * thread's on the same CPUs: one thread alone on each of the first T CPUs in turn (the
- * median of `runs` runs each), averaged. A single CPU's figure is no reference for the
- * others on a virtual machine: its cores differ (one that takes the interrupts, one whose
- * host core is shared), and one thread alone measured 183 to 266 ns per hit from run to
- * run on the 16-core device machine. The floor's ratio, measured the same way, is printed
- * beside it: what the machine itself gives away at T.
+ * thread's on the same CPUs: one thread alone on each of the first T CPUs in turn,
+ * averaged. A single CPU's figure is no reference for the others on a virtual machine:
+ * its cores differ (one that takes the interrupts, one whose host core is shared), and
+ * one thread alone measured 183 to 266 ns per hit from run to run on the 16-core device
+ * machine. The T threads and the threads alone alternate round by round, and the ratio
+ * is the median of each round's (paired_scale): that machine also changes speed from
+ * one second to the next (its 4 KB floor 150 or 200-270 ns), and a reference measured
+ * once, seconds before, read T = 2 at 0.81x. The floor's ratio, measured the same way, is
+ * printed beside it: what the machine itself gives away at T.
  *
  * usage: bench_hit [--fake] [--rounds N] [--seconds S (per thread measurement)]
  *                  [--only BYTES (one source size and no threads: for a profiler)]
@@ -298,21 +301,27 @@ static double rate(op_fn op, workload *w, size_t stride, int t, int runs)
     return rate_from(op, w, stride, t, runs, 0);
 }
 
-/* One thread's per-hit time on w alone on each of the first n CPUs of the pinning order
- * (out[i]: the median of runs runs on CPU i). */
-static void one_thread_per_cpu(op_fn op, workload *w, int n, int runs, double *out)
+/* The per-hit time of t threads on the one program w against one thread's alone on each
+ * of the same CPUs in turn (averaged), the two alternated for rounds rounds: the medians
+ * of each into *together and *alone, and the median of each round's ratio returned. */
+static double paired_scale(op_fn op, workload *w, int t, int rounds, double *together, double *alone)
 {
-    for (int i = 0; i < n; i++)
-        out[i] = 1 / rate_from(op, w, 0, 1, runs, i);
-}
-
-/* The mean of v[0..n) */
-static double mean(const double *v, int n)
-{
-    double sum = 0;
-    for (int i = 0; i < n; i++)
-        sum += v[i];
-    return sum / n;
+    double *v = calloc(3 * (size_t)rounds, sizeof *v), *vt = v, *va = v + rounds, *vr = v + 2 * rounds;
+    if (v == NULL)
+        bn_die("out of memory");
+    for (int r = 0; r < rounds; r++) {
+        vt[r] = (double)t / rate_from(op, w, 0, t, 1, 0);
+        double sum = 0;
+        for (int i = 0; i < t; i++)
+            sum += 1 / rate_from(op, w, 0, 1, 1, i);
+        va[r] = sum / t;
+        vr[r] = vt[r] / va[r];
+    }
+    *together = bn_median(vt, (size_t)rounds);
+    *alone = bn_median(va, (size_t)rounds);
+    double ratio = bn_median(vr, (size_t)rounds);
+    free(v);
+    return ratio;
 }
 
 /* ---- --breakdown: where a 4 KB hit's time goes (progress lines only, no rows) ---------- */
@@ -461,16 +470,6 @@ int main(int argc, char **argv)
     int nproc = bn_nproc();
     int runs = rounds < 5 ? rounds : 5;
     order_cpus();
-    /* one thread alone on each CPU, kpc and the floor: the references of the T rows */
-    double *solo = calloc((size_t)nproc, sizeof *solo), *solo_floor = calloc((size_t)nproc, sizeof *solo_floor);
-    int solo_runs = runs < 3 ? runs : 3;
-    one_thread_per_cpu(kpc_op, &w4, nproc, solo_runs, solo);
-    one_thread_per_cpu(floor_op, &w4, nproc, solo_runs, solo_floor);
-    double lo = solo[0], hi = solo[0];
-    for (int i = 1; i < nproc; i++)
-        lo = solo[i] < lo ? solo[i] : lo, hi = solo[i] > hi ? solo[i] : hi;
-    bn_say("one thread alone, per CPU: %.0f to %.0f ns per hit (mean %.0f)", lo * 1e9, hi * 1e9,
-           mean(solo, nproc) * 1e9);
     workload *own = calloc((size_t)nproc, sizeof *own);
     for (int i = 0; i < nproc; i++) {
         char *code = bn_padded_source(4096, 100 + i);
@@ -485,8 +484,9 @@ int main(int argc, char **argv)
             if (mode == 0 && t > 1) {
                 /* the time each thread spends per hit, against one thread's alone on the
                  * same CPUs: a hit that shares nothing keeps it flat while there are cores */
-                double per = (double)t / kpc, per1 = mean(solo, t);
-                double q = per / per1, fq = ((double)t / flo) / mean(solo_floor, t);
+                double per, per1, fper, fper1;
+                double q = paired_scale(kpc_op, w, t, runs, &per, &per1);
+                double fq = paired_scale(floor_op, w, t, runs, &fper, &fper1);
                 char id[48], fig[160], v[32], r[32], ratio[32];
                 snprintf(id, sizeof id, "hit_threads_scale_%d", t);
                 snprintf(fig, sizeof fig, "1 per-hit time, %d threads on one 4 KB program (the floor's own "
@@ -495,7 +495,7 @@ int main(int argc, char **argv)
                 bn_fmt_time(r, sizeof r, per1);
                 snprintf(ratio, sizeof ratio, "%.2fx", q);
                 bn_row(id, fig, v, "one thread alone on each of those CPUs", r, ratio,
-                       t <= nproc ? "<= 1.2x one thread" : "(context)", q <= 1.2, per * 1e9, "ns");
+                       t <= nproc ? "<= 1.2x one thread (paired rounds)" : "(context)", q <= 1.2, per * 1e9, "ns");
             }
             char id[48], fig[96], v[32], r[32], ratio[32];
             snprintf(id, sizeof id, "hit_threads_%s%d", mode ? "own_" : "", t);
@@ -524,8 +524,6 @@ int main(int argc, char **argv)
     for (int i = 0; i < nproc; i++)
         free((void *)own[i].code);
     free(own);
-    free(solo);
-    free(solo_floor);
     free((void *)w4.code);
     kpc_context_destroy(ctx);
     kpc_cache_close(cache);
