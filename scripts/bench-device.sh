@@ -5,8 +5,8 @@
 # ROCm, no network): run it there from the repository root. It builds a Release tree in
 # build-device/ and runs the benchmarks that make sense there, writing what
 # scripts/bench.sh --render needs into $OUT (default tests/bench/results/device/):
-#   rows.tsv (the rows), machine.txt, command.txt, section.txt, date.txt, log.txt, and
-#   commit.txt where the tree here is a git checkout.
+#   rows.tsv (the rows), machine.txt, command.txt, section.txt, date.txt, log.txt. Back
+#   here, write the commit that ran into commit.txt beside them.
 # Back here: scripts/bench.sh --render <that folder> prints the table, writes
 # tests/bench/results/bench-device.json and the "device" section of docs/benchmarks.md.
 #
@@ -116,12 +116,9 @@ compiler="the fake platform (each compile burns ${fake_ms} ms of CPU)"
 echo "$(nproc) cores ($cpu), $(awk '/^MemTotal/ {printf "%.0f GiB", $2 / 1048576}' /proc/meminfo), $os, Linux $(uname -r)${gpu:+, $gpu}: the machine lent through the device tool; compiler: $compiler" >"$out/machine.txt"
 echo "scripts/bench-device.sh${args:+ $args}" >"$out/command.txt"
 echo device >"$out/section.txt"
+# the commit is not asked of git here: the device tool's copy of the tree carries a .git
+# whose HEAD is not the tree's (it named 8a31744 for 2f7b2aa); write commit.txt by hand
 date -u +%Y-%m-%dT%H:%MZ >"$out/date.txt"
-# the commit, where this copy of the tree has its history (the device tool's does not)
-if commit=$(git -C "$root" rev-parse --short HEAD 2>/dev/null); then
-  [ -n "$(git -C "$root" status --porcelain -- src shm include 2>/dev/null)" ] && commit+="+changes"
-  echo "$commit" >"$out/commit.txt"
-fi
 echo "bench-device: done; rows in $out/rows.tsv"
 if ((${#failed[@]})); then
   echo "bench-device: failed: ${failed[*]}"

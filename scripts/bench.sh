@@ -174,8 +174,8 @@ render() { # rows machine command section json [run's folder]
   date=$(date -u +%Y-%m-%dT%H:%MZ)
   commit=$(git rev-parse --short HEAD 2>/dev/null || echo unknown)
   [ -n "$(git status --porcelain -- src shm include 2>/dev/null)" ] && commit+="+changes"
-  # a run made elsewhere says when it ran, and at which commit where it knew (a copy of
-  # the tree without .git does not: commit.txt is then written beside its rows by hand)
+  # a run made elsewhere says when it ran (date.txt) and, written beside its rows by
+  # hand, at which commit (commit.txt)
   [ -n "$from" ] && [ -s "$from/date.txt" ] && date=$(cat "$from/date.txt")
   [ -n "$from" ] && [ -s "$from/commit.txt" ] && commit=$(cat "$from/commit.txt")
   echo
