@@ -1,6 +1,7 @@
 /*
- * file_time.h - a file's times as kpc compares them: in ns, and whether a file changed
- * within a window. Inline: a manifest's check asks both of every file it stats. Its
+ * file_time.h - a file's times as kpc compares them: in ns (every file kpc keeps or
+ * checks a time of), and whether a file changed within a window. Inline: a manifest's
+ * check asks both of every file it stats. Its
  * includer defines _GNU_SOURCE (or _POSIX_C_SOURCE 200809L) before any system header,
  * for struct stat's st_mtim and st_ctim.
  */

@@ -11,6 +11,7 @@
 #define _GNU_SOURCE
 #include "platform/identity.h"
 #include "base/fault.h"
+#include "base/file_time.h"
 #include "base/log.h"
 #include "base/hash.h"
 
@@ -58,7 +59,7 @@ bool kpc_identity_recall(const kpc_root *root, const char *platform, uint8_t id[
         struct stat st;
         ok = kpc__fstatat(AT_FDCWD, fpath, &st, 0) == 0 && (unsigned long long)st.st_dev == dev &&
              (unsigned long long)st.st_ino == ino && (unsigned long long)st.st_size == size &&
-             (unsigned long long)st.st_mtim.tv_sec * 1000000000ull + (unsigned long long)st.st_mtim.tv_nsec == mtime;
+             (unsigned long long)kpc__ts_ns(st.st_mtim) == mtime;
         files++;
     }
     fclose(f);
@@ -90,8 +91,7 @@ void kpc_identity_remember(const kpc_root *root, const char *platform, const kpc
         n += (size_t)snprintf(buf + n, sizeof buf - n, "file %llu %llu %llu %llu %s\n",
                               (unsigned long long)st.st_dev, (unsigned long long)st.st_ino,
                               (unsigned long long)st.st_size,
-                              (unsigned long long)st.st_mtim.tv_sec * 1000000000ull +
-                                  (unsigned long long)st.st_mtim.tv_nsec,
+                              (unsigned long long)kpc__ts_ns(st.st_mtim),
                               files->paths[i]);
     }
     bool ok = n < sizeof buf && kpc__write_all(fd, buf, n) == 0;

@@ -28,6 +28,7 @@
 #include "storage/store_private.h"
 #include "base/hash.h"
 #include "base/fault.h"
+#include "base/file_time.h"
 #include "base/log.h"
 
 #include <errno.h>
@@ -238,7 +239,7 @@ static kpc_status read_at(kpc_store *st, int at, const char *name, const char *p
         return KPC_E_CORRUPT;
     }
     uint64_t now = kpc__wall_ns();
-    if ((uint64_t)sb.st_mtim.tv_sec * 1000000000ull + (uint64_t)sb.st_mtim.tv_nsec + TOUCH_INTERVAL_NS < now &&
+    if ((uint64_t)kpc__ts_ns(sb.st_mtim) + TOUCH_INTERVAL_NS < now &&
         futimens(fd, NULL) != 0)
         KPC_LOG(KPC_LOG_DEBUG, "futimens(%s): %s", path, strerror(errno));
     close(fd);

@@ -8,6 +8,7 @@
 #define _GNU_SOURCE
 #include "storage/store_private.h"
 #include "base/fault.h"
+#include "base/file_time.h"
 #include "base/log.h"
 #include "base/settings.h"
 
@@ -161,7 +162,7 @@ static kpc_status walk(kpc_store *st, enum walk_mode mode, kpc_store_walk_fn fn,
                 kpc_record rec;
                 memset(&rec, 0, sizeof rec);
                 kpc_store_entry ent = {path, (uint64_t)sb.st_size,
-                                       (uint64_t)sb.st_mtim.tv_sec * 1000000000ull + (uint64_t)sb.st_mtim.tv_nsec,
+                                       (uint64_t)kpc__ts_ns(sb.st_mtim),
                                        KPC_OK, false, NULL};
                 if (mode != WALK_STAT) {
                     int fd = kpc__openat(dirfd(fd_dir), e->d_name, O_RDONLY | O_CLOEXEC | O_NOFOLLOW | O_NONBLOCK, 0);
